@@ -1,0 +1,142 @@
+"""The non-interactive commands: ``trace`` and ``info``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .engine import (
+    Engine,
+    EngineConfig,
+    Model,
+    SamplerSettings,
+    TokenstepError,
+    gguf_header,
+    info,
+    trace,
+)
+from .engine import chat as chat_mod
+from .engine.model import default_model_path
+
+
+def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
+    s = SamplerSettings(
+        temp=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        seed=args.seed,
+        greedy=args.greedy,
+    )
+    s.validate()
+    return s
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    c = EngineConfig(
+        n_ctx=args.ctx_size,
+        n_batch=args.batch_size,
+        n_ubatch=args.ubatch_size,
+        n_threads=args.threads,
+        flash_attn=args.flash_attn,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
+    )
+    c.validate()
+    return c
+
+
+def engine_from_args(args: argparse.Namespace) -> Engine:
+    """Validate every flag first (cheap), then load the model and create the context."""
+    config = config_from_args(args)
+    settings = settings_from_args(args)
+    return Engine(Model(args.model), config, settings)
+
+
+def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> list[int]:
+    if not text.strip():
+        raise TokenstepError("the prompt is empty.")
+    if chat:
+        tmpl = engine.info.chat_template
+        if not tmpl:
+            raise TokenstepError("this model has no chat template; drop --chat.")
+        return chat_mod.chat_tokens(
+            engine.vocab, tmpl, [chat_mod.Message("user", text)], add_bos=engine.info.add_bos
+        ).tokens
+    return engine.vocab.tokenize(text, add_special=True, parse_special=special)
+
+
+def trace_main(args: argparse.Namespace) -> int:
+    if args.n_predict < 0:
+        raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
+    settings_from_args(args)  # flags first: a typo should not wait for a model load
+    config_from_args(args)
+    text = _read(args)
+    engine = engine_from_args(args)
+    try:
+        toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
+        out = sys.stdout
+        for rec in trace.run(engine, toks, args.n_predict):
+            out.write(trace.dumps(engine, rec) + "\n")
+            out.flush()
+    finally:
+        engine.close()
+    return 0
+
+
+def _read(args: argparse.Namespace) -> str:
+    from .cli import read_prompt
+
+    return read_prompt(args)
+
+
+def info_main(args: argparse.Namespace) -> int:
+    path = args.model or default_model_path()
+    hdr = gguf_header.validate(path)
+    f = info.facts(hdr)
+    n_ctx = args.ctx_size or f.n_ctx_train
+    if n_ctx < 1:
+        raise TokenstepError(f"-c/--ctx-size must be at least 1, not {args.ctx_size}.")
+    kv = {t: f.kv_bytes_per_token(t, t) for t in info.CALC_TYPES}
+    data = {
+        "path": str(hdr.path),
+        "file_bytes": hdr.file_size,
+        "arch": f.arch,
+        "name": f.name,
+        "size_label": f.n_params_hint,
+        "n_vocab": f.n_vocab,
+        "n_layer": f.n_layer,
+        "n_head": f.n_head,
+        "n_head_kv": sorted(set(f.n_head_kv)),
+        "n_embd": f.n_embd,
+        "head_dim": f.head_dim_k,
+        "n_ff": f.n_ff,
+        "n_ctx_train": f.n_ctx_train,
+        "sliding_window": f.sliding_window,
+        "tensors": len(hdr.tensors),
+        "chat_template": bool(f.chat_template),
+        "kv_cache": {
+            "n_ctx": n_ctx,
+            "bytes_per_token": kv,
+            "bytes": {t: b * n_ctx for t, b in kv.items()},
+        },
+    }
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    w = max(len(k) for k in data)
+    for k, v in data.items():
+        if k == "kv_cache":
+            continue
+        print(f"{k:<{w}}  {_safe(v)}")
+    print(f"\nKV cache for {n_ctx:,} tokens (K and V the same type):")
+    for t in info.CALC_TYPES:
+        print(f"  {t:<5} {kv[t]:>9,} B/token  {kv[t] * n_ctx / 2**20:>10.2f} MiB")
+    return 0
+
+
+def _safe(v: object) -> str:
+    """Metadata is written by strangers: show control characters escaped, never interpreted."""
+    s = str(v)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)

@@ -1,0 +1,27 @@
+"""tokenstep's engine: llama.cpp and NumPy only, no Textual and no Rich.
+
+Usable from a script::
+
+    from tui.engine import Model, Engine
+    eng = Engine(Model())            # the bundled SmolLM2-135M-Instruct
+    recs = eng.prefill(eng.vocab.tokenize("The cat sat"))
+    rec = eng.step()                 # sample, then decode one token
+"""
+
+from .errors import ContextFullError, ModelError, TokenstepError
+from .model import Model, ModelInfo, default_model_path
+from .sampling import SamplerSettings
+from .session import Engine, EngineConfig, StepRecord
+
+__all__ = [
+    "ContextFullError",
+    "Engine",
+    "EngineConfig",
+    "Model",
+    "ModelError",
+    "ModelInfo",
+    "SamplerSettings",
+    "StepRecord",
+    "TokenstepError",
+    "default_model_path",
+]

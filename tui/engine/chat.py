@@ -1,0 +1,110 @@
+"""Chat: turn a conversation into tokens with the model's own chat template.
+
+The template is Jinja text written by whoever made the GGUF file, so it is rendered in Jinja2's
+immutable sandbox: a template that reaches for Python internals fails with a clear message and
+runs nothing. The user's own words are tokenized *without* special-token parsing, so typing
+``<|im_end|>`` in a message stays text and cannot forge a turn boundary.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from .errors import TokenstepError
+from .tokens import Vocab
+
+
+@dataclass
+class Message:
+    role: str
+    content: str
+
+
+class TemplateError(TokenstepError):
+    """The model's chat template could not be rendered safely."""
+
+
+def _raise(message: str) -> None:
+    raise TemplateError(f"the chat template raised an error: {message}")
+
+
+def _env() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined
+    )
+    env.globals["raise_exception"] = _raise
+    return env
+
+
+def render_template(
+    template: str,
+    messages: list[Message],
+    *,
+    add_generation_prompt: bool = True,
+    bos_token: str = "",
+    eos_token: str = "",
+) -> str:
+    """Render ``template`` for ``messages`` in the sandbox."""
+    try:
+        tmpl = _env().from_string(template)
+        return tmpl.render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos_token,
+            eos_token=eos_token,
+        )
+    except SecurityError as exc:
+        raise TemplateError(
+            f"the model's chat template tried something unsafe and was stopped ({exc})."
+        ) from exc
+    except TemplateError:
+        raise
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"the model's chat template is broken: {exc}.") from exc
+    except Exception as exc:  # a template can raise anything while rendering
+        raise TemplateError(f"the model's chat template failed: {exc}.") from exc
+
+
+@dataclass
+class ChatPrompt:
+    text: str
+    tokens: list[int]
+    user_spans: list[tuple[int, int]] = field(default_factory=list)  # token ranges of user text
+
+
+def chat_tokens(
+    vocab: Vocab,
+    template: str,
+    messages: list[Message],
+    *,
+    bos_token: str = "",
+    eos_token: str = "",
+    add_bos: bool = False,
+) -> ChatPrompt:
+    """Render with sentinels in place of the messages, then tokenize template text with special
+    parsing and message text without it."""
+    marks = [f"\u0001{uuid.uuid4().hex}\u0002" for _ in messages]
+    stand_in = [Message(m.role, mark) for m, mark in zip(messages, marks, strict=True)]
+    rendered = render_template(template, stand_in, bos_token=bos_token, eos_token=eos_token)
+    tokens: list[int] = []
+    spans: list[tuple[int, int]] = []
+    text_parts: list[str] = []
+    rest = rendered
+    first = True
+    for m, mark in zip(messages, marks, strict=True):
+        before, sep, rest = rest.partition(mark)
+        if not sep:
+            raise TemplateError("the chat template dropped a message; it cannot be used.")
+        tokens += vocab.tokenize(before, add_special=first and add_bos, parse_special=True)
+        first = False
+        start = len(tokens)
+        tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
+        spans.append((start, len(tokens)))
+        text_parts += [before, m.content]
+    tokens += vocab.tokenize(rest, add_special=False, parse_special=True)
+    text_parts.append(rest)
+    return ChatPrompt("".join(text_parts), tokens, spans)

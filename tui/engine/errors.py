@@ -1,0 +1,18 @@
+"""User-facing errors.
+
+Every failure that a user can cause (a bad path, a broken model file, a flag out of range,
+a prompt that does not fit) is raised as :class:`TokenstepError` with one plain sentence.
+The CLI prints that sentence and exits non-zero; it never shows a traceback for these.
+"""
+
+
+class TokenstepError(Exception):
+    """An error whose message is one sentence meant for the user."""
+
+
+class ModelError(TokenstepError):
+    """The model file is missing, unreadable, not GGUF, corrupt or unsupported."""
+
+
+class ContextFullError(TokenstepError):
+    """The tokens do not fit in the context window."""

@@ -1,0 +1,176 @@
+"""A small, defensive reader for the GGUF header.
+
+It reads the metadata key/values and the tensor table without loading any weights, so
+``tokenstep info`` works on models far too large to load, and a broken or truncated file is
+reported in one sentence before llama.cpp ever sees it. Every length in the file is checked
+against the file size first: a hostile file cannot make us allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+_SCALARS: dict[int, str] = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+_STRING, _ARRAY = 8, 9
+# Arrays longer than this are skipped, not kept (the vocabulary, merges, scores).
+_KEEP_ARRAY_MAX = 4096
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+
+
+@dataclass
+class GGUFHeader:
+    path: Path
+    version: int
+    file_size: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    array_lengths: dict[str, int] = field(default_factory=dict)
+    tensors: list[TensorInfo] = field(default_factory=list)
+    data_offset: int = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    @property
+    def arch(self) -> str:
+        return str(self.metadata.get("general.architecture", "?"))
+
+    def arch_get(self, suffix: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.arch}.{suffix}", default)
+
+
+class _Reader:
+    def __init__(self, f: BinaryIO, size: int, path: Path) -> None:
+        self.f, self.size, self.path = f, size, path
+
+    def _fail(self, what: str) -> ModelError:
+        return ModelError(f"{self.path} is not a valid GGUF file: {what}.")
+
+    def read(self, n: int) -> bytes:
+        if n < 0 or self.f.tell() + n > self.size:
+            raise self._fail("it ends in the middle of its header (truncated or corrupt)")
+        return self.f.read(n)
+
+    def scalar(self, fmt: str) -> Any:
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        n = self.scalar("<Q")
+        return self.read(n).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int, key: str, hdr: GGUFHeader) -> Any:
+        if vtype in _SCALARS:
+            return self.scalar(_SCALARS[vtype])
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            etype = self.scalar("<I")
+            count = self.scalar("<Q")
+            if count > self.size:  # each element takes at least one byte
+                raise self._fail(f"array {key!r} claims {count} elements")
+            hdr.array_lengths[key] = count
+            if etype in _SCALARS and count > _KEEP_ARRAY_MAX:
+                self.read(struct.calcsize(_SCALARS[etype]) * count)
+                return None
+            if etype == _STRING and count > _KEEP_ARRAY_MAX:
+                for _ in range(count):
+                    self.read(self.scalar("<Q"))
+                return None
+            return [self.value(etype, key, hdr) for _ in range(count)]
+        raise self._fail(f"unknown value type {vtype} for key {key!r}")
+
+
+def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read a GGUF file's metadata and tensor table; raise :class:`ModelError` on any defect."""
+    p = Path(path)
+    check_model_path(p)
+    size = p.stat().st_size
+    with p.open("rb") as f:
+        r = _Reader(f, size, p)
+        if f.read(4) != GGUF_MAGIC:
+            raise ModelError(f"{p} is not a GGUF file (it does not start with the bytes 'GGUF').")
+        version = r.scalar("<I")
+        if version not in (2, 3):
+            raise r._fail(f"unsupported GGUF version {version}")
+        n_tensors = r.scalar("<Q")
+        n_kv = r.scalar("<Q")
+        if n_tensors > size or n_kv > size:
+            raise r._fail("its counts of tensors or keys are impossible")
+        hdr = GGUFHeader(path=p, version=version, file_size=size)
+        for _ in range(n_kv):
+            key = r.string()
+            vtype = r.scalar("<I")
+            hdr.metadata[key] = r.value(vtype, key, hdr)
+        for _ in range(n_tensors):
+            name = r.string()
+            n_dims = r.scalar("<I")
+            if n_dims > 8:
+                raise r._fail(f"tensor {name!r} has {n_dims} dimensions")
+            shape = tuple(r.scalar("<Q") for _ in range(n_dims))
+            ggml_type = r.scalar("<I")
+            offset = r.scalar("<Q")
+            hdr.tensors.append(TensorInfo(name, shape, ggml_type, offset))
+        align = int(hdr.metadata.get("general.alignment", 32) or 32)
+        pos = f.tell()
+        hdr.data_offset = pos + (-pos) % align
+    return hdr
+
+
+def tensor_data_end(hdr: GGUFHeader) -> int:
+    """The file offset where the last tensor's data ends, using ggml's own type sizes."""
+    from .ggml import row_size
+
+    end = hdr.data_offset
+    for t in hdr.tensors:
+        n = 1
+        for d in t.shape:
+            n *= d
+        end = max(end, hdr.data_offset + t.offset + row_size(t.ggml_type, n))
+    return end
+
+
+def check_model_path(p: Path) -> None:
+    """One clear sentence for a path that cannot be a model file at all."""
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"{p} is a directory, not a GGUF model file.")
+    if not os.access(p, os.R_OK):
+        raise ModelError(f"cannot read model file {p} (permission denied).")
+
+
+def validate(path: str | os.PathLike[str]) -> GGUFHeader:
+    """Read the header and check that the tensor data is all there (not truncated)."""
+    hdr = read_header(path)
+    end = tensor_data_end(hdr)
+    if end > hdr.file_size:
+        raise ModelError(
+            f"{hdr.path} is truncated: its tensors need {end:,} bytes but the file has "
+            f"{hdr.file_size:,}."
+        )
+    return hdr

