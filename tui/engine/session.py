@@ -14,6 +14,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import llama_cpp
 import numpy as np
@@ -107,6 +108,21 @@ class StepRecord:
     kv_bytes: int = 0
     kv_problems: list[str] = field(default_factory=list)
     settings: SamplerSettings | None = None
+    # Data that observers (attention capture, graph census) attach to this decode call.
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class DecodeObserver(Protocol):
+    """Something that watches every ``llama_decode`` (e.g. the attention capture).
+
+    ``configure`` runs before the context exists (it may set ``cb_eval``); ``before_decode``
+    and ``after_decode`` bracket each call, and ``after_decode`` may put data in ``extras``."""
+
+    def configure(self, params: llama_cpp.llama_context_params) -> None: ...
+
+    def before_decode(self, engine: Engine, call: DecodeCall) -> None: ...
+
+    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None: ...
 
 
 class Engine:
@@ -117,8 +133,10 @@ class Engine:
         model: Model,
         config: EngineConfig | None = None,
         settings: SamplerSettings | None = None,
+        observers: list[DecodeObserver] | None = None,
     ) -> None:
         self.model = model
+        self.observers = list(observers or [])
         self.info = model.info
         self.config = config or EngineConfig()
         self.config.validate()
@@ -138,7 +156,8 @@ class Engine:
         p.type_k, p.type_v = self.type_k, self.type_v
         p.kv_unified = True
         p.no_perf = True
-        self._configure_context_params(p)
+        for obs in self.observers:
+            obs.configure(p)
         mark = llama_log.mark()
         ctx = llama_cpp.llama_init_from_model(model.ptr, p)
         if not ctx:
@@ -164,10 +183,6 @@ class Engine:
         self._logits_record: int | None = None
         self._logits_by_len: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
         self.stop_reason: str | None = None
-
-    # -- hooks for subclasses / later features ------------------------------------------------
-    def _configure_context_params(self, params: llama_cpp.llama_context_params) -> None:
-        """Called before the context is created (the attention capture installs cb_eval)."""
 
     def _resolved_flash_attn(self) -> str:
         """What ``-fa auto`` became: llama.cpp logs it when it reserves the graph."""
@@ -197,8 +212,11 @@ class Engine:
         return self.n_ctx * self.layout.bytes_per_token
 
     # -- the loop ------------------------------------------------------------------------------
-    def _decode(self, call: DecodeCall) -> float:
+    def _decode(self, call: DecodeCall) -> tuple[float, dict[str, Any]]:
+        """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
         b = self.batch.fill(call)
+        for obs in self.observers:
+            obs.before_decode(self, call)
         t0 = time.perf_counter()
         rc = llama_cpp.llama_decode(self.ctx, b)
         ms = (time.perf_counter() - t0) * 1000.0
@@ -210,7 +228,10 @@ class Engine:
             raise TokenstepError(f"llama_decode failed with code {rc}.")
         for t in call.tokens:
             self.kv.add(t.id, t.pos, t.seq_ids)
-        return ms
+        extras: dict[str, Any] = {}
+        for obs in self.observers:
+            obs.after_decode(self, call, extras)
+        return ms, extras
 
     def _read_logits(self) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
@@ -256,7 +277,7 @@ class Engine:
         calls = plan_prompt(tokens, self.n_past, (0,), self.config.n_batch, self.config.n_ubatch)
         out = []
         for i, call in enumerate(calls):
-            ms = self._decode(call)
+            ms, extras = self._decode(call)
             rec = StepRecord(
                 index=len(self.records),
                 phase="prefill" if call.n_tokens > 1 else "decode",
@@ -265,6 +286,7 @@ class Engine:
                 chunk=(i + 1, len(calls)),
                 reused=reused,
                 has_logits=i == len(calls) - 1,
+                extras=extras,
             )
             out.append(self._finish_record(rec))
         return out
@@ -346,8 +368,8 @@ class Engine:
         call = DecodeCall(
             [BatchToken(token, pos, (0,), True)], ubatch_chunks(1, self.config.n_ubatch)
         )
-        ms = self._decode(call)
-        rec = StepRecord(len(self.records), "decode", call, ms, has_logits=True)
+        ms, extras = self._decode(call)
+        rec = StepRecord(len(self.records), "decode", call, ms, has_logits=True, extras=extras)
         return self._finish_record(rec)
 
     def step(self, force: int | None = None) -> StepRecord | None:

@@ -6,6 +6,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from .session import Engine, StepRecord
 from .tokens import display_bytes
 
@@ -64,7 +66,22 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
         d["eog"] = rec.eog
         if rec.settings is not None:
             d["settings"] = rec.settings.to_dict()
+    for key, value in rec.extras.items():
+        d[key] = jsonable(value)
     return d
+
+
+def jsonable(value: Any) -> Any:
+    """Observers' extras as JSON: arrays rounded to 4 decimals, dict keys as strings."""
+    if isinstance(value, np.ndarray):
+        return np.round(value.astype(np.float64), 4).tolist()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def dumps(engine: Engine, rec: StepRecord) -> str:
