@@ -40,7 +40,9 @@ def make_engine(model: Model):
         e.close()
 
 
-def run_cli(*args: str, stdin: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, stdin: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """Run ``python -m tui ARGS`` as a user would, capturing bytes."""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     return subprocess.run(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+import llama_cpp
 import numpy as np
 import pytest
-import llama_cpp
 from llama_cpp import Llama
 
 from tui.engine import SamplerSettings
@@ -46,7 +46,9 @@ def test_greedy_trace_equals_llama_completion(prompt, model_path):
     ours = [r["sampled"]["id"] for r in records if r.get("sampled")]
 
     llm = Llama(model_path=str(model_path), n_ctx=512, flash_attn=False, verbose=False)
-    EOG = {llm.token_eos()} | {t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)}
+    EOG = {llm.token_eos()} | {
+        t for t in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t)
+    }
     try:
         toks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
         assert records[0]["batch"] and [b["id"] for b in records[0]["batch"]] == toks
@@ -59,7 +61,9 @@ def test_greedy_trace_equals_llama_completion(prompt, model_path):
     finally:
         llm.close()
     assert ours == theirs
-    assert text == "".join(bytes.fromhex(r["sampled"]["bytes"]).decode("utf-8", "replace") for r in records)
+    assert text == "".join(
+        bytes.fromhex(r["sampled"]["bytes"]).decode("utf-8", "replace") for r in records
+    )
 
 
 def test_top_logits_equal_llama_scores(oracle, make_engine):
