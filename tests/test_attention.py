@@ -1,0 +1,227 @@
+"""Attention weights captured from the real model's graph, checked against the model itself."""
+
+from __future__ import annotations
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError
+from tui.engine.attention import (
+    AttentionCapture,
+    context_attention,
+    parse_layers,
+    top_attended,
+)
+
+SENTENCE = "The cat sat on the mat because it was tired."
+LAYER = 5
+
+
+@pytest.fixture
+def attn_engine(model):
+    made: list[Engine] = []
+
+    def make(cap: AttentionCapture | None, **config: object) -> Engine:
+        cfg = EngineConfig(**{"n_ctx": 512, "n_threads": 2, **config})  # type: ignore[arg-type]
+        eng = Engine(model, cfg, SamplerSettings(temp=0.0), observers=[cap] if cap else [])
+        made.append(eng)
+        return eng
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def _qk(cap: AttentionCapture, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q (n_tokens, n_head, d) and K (n_tokens, n_head_kv, d) of the last decode, after RoPE."""
+    q = np.concatenate([a[0] for a in cap.captured[f"Qcur-{layer}"]], axis=0)
+    k = np.concatenate([a[0] for a in cap.captured[f"Kcur-{layer}"]], axis=0)
+    return q, k
+
+
+def _reference(
+    q: np.ndarray,
+    q_pos: list[int],
+    k: np.ndarray,
+    k_pos: list[int],
+    head_dim: int,
+    kv_head_of,
+) -> np.ndarray:
+    """softmax(Q·Kᵀ·scale + causal mask) from scratch. The K cache is f16 and ggml's matmul
+    converts Q to f16 for it, so both are rounded to f16 first."""
+    q16 = q.astype(np.float16).astype(np.float64)
+    k16 = k.astype(np.float16).astype(np.float64)
+    n_head = q.shape[1]
+    scale = 1.0 / np.sqrt(head_dim)
+    mask = np.where(np.array(k_pos)[None, :] <= np.array(q_pos)[:, None], 0.0, -np.inf)
+    out = np.empty((n_head, len(q_pos), len(k_pos)))
+    for h in range(n_head):
+        s = q16[:, h, :] @ k16[:, kv_head_of(h), :].T * scale + mask
+        s = np.exp(s - s.max(axis=1, keepdims=True))
+        out[h] = s / s.sum(axis=1, keepdims=True)
+    return out
+
+
+def test_rows_sum_to_one_and_future_is_exactly_zero(model, attn_engine):
+    n_layer = model.info.n_layer
+    cap = AttentionCapture(n_layer, range(n_layer))
+    eng = attn_engine(cap)
+    recs = eng.prefill(eng.vocab.tokenize(SENTENCE))
+    recs.append(eng.step())
+    recs.append(eng.step())
+    for rec in recs:
+        att = rec.extras["attention"]
+        assert sorted(att) == list(range(n_layer))
+        assert "attention_problems" not in rec.extras
+        q_pos = np.array([t.pos for t in rec.call.tokens])
+        k_pos = np.array(rec.extras["attention_keys"]["pos"])
+        future = k_pos[None, :] > q_pos[:, None]
+        for w in att.values():
+            assert w.shape == (model.info.n_head, len(q_pos), len(k_pos))
+            np.testing.assert_allclose(w.sum(axis=2), 1.0, atol=1e-3)
+            assert np.all(w[:, future] == 0.0)  # the causal mask, in the data itself
+            assert np.all(w[:, ~future] > 0.0)
+    # The prefill really had a future to hide: 11 tokens, a lower-triangular pattern.
+    assert recs[0].call.n_tokens > 5
+
+
+def test_weights_equal_numpy_softmax_of_captured_q_k(model, attn_engine):
+    info = model.info
+    assert (info.n_head, info.n_head_kv) == (9, 3)  # SmolLM2: 3 query heads per KV head
+    cap = AttentionCapture(info.n_layer, [LAYER], capture=(f"Qcur-{LAYER}", f"Kcur-{LAYER}"))
+    cap.census_on = True
+    eng = attn_engine(cap)
+    group = info.n_head // info.n_head_kv
+    gqa = lambda h: h // group  # noqa: E731  (ggml broadcasts K head h // group to query head h)
+    wrong = lambda h: h % info.n_head_kv  # noqa: E731
+
+    rec = eng.prefill(eng.vocab.tokenize(SENTENCE))[-1]
+    # The last node named Qcur-<layer> / Kcur-<layer> is the one after RoPE.
+    nodes = cap.last_census.layer_nodes if cap.last_census else []
+    assert [n for n in nodes if n.startswith("Qcur-0:")][-1] == "Qcur-0:ROPE"
+    assert [n for n in nodes if n.startswith("Kcur-0:")][-1] == "Kcur-0:ROPE"
+    q, k = _qk(cap, LAYER)
+    pos = [t.pos for t in rec.call.tokens]
+    ref = _reference(q, pos, k, pos, info.head_dim_k, gqa)
+    got = rec.extras["attention"][LAYER]
+    assert np.max(np.abs(got - ref)) < 1e-3
+    # The head mapping matters: a wrong grouping does not match.
+    assert np.max(np.abs(got - _reference(q, pos, k, pos, info.head_dim_k, wrong))) > 1e-2
+
+    keys_k, keys_pos = [k], list(pos)
+    for _ in range(2):  # decode steps: one query row against every cached key
+        rec = eng.step()
+        q, k = _qk(cap, LAYER)
+        keys_k.append(k)
+        keys_pos += [t.pos for t in rec.call.tokens]
+        ref = _reference(
+            q, [t.pos for t in rec.call.tokens], np.concatenate(keys_k), keys_pos,
+            info.head_dim_k, gqa,
+        )  # fmt: skip
+        assert rec.extras["attention_keys"]["pos"] == keys_pos
+        assert np.max(np.abs(rec.extras["attention"][LAYER] - ref)) < 1e-3
+
+
+def test_reused_cells_out_of_order_are_mapped_to_positions(model, attn_engine):
+    """Remove positions 2..3: llama.cpp puts the next token into a freed cell, so cell order
+    is no longer position order. Columns must still follow positions."""
+    info = model.info
+    cap = AttentionCapture(info.n_layer, [LAYER], capture=(f"Qcur-{LAYER}", f"Kcur-{LAYER}"))
+    eng = attn_engine(cap)
+    toks = eng.vocab.tokenize(SENTENCE)
+    eng.prefill(toks)
+    _, k_prompt = _qk(cap, LAYER)
+    mem = llama_cpp.llama_get_memory(eng.ctx)
+    assert llama_cpp.llama_memory_seq_rm(mem, 0, 2, 4)
+    eng.kv.seq_rm(0, 2, 4)
+    rec = eng.step()
+    keys = rec.extras["attention_keys"]
+    new_pos = rec.call.tokens[0].pos
+    assert keys["pos"] == sorted(keys["pos"]) and keys["pos"][-1] == new_pos == len(toks)
+    assert keys["cell"] != sorted(keys["cell"])  # the new token sits in a reused, lower cell
+    assert "attention_problems" not in rec.extras
+
+    q, k_new = _qk(cap, LAYER)
+    k_by_pos = {p: k_prompt[p] for p in range(len(toks))} | {new_pos: k_new[0]}
+    k_all = np.stack([k_by_pos[p] for p in keys["pos"]])
+    gqa = lambda h: h // (info.n_head // info.n_head_kv)  # noqa: E731
+    ref = _reference(q, [new_pos], k_all, keys["pos"], info.head_dim_k, gqa)
+    got = rec.extras["attention"][LAYER]
+    assert np.max(np.abs(got - ref)) < 1e-3
+    # Reading the columns in cell order instead would put the newest token's weight elsewhere.
+    by_cell = got[:, :, np.argsort(np.argsort(keys["cell"]))]
+    assert np.max(np.abs(by_cell - ref)) > 1e-3
+
+
+def test_capture_does_not_change_the_logits(model, attn_engine):
+    plain = attn_engine(None, flash_attn="off")
+    captured = attn_engine(AttentionCapture(model.info.n_layer, range(model.info.n_layer)))
+    toks = plain.vocab.tokenize(SENTENCE)
+    plain.prefill(toks)
+    captured.prefill(toks)
+    assert plain.logits is not None and captured.logits is not None
+    np.testing.assert_allclose(captured.logits, plain.logits, rtol=0, atol=1e-5)
+    assert plain.step().call.tokens[0].id == captured.step().call.tokens[0].id
+
+
+def test_several_ubatches_give_the_same_weights(model, attn_engine):
+    toks = None
+    out = []
+    for ub in (512, 4):
+        cap = AttentionCapture(model.info.n_layer, [0, 29], census=True)
+        eng = attn_engine(cap, n_batch=512, n_ubatch=ub)
+        toks = toks or eng.vocab.tokenize(SENTENCE)
+        rec = eng.prefill(toks)[-1]
+        assert rec.extras["graph"]["n_graphs"] == len(rec.call.ubatches)
+        out.append(rec.extras["attention"])
+    assert len(toks) > 8  # so that n_ubatch=4 really split it into 3 graphs
+    for layer in (0, 29):
+        np.testing.assert_allclose(out[1][layer], out[0][layer], atol=1e-5)
+
+
+def test_layers_can_change_and_off_captures_nothing(model, attn_engine):
+    cap = AttentionCapture(model.info.n_layer, [])
+    eng = attn_engine(cap)
+    recs = eng.prefill(eng.vocab.tokenize(SENTENCE))
+    assert "attention" not in recs[-1].extras
+    mem = llama_cpp.llama_get_memory(eng.ctx)
+    llama_cpp.llama_memory_seq_rm(mem, 0, 1, 3)
+    eng.kv.seq_rm(0, 1, 3)
+    assert "attention" not in eng.step().extras
+    cap.set_layers([7])  # the cell map kept following while capture was off
+    rec = eng.step()
+    assert list(rec.extras["attention"]) == [7]
+    assert rec.extras["attention_keys"]["pos"] == eng.kv.positions(0)
+    assert "attention_problems" not in rec.extras
+    np.testing.assert_allclose(rec.extras["attention"][7].sum(axis=2), 1.0, atol=1e-3)
+
+
+def test_context_attention_assembles_rows_from_records(model, attn_engine):
+    cap = AttentionCapture(model.info.n_layer, [3])
+    eng = attn_engine(cap)
+    first = eng.prefill(eng.vocab.tokenize(SENTENCE))[-1]
+    last = eng.step()
+    ca = context_attention(eng, 3)
+    assert ca is not None
+    n = eng.n_past
+    assert ca.weights.shape == (model.info.n_head, n, n)
+    assert ca.captured.all() and ca.tokens == eng.tokens
+    np.testing.assert_array_equal(ca.weights[:, : first.call.n_tokens, : first.call.n_tokens],
+                                  first.extras["attention"][3])  # fmt: skip
+    np.testing.assert_array_equal(ca.weights[:, -1, :], last.extras["attention"][3][:, 0, :])
+    assert np.all(np.triu(ca.head(None), k=1) == 0.0)
+    ranked = top_attended(ca.head(0)[-1], 3)
+    assert len(ranked) == 3 and ranked[0][1] >= ranked[1][1] >= ranked[2][1]
+    assert context_attention(eng, 4) is None  # layer 4 was never captured
+
+
+def test_layer_arguments():
+    assert parse_layers("all", 30) == list(range(30))
+    assert parse_layers("3,1,3", 30) == [1, 3]
+    with pytest.raises(TokenstepError, match="out of range: this model has 30 layers"):
+        parse_layers("999", 30)
+    with pytest.raises(TokenstepError, match="comma list or 'all'"):
+        parse_layers("three", 30)
+    with pytest.raises(TokenstepError):
+        AttentionCapture(30, [30])
