@@ -98,6 +98,40 @@ def _sampler_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--greedy", action="store_true", help="always take the highest logit")
 
 
+def _attention_spec(text: str) -> str:
+    """Syntax of --attention (a layer, a comma list or 'all'); the range is checked once the
+    model says how many layers it has."""
+    from .engine.attention import parse_layers
+
+    try:
+        parse_layers(text)
+    except TokenstepError as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc).replace("--attention takes", "expected").rstrip(".")
+        ) from None
+    return text
+
+
+def _graph_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--attention",
+        type=_attention_spec,
+        metavar="LAYER|all",
+        help="add each step's attention weights (kq_soft_max) for these layers; "
+        "turns flash attention off",
+    )
+    p.add_argument(
+        "--graph",
+        action="store_true",
+        help="add the graph census: node count and each layer's chain of named ops",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="time every graph node (SLOWER: each node runs on its own)",
+    )
+
+
 def _prompt_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--prompt", metavar="TEXT", help="prompt text ('-' reads standard input)")
     p.add_argument("-f", "--file", metavar="PATH", help="read the prompt from a file")
@@ -138,6 +172,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="N",
         help="tokens to generate (default 32)",
     )
+    _graph_flags(trace)
 
     info = _Parser(
         prog="tokenstep info",

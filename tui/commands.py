@@ -51,7 +51,35 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     """Validate every flag first (cheap), then load the model and create the context."""
     config = config_from_args(args)
     settings = settings_from_args(args)
-    return Engine(Model(args.model), config, settings)
+    if getattr(args, "attention", None) is not None:
+        config.flash_attn = "off"  # the capture turns it off: say so in the trace
+    model = Model(args.model)
+    return Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+
+
+def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
+    """--attention / --graph / --profile as one eval-callback observer (a context has one
+    cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
+    from .engine.attention import AttentionCapture, parse_layers
+    from .engine.graph import GraphTap
+
+    spec = getattr(args, "attention", None)
+    census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
+    if spec is not None:
+        if args.flash_attn == "on":
+            raise TokenstepError(
+                "--attention needs flash attention off (it fuses the softmax away); drop -fa on."
+            )
+        if args.cache_type_v not in ("f16", "f32"):
+            raise TokenstepError(
+                f"--attention needs flash attention off, and a {args.cache_type_v} V cache "
+                "needs it on; use -ctv f16."
+            )
+        layers = parse_layers(spec, n_layer)
+        return [AttentionCapture(n_layer, layers, census=census, profile=profile)]
+    if census or profile:
+        return [GraphTap(census=census, profile=profile, n_layer=n_layer)]
+    return []
 
 
 def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> list[int]:
