@@ -1,11 +1,381 @@
-"""The Textual app (placeholder until the stepping TUI lands)."""
+"""The Textual app that ``tokenstep`` opens: chat with a real model and watch every stage.
+
+The app never touches the engine. A :class:`~tui.controller.Controller` owns it on one worker
+thread; key presses become commands on its queue, and each :class:`~tui.controller.View` it
+publishes is drawn here. Light panes (header, pipeline, logits) draw every view; the heavy ones
+(text, tokens, KV grid, mask, timeline, batch) at most ``HEAVY_HZ`` times a second while a
+reply plays, and only the bottom pane that is showing.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import ContentSwitcher, Input, Static
+
+from . import session_store
+from .controller import Controller, View
+from .engine.session import Engine
+from .widgets.batch import BatchPane
+from .widgets.header import StatusHeader
+from .widgets.help import HelpScreen
+from .widgets.keybar import KeyBar
+from .widgets.keys import KEYS, STAGE_KEY_NAMES
+from .widgets.kvcache import KVCachePane
+from .widgets.logits import LogitsPane
+from .widgets.mask import CausalMaskPane
+from .widgets.pipeline import PipelinePane
+from .widgets.save_dialog import SaveScreen, default_save_name
+from .widgets.text import ConversationPane
+from .widgets.timeline import TimelinePane
+from .widgets.tokens import TokensPane
+
+MIN_W, MIN_H = 80, 24
+COMPACT_W, COMPACT_H = 110, 34
+HEAVY_HZ = 10
+TABS = (
+    ("tokens", "1 tokens"),
+    ("batch", "2 batch"),
+    ("timeline", "3 timeline"),
+    ("kv", "4 KV cache"),
+    ("mask", "5 mask"),
+)
+
+
+class ViewReady(Message):
+    """The worker published a new view (the view itself is fetched with ``take``)."""
+
+
+def _bindings() -> list[BindingType]:
+    out: list[BindingType] = []
+    for k in KEYS:
+        out.append(Binding(k.keys, k.action, k.short or k.action, show=False, priority=k.anywhere))
+    out.append(Binding("f1", "help", "help", show=False, priority=True))
+    out.append(Binding("escape", "toggle_focus", "chat/controls", show=False))
+    return out
+
+
+class TokenstepApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "tokenstep"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = _bindings()
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        raw: bool = False,
+        prefix_cache: bool = True,
+        autoplay: bool = True,
+        prefill: str = "",
+        autosave_dir: str | Path | None = None,
+        show_timings: bool = True,
+        close_engine: bool = True,
+    ) -> None:
+        super().__init__()
+        self.engine_name = engine.info.name
+        self.show_timings = show_timings
+        self.prefill_text = prefill
+        self.controller = Controller(
+            engine,
+            raw=raw,
+            prefix_cache=prefix_cache,
+            autoplay=autoplay,
+            autosave_dir=autosave_dir,
+            on_view=self._on_view,
+            close_engine=close_engine,
+        )
+        self.view: View | None = None
+        self._last_heavy = 0.0
+        self._heavy_timer: Timer | None = None
+        self._returned_seq = 0
+        self._tab = "tokens"
+
+    # -- layout --------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(self.engine_name, id="header")
+        yield PipelinePane(id="pipeline")
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield LogitsPane(id="logits")
+            with Vertical(id="right"):
+                yield ConversationPane(id="conversation")
+                yield Static(id="tabstrip")
+                with ContentSwitcher(initial="tokens", id="tabs"):
+                    yield TokensPane(id="tokens")
+                    yield BatchPane(id="batch")
+                    yield TimelinePane(id="timeline")
+                    yield KVCachePane(id="kv")
+                    yield CausalMaskPane(id="mask")
+        yield Input(
+            self.prefill_text,
+            placeholder="Type a message and press Enter",
+            id="chat",
+        )
+        yield Static(id="notice")
+        yield KeyBar(id="keybar")
+        yield Static(id="too-small")
+
+    def on_mount(self) -> None:
+        self.query_one("#pipeline").border_title = "pipeline · the loop"
+        self.query_one("#logits").border_title = "logits → sampler"
+        self.query_one("#conversation").border_title = "text"
+        self.query_one("#chat").border_title = "chat" if not self.controller.raw else "prompt"
+        self.query_one("#tokens").border_title = "tokens"
+        self.query_one("#batch").border_title = "batch · last llama_decode"
+        self.query_one("#timeline").border_title = "timeline · measured llama_decode time"
+        self._draw_tabstrip()
+        self._size_classes()
+        self.query_one("#chat", Input).focus()
+        self.controller.start()
+
+    def on_unmount(self) -> None:
+        self.controller.stop()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._size_classes()
+
+    def _size_classes(self) -> None:
+        w, h = self.size
+        small = w < MIN_W or h < MIN_H
+        self.screen.set_class(small, "-too-small")
+        self.screen.set_class(not small and (w < COMPACT_W or h < COMPACT_H), "-compact")
+        self.query_one(PipelinePane).set_class(w < COMPACT_W or h < COMPACT_H, "-compact")
+        self.query_one(PipelinePane).refresh(layout=True)
+        if small:
+            self.query_one("#too-small", Static).update(
+                Text(
+                    f"tokenstep needs a terminal of at least {MIN_W}×{MIN_H}; this one is "
+                    f"{w}×{h}.\nMake the window larger (the model keeps its state). "
+                    "Ctrl+Q quits.",
+                    justify="center",
+                )
+            )
+
+    def _draw_tabstrip(self) -> None:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        for key, label in TABS:
+            style = (
+                Style(color="black", bgcolor="bright_cyan", bold=True)
+                if key == self._tab
+                else Style(color="grey70")
+            )
+            t.append(f" {label} ", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
+            t.append(" ")
+        self.query_one("#tabstrip", Static).update(t)
+
+    # -- views from the worker -----------------------------------------------------------------
+    def _on_view(self, view: View) -> None:
+        """Called on the worker thread: only hand over, never draw."""
+        self.post_message(ViewReady())
+
+    def on_view_ready(self, message: ViewReady) -> None:
+        view = self.controller.take()
+        if view is None or (self.view is not None and view.seq <= self.view.seq):
+            return
+        prev, self.view = self.view, view
+        self.query_one(StatusHeader).show(view)
+        self.query_one(PipelinePane).show(view)
+        self.query_one(LogitsPane).show(view)
+        self._notice(view)
+        self._keybar()
+        playing = view.mode == "autoplay" and view.activity == "generating"
+        now = time.monotonic()
+        if playing and now - self._last_heavy < 1.0 / HEAVY_HZ:
+            if self._heavy_timer is None:
+                self._heavy_timer = self.set_timer(1.0 / HEAVY_HZ, self._flush_heavy)
+        else:
+            self._draw_heavy()
+        if view.returned_text and view.seq > self._returned_seq:
+            self._returned_seq = view.seq
+            chat = self.query_one("#chat", Input)
+            if not chat.value:
+                chat.value = view.returned_text
+        ended = prev is not None and prev.activity == "generating" and view.activity == "done"
+        if ended and view.mode == "autoplay" and not view.queued:
+            self.query_one("#chat", Input).focus()
+
+    def _flush_heavy(self) -> None:
+        self._heavy_timer = None
+        self._draw_heavy()
+
+    def _draw_heavy(self) -> None:
+        view = self.view
+        if view is None:
+            return
+        self._last_heavy = time.monotonic()
+        self.query_one(ConversationPane).show(view)
+        pane = self.query_one(f"#{self._tab}")
+        pane.show(view)  # type: ignore[attr-defined]
+
+    def _notice(self, view: View) -> None:
+        colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(view.notice, Style(color=colour.get(view.notice_level, "white")))
+        if view.queued:
+            t = Text(no_wrap=True, overflow="ellipsis")
+            t.append("queued: ", Style(color="black", bgcolor="bright_yellow", bold=True))
+            t.append(f" {view.queued!r} ", Style(color="bright_yellow"))
+            t.append("is sent when this reply ends.", Style(color="grey70"))
+        if view.last_saved and not view.queued and view.activity == "done":
+            t.append(f"  saved: {view.last_saved}", Style(color="grey50"))
+        self.query_one("#notice", Static).update(t)
+
+    def _keybar(self) -> None:
+        chat = self.query_one("#chat", Input)
+        queued = bool(self.view and self.view.queued)
+        self.query_one(KeyBar).set_context(chat.has_focus, queued)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        self._keybar()
+
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
+        self._keybar()
+
+    # -- chat box ------------------------------------------------------------------------------
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "chat":
+            return
+        text = event.value
+        view = self.view
+        queued = view is not None and view.queued is not None
+        if not text.strip() and not queued:
+            self._say("Type a message first.", "bright_yellow")
+            return
+        event.input.value = ""
+        self.controller.send(text)
+        if view is None or view.activity != "generating" or view.mode == "step":
+            self.query_one(LogitsPane).focus()
+
+    def _say(self, text: str, colour: str = "grey85") -> None:
+        self.query_one("#notice", Static).update(Text(text, Style(color=colour)))
+
+    # -- actions -------------------------------------------------------------------------------
+    def action_toggle_play(self) -> None:
+        self.controller.toggle_play()
+
+    def action_step(self) -> None:
+        self.controller.step()
+
+    def action_rewind(self) -> None:
+        self.controller.rewind(1)
+
+    def action_cursor(self, delta: int) -> None:
+        logits = self.query_one(LogitsPane)
+        if (
+            self.view is not None
+            and self.view.mode == "autoplay"
+            and self.view.activity == "generating"
+        ):
+            self.controller.pause()
+        logits.move(delta)
+
+    def action_force(self) -> None:
+        row = self.query_one(LogitsPane).highlighted
+        if row is None:
+            self._say("No candidates yet: send a message first.", "bright_yellow")
+            return
+        self.controller.force(row.id)
+
+    def action_adjust(self, name: str, direction: int) -> None:
+        self.controller.adjust(name, direction)
+
+    def action_greedy(self) -> None:
+        self.controller.toggle_greedy()
+
+    def action_seed(self) -> None:
+        self.controller.next_seed(1)
+
+    def action_tab(self, name: str) -> None:
+        self._tab = name
+        self.query_one(ContentSwitcher).current = name
+        self._draw_tabstrip()
+        if self.view is not None:
+            self.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
+
+    def action_boundaries(self) -> None:
+        self.query_one(ConversationPane).toggle_boundaries()
+
+    def action_ids(self) -> None:
+        self.action_tab("tokens")
+        self.query_one(TokensPane).toggle_ids()
+
+    def action_explain(self) -> None:
+        self.query_one(PipelinePane).toggle_explain()
+
+    def action_focus_chat(self) -> None:
+        self.query_one("#chat", Input).focus()
+
+    def action_leave_chat(self) -> None:
+        self.query_one(LogitsPane).focus()
+
+    def action_toggle_focus(self) -> None:
+        chat = self.query_one("#chat", Input)
+        if chat.has_focus:
+            self.query_one(LogitsPane).focus()
+        else:
+            chat.focus()
+
+    def action_new_chat(self) -> None:
+        self.controller.new_chat()
+        self.query_one("#chat", Input).focus()
+
+    def action_save(self) -> None:
+        def done(path: str | None) -> None:
+            if path:
+                self.controller.save(path)
+            else:
+                self._say("Not saved.")
+
+        self.push_screen(SaveScreen(default_save_name()), done)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.screen.dismiss(None)
+            return
+        path = self.controller.autosave_path
+        self.push_screen(HelpScreen(str(path) if path else None))
+
+    async def action_quit(self) -> None:
+        self.exit(0)
+
+    def on_key(self, event: events.Key) -> None:
+        """A printable key with no meaning on the controls starts a message instead."""
+        chat = self.query_one("#chat", Input)
+        if chat.has_focus or len(self.screen_stack) > 1:
+            return
+        if event.is_printable and event.character and event.key not in STAGE_KEY_NAMES:
+            chat.focus()
+            chat.insert_text_at_cursor(event.character)
+            event.stop()
 
 
 def run_app(args: argparse.Namespace) -> int:
-    from .engine.errors import TokenstepError
+    from .commands import engine_from_args
 
-    raise TokenstepError("the interactive app is not built yet; use 'tokenstep trace -p TEXT'.")
+    engine = engine_from_args(args)
+    app = TokenstepApp(
+        engine,
+        raw=args.raw,
+        prefix_cache=not args.no_prefix_cache,
+        prefill=args.prompt or "",
+        autosave_dir=session_store.default_autosave_dir(),
+    )
+    try:
+        app.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        app.controller.stop()
+    return 0

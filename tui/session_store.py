@@ -1,0 +1,115 @@
+"""Saved sessions: the conversation, the settings and every step record, as JSON Lines.
+
+Line 1 is a header object (``"tokenstep_session": 1``) with the model, the engine config, the
+sampler settings and the conversation. Every other line is one step record in exactly the
+format ``tokenstep trace`` prints (:func:`tui.engine.trace.record_to_dict`), so the same tools
+read both. Files are written to a temporary file in the same folder and renamed over the
+target, so a crash mid-write never leaves a half-written session behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .engine.chat import Message
+from .engine.errors import TokenstepError
+from .engine.session import Engine, StepRecord
+from .engine.trace import record_to_dict
+
+FORMAT_VERSION = 1
+
+
+def default_autosave_dir() -> Path:
+    """``$TOKENSTEP_AUTOSAVE_DIR``, else ``$XDG_STATE_HOME/tokenstep/sessions``
+    (``~/.local/state/tokenstep/sessions``)."""
+    env = os.environ.get("TOKENSTEP_AUTOSAVE_DIR")
+    if env:
+        return Path(env).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "tokenstep" / "sessions"
+
+
+def autosave_name(started: float, chat_no: int) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    return f"session-{stamp}-{os.getpid()}-chat{chat_no}.jsonl"
+
+
+def session_header(
+    engine: Engine, messages: list[Message], *, raw: bool, prefix_cache: bool
+) -> dict[str, Any]:
+    info = engine.info
+    return {
+        "tokenstep_session": FORMAT_VERSION,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model": {
+            "path": info.path,
+            "name": info.name,
+            "arch": info.arch,
+            "desc": info.desc,
+            "n_params": info.n_params,
+            "n_vocab": info.n_vocab,
+        },
+        "config": asdict(engine.config),
+        "n_ctx": engine.n_ctx,
+        "flash_attn": engine.flash_attn_resolved,
+        "mode": "raw" if raw else "chat",
+        "prefix_cache": prefix_cache,
+        "settings": engine.settings.to_dict(),
+        "conversation": [{"role": m.role, "content": m.content} for m in messages],
+        "context_tokens": engine.tokens,
+    }
+
+
+def session_rows(
+    engine: Engine,
+    records: Iterable[StepRecord],
+    messages: list[Message],
+    *,
+    raw: bool,
+    prefix_cache: bool,
+) -> list[dict[str, Any]]:
+    rows = [session_header(engine, messages, raw=raw, prefix_cache=prefix_cache)]
+    rows += [record_to_dict(engine, r) for r in records]
+    rows[0]["n_records"] = len(rows) - 1
+    return rows
+
+
+def write_jsonl_atomic(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """Write ``rows`` as JSON Lines to ``path`` via a temporary file and a rename."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise TokenstepError(f"cannot write to {folder}: {exc.strerror}.") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise TokenstepError(f"cannot save the session to {target}: {exc.strerror}.") from exc
+    return target
+
+
+def read_session(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and the step records of a saved session."""
+    with open(path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    if not rows or rows[0].get("tokenstep_session") != FORMAT_VERSION:
+        raise TokenstepError(f"{path} is not a tokenstep session file.")
+    return rows[0], rows[1:]

@@ -1,0 +1,216 @@
+"""Shared pieces for the panes: how a token piece is drawn, colours, number formats, and a
+scrolling base class that renders one line at a time (only the visible lines are drawn)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+from ..controller import View
+
+# Invisible characters get a visible stand-in inside chips and tables.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+HEX_STYLE = Style(color="bright_red", bold=True)
+SPECIAL_STYLE = Style(color="magenta", italic=True)
+DIM = Style(dim=True)
+CHIP_BACKGROUNDS = ("#1f3b57", "#3b2f57", "#2f5740", "#57442f", "#4a2f3f", "#2f4f57")
+SEQ_COLORS = ("green", "dodger_blue1", "orange1", "magenta", "cyan", "yellow")
+ROLE_STYLES = {
+    "template": Style(color="grey50"),
+    "system": Style(color="grey62", italic=True),
+    "user": Style(color="bright_cyan"),
+    "assistant": Style(color="bright_white"),
+    "reply": Style(color="bright_green"),
+    "prompt": Style(color="bright_cyan"),
+    "generated": Style(color="bright_green"),
+}
+ROLE_NAMES = {
+    "template": "template",
+    "system": "system",
+    "user": "you",
+    "assistant": "model",
+    "reply": "model",
+    "prompt": "prompt",
+    "generated": "model",
+}
+
+
+def piece_parts(data: bytes) -> list[tuple[str, bool]]:
+    """Split a piece into (text, is_hex) runs: valid UTF-8 as text, every other byte as
+    ``<0xNN>`` (the same rule as :func:`tui.engine.tokens.display_bytes`)."""
+    out: list[tuple[str, bool]] = []
+    i = 0
+    while i < len(data):
+        try:
+            out.append((data[i:].decode("utf-8"), False))
+            break
+        except UnicodeDecodeError as err:
+            if err.start:
+                out.append((data[i : i + err.start].decode("utf-8"), False))
+            bad = data[i + err.start : i + err.end]
+            out.append(("".join(f"<0x{b:02X}>" for b in bad), True))
+            i += err.end
+    return out
+
+
+def visible(s: str) -> str:
+    """Spaces, newlines and tabs as visible symbols; other control characters escaped."""
+    out = []
+    for ch in s:
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+        elif not ch.isprintable():
+            out.append(repr(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def piece_text(data: bytes, style: Style | None = None, *, special: bool = False) -> Text:
+    """A token piece drawn honestly: visible whitespace, broken bytes as ``<0xNN>``."""
+    t = Text()
+    if not data:
+        t.append("∅", DIM)
+        return t
+    for part, is_hex in piece_parts(data):
+        if is_hex:
+            t.append(part, HEX_STYLE)
+        else:
+            t.append(visible(part), (style or Style()) + (SPECIAL_STYLE if special else Style()))
+    return t
+
+
+def is_special(data: bytes) -> bool:
+    return data.startswith(b"<|") and data.endswith(b"|>")
+
+
+def fmt_bytes(n: float) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{int(n):,} B"
+
+
+def fmt_p(p: float) -> str:
+    if math.isnan(p):
+        return "?"
+    if p >= 0.9995:
+        return "1.000"
+    if p < 0.0005:
+        return "<.001" if p > 0 else "0"
+    return f"{p:.3f}"
+
+
+def show_timings(widget: Widget) -> bool:
+    """Tests turn measured times off so snapshots do not depend on the machine's speed."""
+    return bool(getattr(widget.app, "show_timings", True))
+
+
+def fmt_ms(widget: Widget, ms: float) -> str:
+    if not show_timings(widget):
+        return "–.– ms"
+    return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
+
+
+def fmt_rate(widget: Widget, tokens: int, ms: float) -> str:
+    if not show_timings(widget):
+        return "– tok/s"
+    if ms <= 0:
+        return "? tok/s"
+    return f"{tokens * 1000.0 / ms:,.0f} tok/s"
+
+
+def text_segments(widget: Widget, t: Text) -> list[Segment]:
+    """One line of Rich text as segments for a Strip."""
+    return [s for s in t.render(widget.app.console) if s.text != "\n"]
+
+
+class Pane(Widget):
+    """A pane that draws from the latest :class:`View` (set by the app, read on render)."""
+
+    DEFAULT_CSS = """
+    Pane { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.view: View | None = None
+
+    def show(self, view: View) -> None:
+        self.view = view
+        self.refresh()
+
+
+class LinePane(ScrollView):
+    """A scrolling pane drawn with ``render_line``: only the visible rows are ever built.
+
+    Subclasses implement ``count_rows`` and ``build_row``; ``follow_row`` names a row to keep
+    in view as the content grows (e.g. the newest KV cell)."""
+
+    DEFAULT_CSS = """
+    LinePane { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.view: View | None = None
+        self._follow_seq = -1  # the view whose follow row was last brought into view
+
+    def show(self, view: View) -> None:
+        self.view = view
+        self.relayout()
+
+    def on_resize(self) -> None:
+        self._follow_seq = -1
+        self.relayout()
+
+    def relayout(self) -> None:
+        """Size the virtual canvas; on a new view, bring its follow row into view (the user
+        may scroll freely until the next view arrives)."""
+        self.virtual_size = Size(max(self.content_width(), 1), self.count_rows())
+        self.refresh()
+        if self.view is not None and self.view.seq != self._follow_seq:
+            self.call_after_refresh(self._bring_follow_row)
+
+    def _bring_follow_row(self) -> None:
+        target = self.follow_row()
+        if target is None or self.view is None or not self.size.height:
+            return
+        self._follow_seq = self.view.seq
+        top = int(self.scroll_offset.y)
+        h = self.size.height
+        if not top <= target < top + h:
+            self.scroll_to(y=max(0, target - h + 1), animate=False, immediate=True)
+
+    def content_width(self) -> int:
+        return self.size.width
+
+    def count_rows(self) -> int:
+        return 0
+
+    def follow_row(self) -> int | None:
+        return None
+
+    def build_row(self, row: int, width: int) -> list[Segment]:
+        return []
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        row = y + scroll_y
+        width = self.size.width
+        if self.view is None or row >= self.count_rows():
+            return Strip.blank(width, self.rich_style)
+        strip = Strip(self.build_row(row, max(self.content_width(), width)))
+        strip = strip.crop(scroll_x, scroll_x + width).extend_cell_length(width)
+        return strip.apply_style(self.rich_style)

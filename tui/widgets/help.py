@@ -1,0 +1,90 @@
+"""The help screen (``?`` or F1): every key, the seven stages in our own words, and what the
+columns of the logits pane mean."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..controller import STAGES
+from .keys import CHAT_KEYS, KEYS
+from .pipeline import EXPLAIN
+
+H = Style(bold=True, color="bright_white")
+K = Style(bold=True, color="bright_cyan")
+DIM = Style(color="grey62")
+
+
+def help_text(autosave: str | None) -> Text:
+    t = Text()
+    t.append("tokenstep", H)
+    t.append(" steps a real llama.cpp model one llama_decode at a time.\n", DIM)
+    t.append("Type in the chat box and press Enter; the reply plays on its own. Space pauses it\n")
+    t.append("(step mode): then each → is one decode, ← takes one back, and the sampler keys\n")
+    t.append("re-run the sampler on the same logits so you see what each setting cuts.\n\n")
+    groups = {
+        "step": "Stepping",
+        "sampler": "Sampler (live, no decode)",
+        "view": "View",
+        "app": "App",
+    }
+    for g, title in groups.items():
+        t.append(f"{title}\n", H)
+        for k in KEYS:
+            if k.group == g and k.label:
+                t.append(f"  {k.label:<8}", K)
+                t.append(f"{k.help}\n")
+    t.append("Chat box\n", H)
+    for label, what in CHAT_KEYS:
+        t.append(f"  {label:<8}", K)
+        t.append(f"{what}\n")
+    t.append(
+        "  Enter while a reply plays queues the message; in step mode it cuts the reply and sends.\n",
+        DIM,
+    )
+    t.append("\nThe seven stages of the loop\n", H)
+    for i, (name, (call, body)) in enumerate(zip(STAGES, EXPLAIN, strict=True)):
+        t.append(f"  {i + 1} {name} ", K)
+        t.append(f"({call})\n", Style(color="bright_green"))
+        t.append(f"    {body}\n")
+    t.append("\nLogits pane\n", H)
+    t.append("  p   softmax of the raw logits over the whole vocabulary (temperature 1)\n")
+    t.append("  p′  probability after the sampler chain: what the pick draws from\n")
+    t.append("  ★   the token the next step will pick (same logits, a clone of the seeded RNG)\n")
+    t.append("  cut by  the first stage that removed the candidate\n")
+    t.append("\nSessions\n", H)
+    t.append("  ctrl+s saves the conversation, the settings and every step record as JSON Lines\n")
+    t.append("  (the 'tokenstep trace' format). After every reply the session is autosaved to\n")
+    t.append(f"  {autosave or '(autosave is off)'}\n", Style(color="bright_yellow"))
+    t.append("\nEsc, q, ? or F1 closes this screen.", DIM)
+    return t
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,q,question_mark,f1", "close", "close", show=False),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 100; max-width: 100%; height: 90%;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    """
+
+    def __init__(self, autosave: str | None) -> None:
+        super().__init__()
+        self.autosave = autosave
+
+    def compose(self) -> ComposeResult:
+        box = VerticalScroll(Static(help_text(self.autosave)))
+        box.border_title = "Help · keys and the loop"
+        yield box
+
+    def action_close(self) -> None:
+        self.dismiss(None)

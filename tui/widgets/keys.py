@@ -1,0 +1,113 @@
+"""The key map, in one place: the app's bindings, the key bar and the help screen read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Key:
+    keys: str  # Textual key names, comma separated
+    action: str
+    label: str  # how the key bar shows it
+    short: str  # what it does, in a word or two
+    help: str  # one line for the help screen
+    group: str
+    anywhere: bool = False  # also works while typing in the chat box
+
+
+KEYS: tuple[Key, ...] = (
+    Key("space", "toggle_play", "space", "run/pause", "Autoplay on/off. Off is step mode.", "step"),
+    Key(
+        "right,n",
+        "step",
+        "→",
+        "step",
+        "One loop turn: sample, detokenize, feed back (one llama_decode).",
+        "step",
+    ),
+    Key(
+        "left,backspace",
+        "rewind",
+        "←",
+        "rewind",
+        "Drop the newest token from the KV cache; nothing is recomputed.",
+        "step",
+    ),
+    Key("up", "cursor(-1)", "↑↓", "pick", "Move the cursor through the candidates.", "step"),
+    Key("down", "cursor(1)", "", "", "", "step"),
+    Key(
+        "f,enter",
+        "force",
+        "f",
+        "force",
+        "Force the highlighted candidate as the next token.",
+        "step",
+    ),
+    Key("t", "adjust('temp', -1)", "t/T", "temp", "Temperature down/up (0 is greedy).", "sampler"),
+    Key("T", "adjust('temp', 1)", "", "", "", "sampler"),
+    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (0 is off).", "sampler"),
+    Key("K", "adjust('top_k', 1)", "", "", "", "sampler"),
+    Key("p", "adjust('top_p', -1)", "p/P", "top-p", "top-p down/up (1.0 is off).", "sampler"),
+    Key("P", "adjust('top_p', 1)", "", "", "", "sampler"),
+    Key("m", "adjust('min_p', -1)", "m/M", "min-p", "min-p down/up (0 is off).", "sampler"),
+    Key("M", "adjust('min_p', 1)", "", "", "", "sampler"),
+    Key("g", "greedy", "g", "greedy", "Greedy on/off (always the highest logit).", "sampler"),
+    Key("s", "seed", "s", "seed", "Next seed: a fresh RNG for the dist sampler.", "sampler"),
+    Key(
+        "1",
+        "tab('tokens')",
+        "1-5",
+        "panes",
+        "Bottom panes: 1 tokens, 2 batch, 3 timeline, 4 KV cache, 5 mask.",
+        "view",
+    ),
+    Key("2", "tab('batch')", "", "", "", "view"),
+    Key("3", "tab('timeline')", "", "", "", "view"),
+    Key("4", "tab('kv')", "", "", "", "view"),
+    Key("5", "tab('mask')", "", "", "", "view"),
+    Key("b", "boundaries", "b", "boundaries", "Show token boundaries in the text.", "view"),
+    Key("number_sign", "ids", "#", "ids", "Show token ids on the chips.", "view"),
+    Key(
+        "e",
+        "explain",
+        "e",
+        "explain",
+        "Explain the pipeline stage (click a stage to choose).",
+        "view",
+    ),
+    Key("i,slash", "focus_chat", "i", "type", "Go to the chat box (Esc comes back).", "view"),
+    Key(
+        "ctrl+n",
+        "new_chat",
+        "^n",
+        "new chat",
+        "New chat: autosave, then empty the KV cache.",
+        "app",
+        True,
+    ),
+    Key(
+        "ctrl+s",
+        "save",
+        "^s",
+        "save",
+        "Save the session (conversation, settings, step records).",
+        "app",
+        True,
+    ),
+    Key(
+        "question_mark,f1", "help", "?", "help", "This help (F1 works in the chat box too).", "app"
+    ),
+    Key("ctrl+q,ctrl+c", "quit", "^q", "quit", "Quit (the session is autosaved).", "app", True),
+)
+
+CHAT_KEYS: tuple[tuple[str, str], ...] = (
+    ("enter", "send"),
+    ("esc", "controls"),
+    ("F1", "help"),
+    ("^s", "save"),
+    ("^n", "new chat"),
+    ("^q", "quit"),
+)
+
+STAGE_KEY_NAMES = frozenset(k for key in KEYS for k in key.keys.split(","))

@@ -1,0 +1,108 @@
+"""Pane 7, KV cache: one character per cell of the context (``n_ctx`` of them), in use or free.
+
+Used cells are coloured by the sequence they belong to; the cells the last ``llama_decode``
+wrote are lit, so a prefill lights a block and a decode step one cell. Sizes come from the
+engine: bytes per token from the model's layer shapes and the cache types, checked against
+the size llama.cpp logged when it allocated the cache."""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+
+from .common import SEQ_COLORS, LinePane, fmt_bytes
+
+FREE = Style(color="grey30")
+NEW = Style(color="bright_yellow", bold=True)
+NEWEST = Style(color="bright_white", bold=True)
+LABEL = Style(color="grey50")
+LABEL_W = 6
+
+
+class KVCachePane(LinePane):
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.cols = 64
+
+    @property
+    def used(self) -> int:
+        return self.view.kv_used if self.view else 0
+
+    def relayout(self) -> None:
+        width = max(self.size.width - LABEL_W - 1, 8)
+        self.cols = max(8, width // 8 * 8)
+        super().relayout()
+        self._titles()
+
+    def count_rows(self) -> int:
+        if self.view is None:
+            return 0
+        return -(-self.view.n_ctx // self.cols)
+
+    def follow_row(self) -> int | None:
+        if self.view is None:
+            return None
+        return max(self.view.kv_used - 1, 0) // self.cols
+
+    def _titles(self) -> None:
+        v = self.view
+        if v is None:
+            return
+        self.border_title = (
+            f"KV cache · {v.kv_used:,}/{v.n_ctx:,} cells · {fmt_bytes(v.kv_bytes)} of "
+            f"{fmt_bytes(v.kv_bytes_allocated)}"
+        )
+        sub = f"{v.kv_bytes_per_token:,} B/token"
+        if v.kv_report is not None:
+            r = v.kv_report
+            sub += f" · llama.cpp logged {r.size_mib:.2f} MiB (K {r.type_k}, V {r.type_v})"
+        rows = self.count_rows()
+        if rows > self.size.height > 0:
+            top = int(self.scroll_offset.y)
+            sub += f" · rows {top + 1}–{min(rows, top + self.size.height)} of {rows}, scrolls"
+        if v.kv_problems:
+            sub += " · MISMATCH: " + "; ".join(v.kv_problems)
+        self.border_subtitle = sub
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._titles()
+
+    def build_row(self, row: int, width: int) -> list[Segment]:
+        v = self.view
+        assert v is not None
+        start = row * self.cols
+        segs = [Segment(f"{start:>{LABEL_W - 1}} ", LABEL)]
+        a, b = v.new_cells
+        cells = v.kv_cells
+        for i in range(start, min(start + self.cols, v.n_ctx)):
+            if i < len(cells):
+                seqs = cells[i][2]
+                if i == b - 1 and b > a:
+                    style = NEWEST
+                elif a <= i < b:
+                    style = NEW
+                else:
+                    style = Style(color=SEQ_COLORS[seqs[0] % len(SEQ_COLORS)] if seqs else "red")
+                ch = "█" if len(seqs) <= 1 else "▓"
+                segs.append(Segment(ch, style))
+            else:
+                segs.append(Segment("·", FREE))
+        return segs
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        v = self.view
+        if v is None:
+            return
+        col = event.x - LABEL_W
+        row = event.y + int(self.scroll_offset.y)
+        if not 0 <= col < self.cols:
+            self.tooltip = None
+            return
+        i = row * self.cols + col
+        if i < len(v.kv_cells):
+            token, pos, seqs = v.kv_cells[i]
+            self.tooltip = f"cell {i}: token {token}, pos {pos}, seq {','.join(map(str, seqs))}"
+        elif i < v.n_ctx:
+            self.tooltip = f"cell {i}: free"

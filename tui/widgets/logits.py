@@ -1,0 +1,172 @@
+"""Pane 4, logits and sampler: the top candidates for the next token, what each sampler stage
+kept or cut, and which token the next step will pick (a preview on the same logits, using a
+clone of the seeded RNG, so it is exactly the token the step takes).
+
+Columns: p is the softmax of the raw logits over the whole vocabulary (temperature 1);
+p' is the probability after the chain, the one the pick draws from."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+
+from ..controller import CandidateRow, View
+from .common import DIM, Pane, fmt_p, is_special, piece_text
+
+CURSOR = Style(bgcolor="grey30")
+NEXT = Style(color="bright_green", bold=True)
+CUT = Style(color="red")
+BAR = Style(color="bright_green")
+BAR_RAW = Style(color="grey42")
+
+
+class LogitsPane(Pane):
+    can_focus = True
+
+    DEFAULT_CSS = """
+    LogitsPane { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.cursor = 0
+
+    def show(self, view: View) -> None:
+        super().show(view)
+        if view.candidates:
+            self.cursor = min(self.cursor, len(view.candidates) - 1)
+
+    def move(self, delta: int) -> None:
+        if self.view is None or not self.view.candidates:
+            return
+        self.cursor = (self.cursor + delta) % len(self.view.candidates)
+        self.refresh()
+
+    @property
+    def highlighted(self) -> CandidateRow | None:
+        if self.view is None or not self.view.candidates:
+            return None
+        return self.view.candidates[self.cursor]
+
+    def settings_line(self, v: View) -> Text:
+        s = v.settings
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if s.is_greedy:
+            t.append("greedy", NEXT)
+            t.append(" (argmax)   ", DIM)
+            t.append(
+                f"temp {s.temp:.2f} · top-k {s.top_k} · top-p {s.top_p:.2f} · "
+                f"min-p {s.min_p:.2f} unused",
+                DIM,
+            )
+            return t
+        parts = [
+            ("temp", f"{s.temp:.2f}"),
+            ("top-k", "off" if s.top_k == 0 else str(s.top_k)),
+            ("top-p", f"{s.top_p:.2f}"),
+            ("min-p", f"{s.min_p:.2f}"),
+            ("seed", str(s.seed)),
+        ]
+        for i, (k, val) in enumerate(parts):
+            if i:
+                t.append(" · ", DIM)
+            t.append(f"{k} ")
+            t.append(val, Style(bold=True, color="bright_cyan"))
+        t.append(" · dist", DIM)
+        return t
+
+    def chain_line(self, v: View) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if v.chain is None:
+            return t
+        t.append(f"{v.n_vocab:,}")
+        for st in v.chain.stages:
+            t.append(f" →{st.name} ", DIM)
+            t.append(f"{st.n:,}", Style(bold=True))
+        if v.entropy is not None:
+            t.append(f" · entropy {v.entropy:.2f} bits", DIM)
+        return t
+
+    def render(self) -> Text:
+        v = self.view
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if v is None:
+            return t
+        width = self.size.width or 50
+        t.append_text(self.settings_line(v))
+        t.append("\n")
+        if not v.candidates:
+            t.append(
+                "\nNo logits yet: send a message and its prefill produces the first ones.", DIM
+            )
+            return t
+        t.append_text(self.chain_line(v))
+        t.append("\n")
+        show_id = width >= 46
+        show_logit = width >= 54
+        bar_w = 8 if width >= 60 else 5
+        piece_w = 12 if width >= 50 else 9
+        head = Text(no_wrap=True)
+        head.append(f"  {'piece':<{piece_w}}", DIM)
+        if show_id:
+            head.append(f"{'id':>6}", DIM)
+        if show_logit:
+            head.append(f"{'logit':>7}", DIM)
+        head.append(f"{'p':>7}{'p′':>7} ", DIM)
+        head.append(f"{'':<{bar_w}} cut by", DIM)
+        t.append_text(head)
+        t.append("\n")
+        rows_room = max((self.size.height or 20) - 5, 3)
+        for i, c in enumerate(v.candidates[:rows_room]):
+            row = Text(no_wrap=True)
+            is_next = c.id == v.next_pick
+            marker = "▶" if i == self.cursor else " "
+            row.append(marker, Style(color="bright_yellow", bold=True))
+            row.append("★" if is_next else " ", NEXT)
+            pt = piece_text(c.piece, special=is_special(c.piece))
+            pt.truncate(piece_w - 1, overflow="ellipsis")
+            if is_next:
+                pt.stylize(NEXT)
+            elif c.cut_by:
+                pt.stylize(DIM)
+            row.append_text(pt)
+            row.append(" " * (piece_w - pt.cell_len))
+            if show_id:
+                row.append(f"{c.id:>6}", DIM)
+            if show_logit:
+                row.append(f"{c.logit:>7.2f}")
+            row.append(f"{fmt_p(c.p):>7}")
+            row.append(
+                f"{fmt_p(c.p_final) if not c.cut_by else '–':>7} ", NEXT if is_next else Style()
+            )
+            filled = round(c.p_final * bar_w)
+            raw = round(c.p * bar_w)
+            row.append("█" * filled, BAR)
+            row.append("░" * max(0, raw - filled), BAR_RAW)
+            row.append(" " * max(0, bar_w - max(filled, raw)))
+            row.append(f" {c.cut_by}" if c.cut_by else "", CUT)
+            if i == self.cursor and self.has_focus:
+                row.stylize(CURSOR)
+            t.append_text(row)
+            t.append("\n")
+        t.append_text(self.pick_lines(v))
+        return t
+
+    def pick_lines(self, v: View) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if v.next_pick is not None and v.activity == "generating":
+            nxt = next((c for c in v.candidates if c.id == v.next_pick), None)
+            t.append("next ", DIM)
+            t.append_text(piece_text(nxt.piece if nxt else b"", NEXT))
+            how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
+            t.append(f" ← the next step picks this ({how})", DIM)
+        pk = v.last_pick
+        if pk is not None:
+            t.append("\nlast ", DIM)
+            t.append_text(piece_text(pk.piece, Style(bold=True)))
+            t.append(f" id {pk.id} p {fmt_p(pk.p)} p′ {fmt_p(pk.p_final)}", DIM)
+            if pk.forced:
+                t.append(" forced", Style(color="bright_magenta", bold=True))
+            if pk.eog:
+                t.append(" end of generation", Style(color="bright_red", bold=True))
+        return t

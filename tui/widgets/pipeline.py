@@ -1,0 +1,191 @@
+"""Pane 1, the pipeline: the seven stages of the loop, the ones the last command ran lit, each
+with the one fact it produced. ``e`` adds a short explanation of a stage and the llama.cpp call
+behind it (click a stage to pick which one)."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.geometry import Size
+
+from ..controller import STAGES, View
+from .common import Pane, fmt_bytes, fmt_ms, fmt_p, fmt_rate, piece_text
+
+# Our own words; each names the llama.cpp call that does the work.
+EXPLAIN = (
+    (
+        "llama_tokenize",
+        "Text becomes integer ids from the model's vocabulary. Pieces are subwords, so a word "
+        "may be one token or several, and token counts differ from character counts.",
+    ),
+    (
+        "llama_batch_init",
+        "The ids go into a llama_batch: each token with its position (pos), the sequence it "
+        "belongs to (seq_id) and a flag for whether its logits are wanted. Only a prompt's "
+        "last token needs logits; long prompts are cut into n_batch calls and n_ubatch chunks.",
+    ),
+    (
+        "llama_decode",
+        "One forward pass: llama.cpp builds the compute graph for the batch and runs it. Each "
+        "token's K and V vectors are written into the KV cache. A prefill does many tokens in "
+        "parallel; a decode step does exactly one.",
+    ),
+    (
+        "llama_get_logits_ith",
+        "The pass ends in one raw score per vocabulary entry for the next position. Scores "
+        "are not probabilities until softmax, and nothing has been chosen yet.",
+    ),
+    (
+        "llama_sampler_sample",
+        "The sampler chain trims and reshapes the distribution (top-k, top-p, min-p, "
+        "temperature), then a seeded RNG draws one token (dist). Greedy just takes the "
+        "highest score.",
+    ),
+    (
+        "llama_vocab_is_eog · llama_token_to_piece",
+        "An end-of-generation token stops the reply. Any other token becomes its piece of "
+        "bytes; a piece can be half of a UTF-8 character, so text is joined from the bytes.",
+    ),
+    (
+        "llama_decode (1 token) · KV cache",
+        "The new token goes back in as a one-token batch at the next position. Earlier "
+        "tokens' K/V are already cached, so each step computes only one token.",
+    ),
+)
+
+LIT = Style(color="black", bgcolor="bright_yellow", bold=True)
+RAN = Style(color="bright_yellow", bold=True)
+IDLE = Style(color="grey50")
+
+
+class PipelinePane(Pane):
+    DEFAULT_CSS = """
+    PipelinePane { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.explain = False
+        self.explain_stage: int | None = None  # None: follow the last stage that ran
+
+    def facts(self, v: View) -> list[str]:
+        """One line per stage, from what the last commands produced."""
+        out = [""] * 7
+        tz = v.tokenized
+        if tz is not None:
+            out[0] = f"{tz.chars} chars → {tz.text_tokens} tokens" + (
+                "" if v.raw else f" ({tz.prompt_tokens} with the chat template)"
+            )
+        recs = v.last_records
+        if recs:
+            n = sum(r.call.n_tokens for r in recs)
+            ms = sum(r.decode_ms for r in recs)
+            last = recs[-1]
+            if n == 1:
+                t = last.call.tokens[0]
+                out[1] = (
+                    f"1 token · id {t.id} · pos {t.pos} · seq {','.join(map(str, t.seq_ids))} · logits on"
+                )
+                out[2] = f"1 token in {fmt_ms(self, ms)}"
+            else:
+                ub = sum(len(r.call.ubatches) for r in recs)
+                out[1] = (
+                    f"{n} tokens · pos {recs[0].call.tokens[0].pos}–{last.call.tokens[-1].pos}"
+                    f" · {len(recs)} call(s), {ub} ubatch(es) · logits on the last"
+                )
+                out[2] = f"{n} tokens in {fmt_ms(self, ms)} ({fmt_rate(self, n, ms)})"
+                if last.reused:
+                    out[2] += f" · {last.reused} reused"
+            out[3] = f"{v.n_vocab:,} scores"
+            if v.candidates and v.entropy is not None:
+                top = v.candidates[0]
+                out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H {v.entropy:.2f} bits"
+            added = v.new_cells[1] - v.new_cells[0]
+            out[6] = (
+                f"KV {v.kv_used}/{v.n_ctx} cells (+{added}) · {fmt_bytes(v.kv_bytes)}"
+                " · earlier tokens not recomputed"
+            )
+        pk = v.last_pick
+        if pk is not None:
+            how = "forced" if pk.forced else ("greedy" if pk.greedy else f"dist seed {pk.seed}")
+            out[4] = (
+                f"{_plain(pk.piece)} id {pk.id} · p {fmt_p(pk.p)} → p' {fmt_p(pk.p_final)} · {how}"
+            )
+            out[5] = (
+                "end-of-generation token: the reply stops"
+                if pk.eog
+                else f"not an end token → {_plain(pk.piece)} ({len(pk.piece)} bytes)"
+            )
+        return out
+
+    def render(self) -> RenderableType:
+        v = self.view
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if v is None:
+            return t
+        facts = self.facts(v)
+        last = v.lit[-1] if v.lit else None
+        if self.has_class("-compact") and not self.explain:
+            return self._compact(v, facts, last)
+        for i, name in enumerate(STAGES):
+            ran = i in v.lit
+            mark = "▶" if i == last else ("●" if ran else "○")
+            style = LIT if i == last else (RAN if ran else IDLE)
+            t.append(f"{mark} {i + 1} {name:<14}", style + Style(meta={"stage": i}))
+            t.append(" ")
+            t.append(facts[i] or "—", Style() if ran else Style(color="grey62"))
+            t.append("\n")
+        t.rstrip()
+        if self.explain:
+            return Group(t, self._explanation(last))
+        return t
+
+    def _explanation(self, last: int | None) -> Text:
+        stage = self.explain_stage if self.explain_stage is not None else (last or 0)
+        call, body = EXPLAIN[stage]
+        t = Text()
+        t.append(f"{stage + 1} {STAGES[stage]} · ", RAN)
+        t.append(call, Style(color="bright_cyan"))
+        t.append(" — ")
+        t.append(body, Style(color="grey85"))
+        return t
+
+    def _compact(self, v: View, facts: list[str], last: int | None) -> Text:
+        t = Text(no_wrap=True, overflow="ellipsis")
+        short = ("tok", "batch", "decode", "logits", "sample", "detok", "feed")
+        for i, name in enumerate(short):
+            style = LIT if i == last else (RAN if i in v.lit else IDLE)
+            t.append(f" {name} ", style + Style(meta={"stage": i}))
+            if i < 6:
+                t.append("›", IDLE)
+        if last is not None:
+            t.append(f"\n{STAGES[last]}: {facts[last]}")
+        return t
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.has_class("-compact") and not self.explain:
+            return 2
+        extra = 0
+        if self.explain:
+            last = self.view.lit[-1] if self.view and self.view.lit else None
+            lines = self._explanation(last).wrap(self.app.console, max(width, 10))
+            extra = len(lines)
+        return 7 + extra
+
+    def on_click(self, event: events.Click) -> None:
+        stage = event.style.meta.get("stage") if event.style else None
+        if stage is not None:
+            self.explain = True
+            self.explain_stage = int(stage)
+            self.refresh(layout=True)
+
+    def toggle_explain(self) -> None:
+        self.explain = not self.explain
+        self.explain_stage = None
+        self.refresh(layout=True)
+
+
+def _plain(piece: bytes) -> str:
+    return piece_text(piece).plain

@@ -1,0 +1,49 @@
+"""Ctrl+S: ask where to save the session (a path, pre-filled with a fresh name)."""
+
+from __future__ import annotations
+
+import time
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+
+def default_save_name() -> str:
+    return time.strftime("tokenstep-session-%Y%m%d-%H%M%S.jsonl")
+
+
+class SaveScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel", show=False)]
+    DEFAULT_CSS = """
+    SaveScreen { align: center middle; }
+    SaveScreen > Vertical {
+        width: 80; max-width: 100%; height: auto;
+        border: round $accent; background: $surface; padding: 0 1;
+    }
+    SaveScreen Static { color: $text-muted; }
+    """
+
+    def __init__(self, suggestion: str) -> None:
+        super().__init__()
+        self.suggestion = suggestion
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = "Save the session"
+            yield Static("Conversation, settings and every step record, as JSON Lines.")
+            yield Input(self.suggestion, id="save-path")
+            yield Static("Enter saves · Esc cancels")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        path = event.value.strip()
+        self.dismiss(path or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

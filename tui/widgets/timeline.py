@@ -1,0 +1,95 @@
+"""Pane 6, timeline: every ``llama_decode`` call in order, its width from its measured time.
+
+A prefill is one wide block (many tokens in one call); each decode step is a narrow cell. The
+rates are computed separately for prefill and decode from the measured ``llama_decode`` times
+(sampling and drawing are not included)."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+
+from .common import DIM, Pane, fmt_ms, fmt_rate, show_timings
+
+PREFILL = Style(color="white", bgcolor="dodger_blue3", bold=True)
+DECODE = (Style(color="green3"), Style(color="spring_green1"))
+SCALES = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+class TimelinePane(Pane):
+    def stats(self) -> Text:
+        v = self.view
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if v is None:
+            return t
+        pre = [(n, ms) for ph, n, ms in v.timeline if ph == "prefill"]
+        dec = [(n, ms) for ph, n, ms in v.timeline if ph != "prefill"]
+        pn, pms = sum(n for n, _ in pre), sum(ms for _, ms in pre)
+        dn, dms = sum(n for n, _ in dec), sum(ms for _, ms in dec)
+        t.append("prefill ", PREFILL)
+        t.append(f" {len(pre)} call(s), {pn:,} tokens, {fmt_ms(self, pms)} → ")
+        t.append(fmt_rate(self, pn, pms), Style(bold=True))
+        t.append("   ")
+        t.append("decode", Style(color="black", bgcolor="green3", bold=True))
+        t.append(f" {dn:,} steps, {fmt_ms(self, dms)} → ")
+        t.append(fmt_rate(self, dn, dms), Style(bold=True))
+        if dn:
+            t.append(f" (mean {fmt_ms(self, dms / dn)})", DIM)
+        return t
+
+    def render(self) -> Text:
+        v = self.view
+        t = Text()
+        if v is None:
+            return t
+        t.append_text(self.stats())
+        t.append("\n")
+        if not v.timeline:
+            t.append("No llama_decode calls yet.", DIM)
+            return t
+        width = max(self.size.width, 20)
+        rows = max(self.size.height - 2, 1)
+        timed = show_timings(self)
+        room = width * rows
+
+        def widths(scale: float) -> list[int]:
+            if not timed:
+                return [min(12, width) if ph == "prefill" else 1 for ph, _, _ in v.timeline]
+            return [max(1, min(width, round(ms / scale))) for _, _, ms in v.timeline]
+
+        scale: float = SCALES[-1]
+        for sc in SCALES:
+            if sum(widths(sc)) <= room:
+                scale = sc
+                break
+        ws = widths(scale)
+        # Keep the newest calls that fit (whole rows of the pane).
+        total, first = 0, len(ws)
+        while first > 0 and total + ws[first - 1] <= room:
+            first -= 1
+            total += ws[first]
+        cells: list[tuple[str, Style]] = []
+        k = 0
+        for i in range(first, len(ws)):
+            ph, n, ms = v.timeline[i]
+            w = ws[i]
+            if ph == "prefill":
+                label = f" {n} tok {fmt_ms(self, ms)} "
+                block = label + "█" * (w - len(label)) if len(label) <= w else "█" * w
+                cells += [(ch, PREFILL) for ch in block]
+            else:
+                block = "▌" if w == 1 else "█" * (w - 1) + "▏"
+                cells += [(ch, DECODE[k % 2]) for ch in block]
+                k += 1
+        body = Text(no_wrap=True)
+        for start in range(0, len(cells), width):
+            if start:
+                body.append("\n")
+            for ch, st in cells[start : start + width]:
+                body.append(ch, st)
+        t.append_text(body)
+        note = f"1 column = {scale:g} ms" if timed else "timings hidden (test mode)"
+        if first:
+            note += f" · {first} older calls scrolled off"
+        self.border_subtitle = note
+        return t
