@@ -1,0 +1,40 @@
+"""The bare loop every benchmark compares against: the minimal llama-cpp-python low-level loop
+(llama_batch_get_one, llama_decode, llama_get_logits_ith, argmax), nothing else."""
+
+from __future__ import annotations
+
+import time
+
+import llama_cpp
+import numpy as np
+
+from tui.engine import Model
+
+
+def bare_generate(
+    model: Model, prompt: list[int], n: int, *, n_ctx: int = 4096, threads: int = 2
+) -> float:
+    """Greedy-generate ``n`` tokens after ``prompt``; returns decode tokens/s (prefill excluded)."""
+    p = llama_cpp.llama_context_default_params()
+    p.n_ctx = n_ctx
+    p.n_batch = 2048
+    p.n_ubatch = 512
+    p.n_threads = p.n_threads_batch = threads
+    p.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(model.ptr, p)
+    n_vocab = model.info.n_vocab
+    try:
+        arr = (llama_cpp.llama_token * len(prompt))(*prompt)
+        llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, len(prompt)))
+        tok = (llama_cpp.llama_token * 1)()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)
+            )
+            tok[0] = int(np.argmax(logits))
+            if llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(tok, 1)) != 0:
+                raise RuntimeError("bare loop: llama_decode failed")
+        return n / (time.perf_counter() - t0)
+    finally:
+        llama_cpp.llama_free(ctx)
