@@ -72,7 +72,6 @@ class LogitsPane(Pane):
                 t.append(" · ", DIM)
             t.append(f"{k} ")
             t.append(val, Style(bold=True, color="bright_cyan"))
-        t.append(" · dist", DIM)
         return t
 
     def chain_line(self, v: View) -> Text:
@@ -83,8 +82,6 @@ class LogitsPane(Pane):
         for st in v.chain.stages:
             t.append(f" →{st.name} ", DIM)
             t.append(f"{st.n:,}", Style(bold=True))
-        if v.entropy is not None:
-            t.append(f" · entropy {v.entropy:.2f} bits", DIM)
         return t
 
     def render(self) -> Text:
@@ -96,16 +93,25 @@ class LogitsPane(Pane):
         t.append_text(self.settings_line(v))
         t.append("\n")
         if not v.candidates:
-            t.append(
-                "\nNo logits yet: send a message and its prefill produces the first ones.", DIM
-            )
+            self.border_subtitle = ""
+            for line in (
+                "",
+                "No logits yet. Send a message: its prefill",
+                "ends in one score per vocabulary entry, and",
+                "the top candidates appear here with what each",
+                "sampler stage keeps or cuts.",
+            ):
+                t.append(line + "\n", DIM)
             return t
         t.append_text(self.chain_line(v))
         t.append("\n")
-        show_id = width >= 46
-        show_logit = width >= 54
-        bar_w = 8 if width >= 60 else 5
+        if v.entropy is not None:
+            self.border_subtitle = f"entropy {v.entropy:.2f} bits · ★ next pick · ▶ cursor"
+        show_id = width >= 44
+        show_logit = width >= 52
         piece_w = 12 if width >= 50 else 9
+        fixed = 2 + piece_w + 6 * show_id + 7 * show_logit + 14 + 1 + 7
+        bar_w = max(3, min(12, width - fixed))
         head = Text(no_wrap=True)
         head.append(f"  {'piece':<{piece_w}}", DIM)
         if show_id:

@@ -73,6 +73,8 @@ class PipelinePane(Pane):
     def facts(self, v: View) -> list[str]:
         """One line per stage, from what the last commands produced."""
         out = [""] * 7
+        if not v.tokens:
+            out[0] = "waiting for your message (type it below and press Enter)"
         tz = v.tokenized
         if tz is not None:
             out[0] = f"{tz.chars} chars → {tz.text_tokens} tokens" + (
@@ -116,7 +118,7 @@ class PipelinePane(Pane):
             out[5] = (
                 "end-of-generation token: the reply stops"
                 if pk.eog
-                else f"not an end token → {_plain(pk.piece)} ({len(pk.piece)} bytes)"
+                else f"not an end token → {_plain(pk.piece)} ({_n_bytes(len(pk.piece))})"
             )
         return out
 
@@ -187,5 +189,9 @@ class PipelinePane(Pane):
         self.refresh(layout=True)
 
 
+def _n_bytes(n: int) -> str:
+    return "1 byte" if n == 1 else f"{n} bytes"
+
+
 def _plain(piece: bytes) -> str:
-    return piece_text(piece).plain
+    return f"'{piece_text(piece).plain}'"

@@ -1,0 +1,233 @@
+"""The app, driven by Textual's Pilot on the real bundled model (greedy unless a test needs the
+sampler). Each test reads what the panes show and checks it against an oracle: llama-cpp-python's
+``Llama`` for the tokens, NumPy for the temperature math, ``json`` for the saved file."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import math
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_cpp import Llama
+
+from tui.app import TokenstepApp
+from tui.engine import SamplerSettings
+from tui.engine.chat import Message, chat_tokens
+from tui.session_store import read_session
+from tui.widgets.batch import BatchPane
+from tui.widgets.kvcache import KVCachePane
+from tui.widgets.logits import LogitsPane
+from tui.widgets.mask import CausalMaskPane
+from tui.widgets.text import ConversationPane
+
+SIZE = (120, 40)
+MESSAGE = "Write one sentence about the sea."
+
+
+def run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test body in its own event loop (no pytest plugin needed)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def wait_for(pilot, pred: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """Poll (letting the app run) until ``pred`` holds; the worker decodes meanwhile."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        await pilot.pause(0.02)
+        if pred():
+            await pilot.pause()
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def make_app(make_engine, tmp_path, settings: SamplerSettings | None = None, **kw) -> TokenstepApp:
+    engine = make_engine(settings or SamplerSettings(temp=0.0))
+    kw.setdefault("autoplay", False)
+    return TokenstepApp(engine, autosave_dir=tmp_path / "autosave", close_engine=False, **kw)
+
+
+def prompt_for(model, text: str) -> list[int]:
+    """The chat prompt, tokenized on this thread before the app's worker owns anything."""
+    from tui.engine.tokens import Vocab
+
+    vocab = Vocab(model.vocab, model.info.n_vocab)
+    return chat_tokens(
+        vocab, model.info.chat_template, [Message("user", text)], add_bos=model.info.add_bos
+    ).tokens
+
+
+async def send(pilot, app: TokenstepApp, text: str) -> None:
+    await pilot.press(*text)
+    await pilot.press("enter")
+    await wait_for(
+        pilot, lambda: app.view is not None and app.view.activity == "generating", "the prefill"
+    )
+
+
+@run_async
+async def test_send_runs_the_prefill(make_engine, model, tmp_path):
+    expected = prompt_for(model, MESSAGE)
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.focused is app.query_one("#chat")  # the chat box has focus at start
+        await send(pilot, app, MESSAGE)
+        v = app.view
+        assert v is not None
+        assert list(v.tokens) == expected
+        await pilot.press("4")  # the KV cache pane
+        assert app.query_one(KVCachePane).used == len(expected)
+        # The batch pane holds the prompt, with logits only on its last token.
+        await pilot.press("2")
+        recs = app.query_one(BatchPane).view.last_records
+        batch = [t for r in recs for t in r.call.tokens]
+        assert [t.id for t in batch] == expected
+        assert [t.logits for t in batch] == [False] * (len(expected) - 1) + [True]
+        assert [t.pos for t in batch] == list(range(len(expected)))
+        # The pipeline lit tokenize..logits, and the text shows the message.
+        assert v.lit == (0, 1, 2, 3)
+        assert MESSAGE in app.query_one(ConversationPane).plain
+        assert app.query_one("#chat").value == ""
+        # Greedy: the next pick is the highest logit.
+        cands = app.query_one(LogitsPane).view.candidates
+        assert v.next_pick == cands[0].id == max(cands, key=lambda c: c.logit).id
+
+
+@run_async
+async def test_stepping_adds_tokens_cells_and_mask_rows(make_engine, model, model_path, tmp_path):
+    n = 4
+    prompt = prompt_for(model, MESSAGE)
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        for _ in range(n):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == n, f"{n} steps")
+        await pilot.press("4")  # the KV cache pane
+        v = app.view
+        new = list(v.tokens[len(prompt) :])
+        assert len(new) == n
+        assert app.query_one(KVCachePane).used == len(prompt) + n
+        await pilot.press("5")  # the causal mask pane
+        mask = app.query_one(CausalMaskPane)
+        assert mask.n_rows == len(prompt) + n
+        assert mask.count_rows() == math.ceil(math.ceil((len(prompt) + n) / mask.factor) / 2)
+        text = b"".join(v.pieces[len(prompt) :]).decode("utf-8", errors="replace")
+        assert text.strip() and text in app.query_one(ConversationPane).plain
+        assert v.n_records == 1 + n  # one prefill call, then one llama_decode per step
+    # Oracle: llama-cpp-python's own greedy generation from the same prompt.
+    llm = Llama(model_path=str(model_path), n_ctx=512, n_threads=2, verbose=False)
+    try:
+        theirs = []
+        for t in llm.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
+            theirs.append(t)
+            if len(theirs) == n:
+                break
+    finally:
+        llm.close()
+    assert new == theirs
+
+
+@run_async
+async def test_rewind_drops_a_kv_cell_without_decoding(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("4", "right", "right", "right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "3 steps")
+        before = app.view
+        text_before = app.query_one(ConversationPane).plain
+        await pilot.press("left")
+        await wait_for(pilot, lambda: app.view.action == "rewind", "the rewind")
+        v = app.view
+        assert app.query_one(KVCachePane).used == before.kv_used - 1
+        assert v.tokens == before.tokens[:-1]
+        assert v.n_records == before.n_records  # nothing was decoded
+        assert app.query_one(ConversationPane).plain != text_before
+        # The logits for the new last token came back from memory: the pick is the same
+        # token that was sampled there before.
+        assert v.next_pick == before.tokens[-1]
+
+
+@run_async
+async def test_force_puts_the_highlighted_piece_in_the_text(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("down", "down")
+        row = app.query_one(LogitsPane).highlighted
+        assert row is not None and row.id != app.view.next_pick  # not what greedy would take
+        await pilot.press("f")
+        await wait_for(pilot, lambda: app.view.action == "force", "the forced step")
+        v = app.view
+        assert v.tokens[-1] == row.id
+        assert v.last_pick is not None and v.last_pick.forced and v.last_pick.id == row.id
+        piece = row.piece.decode("utf-8", errors="replace")
+        assert app.query_one(ConversationPane).plain.rstrip("▌").endswith(piece)
+
+
+@run_async
+async def test_sampler_keys_recompute_probabilities_without_decoding(make_engine, tmp_path):
+    settings = SamplerSettings(temp=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=7)
+    app = make_app(make_engine, tmp_path, settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        before = app.view
+        await pilot.press("T")  # temperature up one rung: 0.8 -> 0.9
+        await wait_for(pilot, lambda: app.view.settings.temp != before.settings.temp, "temp")
+        v = app.view
+        assert v.settings.temp == pytest.approx(0.9)
+        assert v.n_records == before.n_records and v.kv_used == before.kv_used  # no decode
+        assert [c.id for c in v.candidates] == [c.id for c in before.candidates]
+        assert [c.p for c in v.candidates] == [c.p for c in before.candidates]
+        assert [c.p_final for c in v.candidates] != [c.p_final for c in before.candidates]
+        # NumPy oracle: with only temperature in the chain, p' ratios are exp(dlogit / T).
+        a, b = v.candidates[0], v.candidates[1]
+        assert a.p_final / b.p_final == pytest.approx(np.exp((a.logit - b.logit) / 0.9), rel=1e-3)
+        # top-p down from 1.0 to 0.98 cuts the tail: survivors drop, cut marks appear.
+        await pilot.press("p")
+        await wait_for(pilot, lambda: app.view.settings.top_p < 1.0, "top-p")
+        v2 = app.view
+        stage = {s.name: s.n for s in v2.chain.stages}
+        assert stage["top-p"] < stage["top-k"]
+        assert v2.n_records == before.n_records
+        kept = [c for c in v2.candidates if not c.cut_by]
+        assert sum(c.p_final for c in kept) <= 1.0 + 1e-6
+        assert all(c.p_final == 0 for c in v2.candidates if c.cut_by)
+
+
+@run_async
+async def test_save_writes_json_lines(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    target = tmp_path / "saved" / "my-session.jsonl"
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("right", "right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == 2, "2 steps")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        box = app.screen.query_one("#save-path")
+        box.value = str(target)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.view.last_saved == str(target), "the save")
+        n_records = app.view.n_records
+    lines = target.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]  # every line is valid JSON
+    header, records = read_session(target)
+    assert header["conversation"][0] == {"role": "user", "content": MESSAGE}
+    assert header["conversation"][1]["role"] == "assistant"
+    assert header["settings"]["temp"] == 0.0
+    assert len(records) == n_records == len(rows) - 1
+    assert [r["step"] for r in records] == list(range(n_records))
+    assert records[0]["phase"] == "prefill" and records[1]["phase"] == "decode"
+    assert records[1]["sampled"]["id"] == records[2]["batch"][0]["id"]
