@@ -4,6 +4,9 @@ Each token that has been decoded leaves one cell behind: its K and V vectors for
 tagged with its position and the sequences that may see it. The mirror is our own record of
 those cells; after every step it is checked against llama.cpp's ``llama_memory_seq_pos_min/max``
 so the picture on screen can be trusted.
+
+Per-sequence token and position lists are cached and extended on every ``add``, so the
+per-step path stays O(1); only the rare structural edits (remove, copy, shift) rebuild them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 import llama_cpp
+import numpy as np
 
 from . import ggml
 
@@ -20,6 +24,8 @@ _KV_LOG = re.compile(
     r"llama_kv_cache(?:_\w+)?: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\),"
     r" K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB"
 )
+# llama_kv_cache_iswa: creating non-SWA KV cache, size = 4096 cells   (and "...     SWA KV cache")
+_ISWA_LOG = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
 
 
 @dataclass
@@ -27,6 +33,17 @@ class KVCell:
     token: int
     pos: int
     seqs: set[int]
+    call: int = -1  # index of the StepRecord whose llama_decode computed this cell
+
+
+@dataclass
+class Forgotten:
+    """A token a context shift dropped from the cache (it can no longer be attended to)."""
+
+    token: int
+    pos: int  # its position before it was dropped
+    seq: int
+    shift: int  # 0 for the first shift, 1 for the second...
 
 
 @dataclass
@@ -63,11 +80,20 @@ class KVLogReport:
     k_mib: float
     type_v: str
     v_mib: float
+    kind: str = "kv"  # "kv" (one cache), or "non-SWA" / "SWA" for a model with sliding windows
+    n_seq_max: int = 1
 
 
 def parse_kv_log(lines: list[str]) -> list[KVLogReport]:
+    """Every cache llama.cpp allocated, in log order. A model with sliding-window layers gets
+    two: llama.cpp announces each ("creating non-SWA/SWA KV cache") before its size line."""
     out = []
+    kind = "kv"
     for line in lines:
+        mk = _ISWA_LOG.search(line)
+        if mk:
+            kind = mk.group(1)
+            continue
         m = _KV_LOG.search(line)
         if m:
             out.append(
@@ -79,8 +105,11 @@ def parse_kv_log(lines: list[str]) -> list[KVLogReport]:
                     k_mib=float(m.group(7)),
                     type_v=m.group(8),
                     v_mib=float(m.group(9)),
+                    kind=kind,
+                    n_seq_max=int(m.group(4)),
                 )
             )
+            kind = "kv"
     return out
 
 
@@ -88,53 +117,129 @@ def parse_kv_log(lines: list[str]) -> list[KVLogReport]:
 class KVMirror:
     n_ctx: int
     cells: list[KVCell] = field(default_factory=list)
+    forgotten: list[Forgotten] = field(default_factory=list)
+    n_shifts: int = 0
+    # seq -> (tokens, positions) in cell order; built lazily, extended by add()
+    _by_seq: dict[int, tuple[list[int], list[int]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _ids: list[int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def used(self) -> int:
         return len(self.cells)
 
+    def _seq(self, seq: int) -> tuple[list[int], list[int]]:
+        got = self._by_seq.get(seq)
+        if got is None:
+            cells = [c for c in self.cells if seq in c.seqs]
+            got = ([c.token for c in cells], [c.pos for c in cells])
+            self._by_seq[seq] = got
+        return got
+
+    def _changed(self) -> None:
+        self._by_seq.clear()
+        self._ids = None
+
     def tokens(self, seq: int = 0) -> list[int]:
-        return [c.token for c in self.cells if seq in c.seqs]
+        return list(self._seq(seq)[0])
 
     def positions(self, seq: int = 0) -> list[int]:
-        return [c.pos for c in self.cells if seq in c.seqs]
+        return list(self._seq(seq)[1])
 
-    def add(self, token: int, pos: int, seqs: tuple[int, ...]) -> None:
-        self.cells.append(KVCell(token, pos, set(seqs)))
+    def count(self, seq: int = 0) -> int:
+        """Cells that sequence ``seq`` can see (its context length)."""
+        return len(self._seq(seq)[0])
+
+    def last_pos(self, seq: int = 0) -> int:
+        """The newest position of ``seq``, or -1 when it is empty."""
+        pos = self._seq(seq)[1]
+        return pos[-1] if pos else -1
+
+    def add(self, token: int, pos: int, seqs: tuple[int, ...], call: int = -1) -> None:
+        self.cells.append(KVCell(token, pos, set(seqs), call))
+        if self._ids is not None and any(s not in self._ids for s in seqs):
+            self._ids = None
+        for s in seqs:
+            got = self._by_seq.get(s)
+            if got is not None:
+                got[0].append(token)
+                got[1].append(pos)
 
     def seq_rm(self, seq: int, p0: int, p1: int = -1) -> None:
         """Drop ``seq`` from cells with p0 <= pos < p1 (p1 < 0: to the end); free empty cells."""
+        lo = max(p0, 0)
         hi = p1 if p1 >= 0 else 1 << 62
         for c in self.cells:
-            if seq in c.seqs and p0 <= c.pos < hi:
+            if seq in c.seqs and lo <= c.pos < hi:
                 c.seqs.discard(seq)
         self.cells = [c for c in self.cells if c.seqs]
+        self._changed()
 
     def seq_cp(self, src: int, dst: int) -> None:
         for c in self.cells:
             if src in c.seqs:
                 c.seqs.add(dst)
+        self._changed()
 
     def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
         hi = p1 if p1 >= 0 else 1 << 62
         for c in self.cells:
             if seq in c.seqs and p0 <= c.pos < hi:
                 c.pos += delta
+        self._changed()
+
+    def shift(self, seq: int, n_keep: int, n_discard: int) -> list[Forgotten]:
+        """llama.cpp's context shift on ``seq``: keep the first ``n_keep`` tokens, forget the
+        next ``n_discard`` and slide the rest back by ``n_discard`` positions."""
+        toks, pos = self._seq(seq)
+        p0, p1 = pos[n_keep], pos[n_keep + n_discard]
+        gone = [
+            Forgotten(toks[i], pos[i], seq, self.n_shifts)
+            for i in range(n_keep, n_keep + n_discard)
+        ]
+        self.seq_rm(seq, p0, p1)
+        self.seq_add(seq, p1, -1, -(p1 - p0))
+        self.forgotten.extend(gone)
+        self.n_shifts += 1
+        return gone
 
     def clear(self) -> None:
         self.cells.clear()
+        self._changed()
 
     def seq_ids(self) -> list[int]:
-        return sorted({s for c in self.cells for s in c.seqs})
+        if self._ids is None:
+            self._ids = sorted({s for c in self.cells for s in c.seqs})
+        return list(self._ids)
+
+    def shared(self, a: int, b: int) -> int:
+        """Cells both sequences see: the prefix they share after a fork."""
+        return sum(1 for c in self.cells if a in c.seqs and b in c.seqs)
+
+    def visible(self, seq: int, pos: int) -> np.ndarray:
+        """One row of the causal mask, per sequence: which cells (in mirror order) a token of
+        ``seq`` at ``pos`` may attend to. Cells of other sequences are masked out."""
+        return np.fromiter(
+            (seq in c.seqs and c.pos <= pos for c in self.cells), dtype=bool, count=len(self.cells)
+        )
+
+    def mask(self, tokens: list[tuple[int, int]]) -> np.ndarray:
+        """The mask for a batch of (seq, pos) rows: shape (len(tokens), used)."""
+        if not tokens:
+            return np.zeros((0, self.used), dtype=bool)
+        return np.stack([self.visible(s, p) for s, p in tokens])
 
     def check(self, ctx: llama_cpp.llama_context_p) -> list[str]:
-        """Compare with llama.cpp's view of every sequence; an empty list means they agree."""
+        """Compare with llama.cpp's view of every sequence; an empty list means they agree.
+
+        Positions of a sequence are appended in increasing order, so first/last are its
+        min/max."""
         mem = llama_cpp.llama_get_memory(ctx)
         problems = []
-        seqs = set(self.seq_ids()) | {0}
-        for s in sorted(seqs):
-            pos = self.positions(s)
-            want = (min(pos), max(pos)) if pos else (-1, -1)
+        for s in sorted({0, *self.seq_ids()}):
+            pos = self._seq(s)[1]
+            want = (pos[0], pos[-1]) if pos else (-1, -1)
             got = (
                 llama_cpp.llama_memory_seq_pos_min(mem, s),
                 llama_cpp.llama_memory_seq_pos_max(mem, s),

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import llama_cpp
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from . import ggml, llama_log
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
 from .errors import ContextFullError, TokenstepError
-from .kvcache import KVLayout, KVLogReport, KVMirror, parse_kv_log
+from .kvcache import Forgotten, KVLayout, KVLogReport, KVMirror, parse_kv_log
 from .model import Model
 from .sampling import (
     ChainResult,
@@ -33,8 +33,13 @@ from .sampling import (
     top_k_by_logit,
 )
 from .tokens import Vocab
+from .work import WorkCounter
+
+if TYPE_CHECKING:
+    from .verify import Verifier, VerifyResult
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+CONTEXT_FULL = ("stop", "shift")
 TOP_N = 10
 _LOGITS_KEEP = 64  # logits kept for rewinding without recomputation
 
@@ -48,7 +53,9 @@ class EngineConfig:
     flash_attn: str = "auto"
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
-    n_seq_max: int = 1
+    n_seq_max: int = 2  # sequences the context can hold: 2 lets the user fork once
+    context_full: str = "stop"  # what feed() does when the context is full: stop or shift
+    n_keep: int = 0  # like llama.cpp's --keep: tokens a shift never drops (-1: the prompt)
 
     def validate(self) -> None:
         if self.n_ctx < 8:
@@ -64,6 +71,16 @@ class EngineConfig:
             )
         if self.flash_attn not in FLASH_ATTN:
             raise TokenstepError(f"-fa must be on, off or auto, not {self.flash_attn!r}.")
+        if not 1 <= self.n_seq_max <= 64:
+            raise TokenstepError(f"n_seq_max must be between 1 and 64, not {self.n_seq_max}.")
+        if self.context_full not in CONTEXT_FULL:
+            raise TokenstepError(
+                f"--context-full must be stop or shift, not {self.context_full!r}."
+            )
+        if self.n_keep < -1:
+            raise TokenstepError(
+                f"--keep must be -1 (the whole prompt) or more, not {self.n_keep}."
+            )
         if self.n_threads < 0:
             raise TokenstepError(f"-t/--threads must be 0 (auto) or more, not {self.n_threads}.")
         ggml.parse_cache_type(self.cache_type_k)
@@ -84,6 +101,45 @@ class Candidate:
     piece: bytes
     logit: float
     p: float
+
+
+@dataclass
+class SeqRow:
+    """One sequence's row in a decode call that carried several sequences (after a fork)."""
+
+    seq_id: int
+    batch_index: int  # the row's index in the llama_batch (llama_get_logits_ith)
+    token: int  # the token this row fed
+    pos: int
+    top: list[Candidate] = field(default_factory=list)
+    entropy: float = 0.0
+    n_ctx_tokens: int = 0  # the sequence's length after the call
+    sampled: int | None = None  # the token sampled from this row's logits
+    chain: ChainResult | None = None
+    eog: bool = False
+
+
+@dataclass
+class ShiftEvent:
+    """A context shift: the first ``n_keep`` tokens stay, the next ``n_discard`` are forgotten,
+    the rest slide back ``n_discard`` positions (llama_memory_seq_rm + llama_memory_seq_add)."""
+
+    index: int  # 0, 1, ... (Forgotten.shift)
+    before_record: int  # the record decoded right after the shift
+    n_past: int  # sequence length before the shift
+    n_keep: int
+    n_discard: int
+    forgotten: list[Forgotten]
+
+
+@dataclass
+class PrefillTurn:
+    """One ``sync_prompt``: prompt tokens found in the cache against those decoded."""
+
+    reused: int
+    computed: int
+    prefill_ms: float
+    records: tuple[int, int]  # [first, end) record indices of the prefill
 
 
 @dataclass
@@ -110,6 +166,27 @@ class StepRecord:
     settings: SamplerSettings | None = None
     # Data that observers (attention capture, graph census) attach to this decode call.
     extras: dict[str, Any] = field(default_factory=dict)
+    # Several sequences in one call (after a fork): one row per sequence, by seq_id.
+    rows: dict[int, SeqRow] = field(default_factory=dict)
+    shift: ShiftEvent | None = None  # the context shift made just before this call
+
+
+@dataclass
+class Branch:
+    """A sequence made by :meth:`Engine.fork`: its own sampler chain (own seeded RNG) and its own
+    logits row. Sequence 0 keeps using the engine's own ``chain`` and ``logits``."""
+
+    seq_id: int
+    parent: int
+    fork_pos: int  # positions below this are cells shared with the parent
+    chain: SamplerChain
+    logits: np.ndarray | None
+    record: int | None  # the record whose row produced ``logits``
+    stop_reason: str | None = None
+
+    @property
+    def seed(self) -> int:
+        return self.chain.seed
 
 
 class DecodeObserver(Protocol):
@@ -167,7 +244,9 @@ class Engine:
         self.log_lines = llama_log.since(mark)
         self.kv_reports: list[KVLogReport] = parse_kv_log(self.log_lines)
         self.flash_attn_resolved = self._resolved_flash_attn()
-        self.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        # llama.cpp rounds the cache up (to 256 cells); tokenstep holds the context to -c exactly.
+        self.n_cells = llama_cpp.llama_n_ctx(ctx)
+        self.n_ctx = min(self.config.n_ctx, self.n_cells)
         self.batch = LlamaBatch(max(self.config.n_batch, 1), self.config.n_seq_max)
         self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
         self.kv = KVMirror(self.n_ctx)
@@ -183,15 +262,35 @@ class Engine:
         self._logits_record: int | None = None
         self._logits_by_len: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
         self.stop_reason: str | None = None
+        self.work = WorkCounter()
+        self.turns: list[PrefillTurn] = []
+        self.shifts: list[ShiftEvent] = []
+        self.branches: dict[int, Branch] = {}
+        self._n_prompt = 0  # length of the first prompt (for --keep -1)
+        self._verifier: Verifier | None = None
 
     def _resolved_flash_attn(self) -> str:
-        """What ``-fa auto`` became: llama.cpp logs it when it reserves the graph."""
+        """What ``-fa auto`` became: llama.cpp logs it when it reserves the graph, or (for a
+        quantized V cache) when it turns flash attention on by itself."""
         for line in self.log_lines:
             if "Flash Attention enabled" in line:
                 return "on"
             if "Flash Attention disabled" in line:
                 return "off"
+        for line in self.log_lines:
+            if "flash_attn" in line and "= enabled" in line:
+                return "on"
+            if "flash_attn" in line and "= disabled" in line:
+                return "off"
         return self.config.flash_attn
+
+    @property
+    def flash_attn_note(self) -> str | None:
+        """Why flash attention is on when the user did not ask for it, in llama.cpp's words."""
+        for line in self.log_lines:
+            if "enabling flash_attn" in line:
+                return line.split(": ", 1)[-1].strip()
+        return None
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -201,7 +300,7 @@ class Engine:
 
     @property
     def n_past(self) -> int:
-        return len(self.kv.tokens(0))
+        return self.kv.count(0)
 
     @property
     def kv_bytes_used(self) -> int:
@@ -209,7 +308,7 @@ class Engine:
 
     @property
     def kv_bytes_allocated(self) -> int:
-        return self.n_ctx * self.layout.bytes_per_token
+        return self.n_cells * self.layout.bytes_per_token
 
     # -- the loop ------------------------------------------------------------------------------
     def _decode(self, call: DecodeCall) -> tuple[float, dict[str, Any]]:
@@ -226,8 +325,9 @@ class Engine:
                     "llama.cpp found no free KV cells for this batch (context full)."
                 )
             raise TokenstepError(f"llama_decode failed with code {rc}.")
+        index = len(self.records)
         for t in call.tokens:
-            self.kv.add(t.id, t.pos, t.seq_ids)
+            self.kv.add(t.id, t.pos, t.seq_ids, index)
         extras: dict[str, Any] = {}
         for obs in self.observers:
             obs.after_decode(self, call, extras)
@@ -253,6 +353,8 @@ class Engine:
             ]
             rec.entropy = entropy_bits(p)
         self.records.append(rec)
+        ctx = (rec.n_ctx_tokens,) if rec.has_logits else ()
+        self.work.add(rec.index, rec.call.n_tokens, ctx, rec.decode_ms, rec.phase)
         return rec
 
     def _set_logits(self, logits: np.ndarray, record: int) -> None:
@@ -274,6 +376,8 @@ class Engine:
                 f"{self.n_ctx}; use a larger -c or a shorter prompt."
             )
         self.stop_reason = None
+        if self.n_past == 0:
+            self._n_prompt = len(tokens)
         calls = plan_prompt(tokens, self.n_past, (0,), self.config.n_batch, self.config.n_ubatch)
         out = []
         for i, call in enumerate(calls):
@@ -303,7 +407,16 @@ class Engine:
             # At least one token must be decoded to get logits for the prompt's last position.
             common = min(common, len(tokens) - 1)
         self.truncate(common)
-        return self.prefill(tokens[common:], reused=common)
+        recs = self.prefill(tokens[common:], reused=common)
+        self.turns.append(
+            PrefillTurn(
+                reused=common,
+                computed=len(tokens) - common,
+                prefill_ms=sum(r.decode_ms for r in recs),
+                records=(recs[0].index, recs[-1].index + 1),
+            )
+        )
+        return recs
 
     def truncate(self, n_keep: int) -> None:
         """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``)."""
@@ -312,7 +425,7 @@ class Engine:
         mem = llama_cpp.llama_get_memory(self.ctx)
         positions = self.kv.positions(0)
         p0 = positions[n_keep] if n_keep < len(positions) else 0
-        if n_keep == 0:
+        if n_keep == 0 and not self.branches:
             llama_cpp.llama_memory_clear(mem, True)
             self.kv.clear()
         else:
@@ -355,22 +468,217 @@ class Engine:
         prev.sampled, prev.forced, prev.chain = token, force is not None, chain
         prev.settings = self.settings.copy()
         prev.eog = self.vocab.is_eog(token)
+        row = prev.rows.get(0)
+        if row is not None:
+            row.sampled, row.chain, row.eog = token, chain, prev.eog
         if prev.eog:
             self.stop_reason = "end of generation"
         return token
 
     def feed(self, token: int) -> StepRecord | None:
-        """Stage 7: decode one token at the next position; its K/V become one new cell."""
+        """Stage 7: decode one token at the next position; its K/V become one new cell.
+
+        When the context is full, ``--context-full stop`` ends generation (None, with
+        ``stop_reason``) and ``shift`` first forgets the oldest half (see :meth:`context_shift`)."""
+        shift = None
         if self.n_past + 1 > self.n_ctx:
-            self.stop_reason = "context full"
-            return None
-        pos = self.kv.positions(0)[-1] + 1 if self.n_past else 0
+            if self.config.context_full != "shift" or self.branches:
+                self.stop_reason = "context full"
+                return None
+            shift = self.context_shift()
+            if shift is None:
+                return None
+        pos = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(token, pos, (0,), True)], ubatch_chunks(1, self.config.n_ubatch)
         )
         ms, extras = self._decode(call)
-        rec = StepRecord(len(self.records), "decode", call, ms, has_logits=True, extras=extras)
+        rec = StepRecord(
+            len(self.records), "decode", call, ms, has_logits=True, extras=extras, shift=shift
+        )
         return self._finish_record(rec)
+
+    # -- context full: shift -------------------------------------------------------------------
+    def keep_count(self) -> int:
+        """Tokens a context shift keeps, as llama.cpp's ``--keep`` counts them: -1 (or more
+        than the prompt) keeps the whole first prompt; otherwise N, plus the BOS token."""
+        n_keep = self.config.n_keep
+        if n_keep < 0 or n_keep > self._n_prompt:
+            return self._n_prompt
+        if self.info.add_bos and self.n_past and self.tokens[0] == self.info.bos:
+            n_keep += 1
+        return n_keep
+
+    def context_shift(self) -> ShiftEvent | None:
+        """Make room the way llama.cpp's context shift does: keep the first n_keep tokens,
+        remove the oldest half of the rest (``llama_memory_seq_rm``) and move the newer half
+        back to close the gap (``llama_memory_seq_add``; llama.cpp re-rotates their keys at
+        the next decode). None, with ``stop_reason`` set, when it cannot."""
+        mem = llama_cpp.llama_get_memory(self.ctx)
+        n_past = self.n_past
+        n_keep = self.keep_count()
+        n_discard = (n_past - n_keep) // 2
+        if not llama_cpp.llama_memory_can_shift(mem):
+            self.stop_reason = "context full (this model's cache cannot shift)"
+            return None
+        if n_discard < 1:
+            self.stop_reason = f"context full (--keep {n_keep} leaves nothing to drop)"
+            return None
+        pos = self.kv.positions(0)
+        p0, p1 = pos[n_keep], pos[n_keep + n_discard]
+        if not llama_cpp.llama_memory_seq_rm(mem, 0, p0, p1):
+            raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
+        llama_cpp.llama_memory_seq_add(mem, 0, p1, -1, -(p1 - p0))
+        gone = self.kv.shift(0, n_keep, n_discard)
+        ev = ShiftEvent(len(self.shifts), len(self.records), n_past, n_keep, n_discard, gone)
+        self.shifts.append(ev)
+        # Remembered logits belonged to contexts that no longer exist; the current row stays
+        # valid for the pick it is used for (llama.cpp also samples before it shifts).
+        self._logits_by_len.clear()
+        if self.logits is not None and self._logits_record is not None:
+            self._logits_by_len[self.n_past] = (self.logits, self._logits_record)
+        return ev
+
+    # -- several sequences ---------------------------------------------------------------------
+    @property
+    def seq_ids(self) -> list[int]:
+        """Live sequences: 0 and every fork."""
+        return [0, *sorted(self.branches)]
+
+    def seq_logits(self, seq: int) -> np.ndarray | None:
+        return self.logits if seq == 0 else self.branches[seq].logits
+
+    def fork(self, src: int = 0) -> int:
+        """Copy sequence ``src`` into a new seq_id with ``llama_memory_seq_cp``: the new
+        sequence sees the same cells (nothing is recomputed or copied in memory, the cells are
+        tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
+        if src != 0 and src not in self.branches:
+            raise TokenstepError(f"there is no sequence {src} to fork.")
+        logits = self.seq_logits(src)
+        if logits is None or self.kv.count(src) == 0:
+            raise TokenstepError("there is nothing to fork yet: send a prompt first.")
+        free = [s for s in range(1, self.config.n_seq_max) if s not in self.branches]
+        if not free:
+            raise TokenstepError(
+                f"this context holds at most {self.config.n_seq_max} sequences (n_seq_max)."
+            )
+        dst = free[0]
+        mem = llama_cpp.llama_get_memory(self.ctx)
+        llama_cpp.llama_memory_seq_cp(mem, src, dst, -1, -1)
+        self.kv.seq_cp(src, dst)
+        record = self._logits_record if src == 0 else self.branches[src].record
+        seed = (self.settings.seed + dst) & 0xFFFFFFFF
+        self.branches[dst] = Branch(
+            dst,
+            src,
+            self.kv.last_pos(src) + 1,
+            SamplerChain(self.info.n_vocab, seed),
+            logits,
+            record,
+        )
+        return dst
+
+    def drop_seq(self, seq: int) -> None:
+        """Forget a forked sequence: its own cells are freed, shared ones stay for the others."""
+        br = self.branches.pop(seq, None)
+        if br is None:
+            raise TokenstepError(f"there is no forked sequence {seq}.")
+        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self.ctx), seq, -1, -1)
+        self.kv.seq_rm(seq, 0, -1)
+        br.chain.free()
+
+    def _sample_seq(self, seq: int, force: int | None) -> int:
+        """Stage 5/6 for one sequence with its own chain and logits row."""
+        if seq == 0:
+            return self.sample_next(force)
+        br = self.branches[seq]
+        if br.logits is None:
+            raise TokenstepError(f"sequence {seq} has no logits.")
+        settings = replace(self.settings, seed=br.seed)
+        if force is not None:
+            if not 0 <= force < self.info.n_vocab:
+                raise TokenstepError(f"token id {force} is outside the vocabulary.")
+            token, chain = force, br.chain.run(br.logits, settings, commit=False)
+        else:
+            chain = br.chain.run(br.logits, settings, commit=True)
+            token = chain.selected
+        eog = self.vocab.is_eog(token)
+        if br.record is not None:
+            row = self.records[br.record].rows.get(seq)
+            if row is not None:
+                row.sampled, row.chain, row.eog = token, chain, eog
+        if eog:
+            br.stop_reason = "end of generation"
+        return token
+
+    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None:
+        """One turn for every live sequence: each samples from its own logits row with its own
+        chain, then ONE ``llama_decode`` carries one token per sequence (each with its own
+        seq_id and position, all asking for logits). None when every sequence has stopped."""
+        force = force or {}
+        picks: list[tuple[int, int]] = []
+        for seq in self.seq_ids:
+            if self._seq_stopped(seq):
+                continue
+            token = self._sample_seq(seq, force.get(seq))
+            if not self.vocab.is_eog(token):
+                picks.append((seq, token))
+        if not picks:
+            return None
+        if any(self.kv.count(s) + 1 > self.n_ctx for s, _ in picks) or (
+            self.kv.used + len(picks) > self.n_cells
+        ):
+            self.stop_reason = "context full"
+            for s, _ in picks:
+                if s:
+                    self.branches[s].stop_reason = "context full"
+            return None
+        tokens = [BatchToken(t, self.kv.last_pos(s) + 1, (s,), True) for s, t in picks]
+        call = DecodeCall(tokens, ubatch_chunks(len(tokens), self.config.n_ubatch))
+        ms, extras = self._decode(call)
+        rec = StepRecord(len(self.records), "decode", call, ms, has_logits=True, extras=extras)
+        contexts = []
+        for i, (s, t) in enumerate(picks):
+            ptr = llama_cpp.llama_get_logits_ith(self.ctx, i)
+            logits = np.ctypeslib.as_array(ptr, shape=(self.info.n_vocab,)).copy()
+            row = SeqRow(s, i, t, tokens[i].pos, n_ctx_tokens=self.kv.count(s))
+            top = top_k_by_logit(logits, TOP_N)
+            p = softmax(logits)
+            row.top = [
+                Candidate(int(k), self.vocab.piece(int(k)), float(logits[k]), float(p[k]))
+                for k in top
+            ]
+            row.entropy = entropy_bits(p)
+            rec.rows[s] = row
+            contexts.append(row.n_ctx_tokens)
+            if s == 0:
+                self._set_logits(logits, rec.index)
+            else:
+                self.branches[s].logits, self.branches[s].record = logits, rec.index
+        first = rec.rows[picks[0][0]]
+        rec.top, rec.entropy = first.top, first.entropy
+        rec.n_ctx_tokens = self.n_past
+        rec.kv_used = self.kv.used
+        rec.kv_bytes = self.kv_bytes_used
+        rec.kv_problems = self.kv.check(self.ctx)
+        self.records.append(rec)
+        self.work.add(rec.index, call.n_tokens, contexts, ms, rec.phase)
+        return rec
+
+    def _seq_stopped(self, seq: int) -> bool:
+        if seq == 0:
+            return self.stop_reason is not None
+        return self.branches[seq].stop_reason is not None
+
+    # -- exactness -----------------------------------------------------------------------------
+    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
+        """Recompute the current context of ``seq`` in a separate context that shares no cells
+        with this one and compare its last logits row with the cached step's (see verify.py)."""
+        from .verify import Verifier
+
+        if self._verifier is None:
+            self._verifier = Verifier(self)
+        return self._verifier.check(mode, seq)
 
     def step(self, force: int | None = None) -> StepRecord | None:
         """One turn of the loop: sample, then decode. None when generation stopped
@@ -399,6 +707,9 @@ class Engine:
 
     def reset(self) -> None:
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
+        for br in self.branches.values():
+            br.chain.free()
+        self.branches.clear()
         self.kv.clear()
         self.logits, self._logits_record = None, None
         self._logits_by_len.clear()
@@ -421,6 +732,12 @@ class Engine:
 
     def close(self) -> None:
         if getattr(self, "ctx", None):
+            if self._verifier is not None:
+                self._verifier.close()
+                self._verifier = None
+            for br in self.branches.values():
+                br.chain.free()
+            self.branches.clear()
             self.batch.free()
             self.chain.free()
             llama_cpp.llama_free(self.ctx)

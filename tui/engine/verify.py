@@ -1,0 +1,191 @@
+"""Is the KV cache exact? Recompute from scratch and compare.
+
+The :class:`Verifier` owns a second ``llama_context`` on the same model with the same settings
+(cache types, flash attention as llama.cpp resolved it, batch sizes, threads). It shares no
+cells with the engine's context and is cleared before every check, so nothing cached is
+re-used. Two ways to recompute:
+
+- ``batched``: the whole context in as few ``llama_decode`` calls as ``-b`` allows: what a
+  loop without a cache would do for this step;
+- ``replay``: the same decode calls the engine made (the prompt as one batch, then one token
+  per call...), read from which call computed each KV cell.
+
+Batched recomputation usually differs from the cached logits in the last few bits: matrix
+kernels for many rows and vector kernels for one row add the same products in another order.
+``replay`` takes the same path as the engine and shows that the cache itself adds nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+import llama_cpp
+import numpy as np
+
+from . import llama_log
+from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
+from .errors import TokenstepError
+from .sampling import top_k_by_logit
+
+if TYPE_CHECKING:
+    from .session import Engine
+
+MODES = ("batched", "replay")
+TOP_N = 10
+
+
+@dataclass
+class VerifyResult:
+    mode: str
+    seq: int
+    record: int | None  # the StepRecord whose logits were checked
+    n_tokens: int  # tokens recomputed
+    n_calls: int  # llama_decode calls the recomputation made
+    max_abs_diff: float
+    mean_abs_diff: float
+    top1_cached: int
+    top1_fresh: int
+    top10_cached: list[int]
+    top10_fresh: list[int]
+    recompute_ms: float
+    flash_attn: str
+    shifted: bool  # the context was shifted: cached keys were re-rotated, not recomputed
+
+    @property
+    def top1_agree(self) -> bool:
+        return self.top1_cached == self.top1_fresh
+
+    @property
+    def top10_order_agree(self) -> bool:
+        return self.top10_cached == self.top10_fresh
+
+    @property
+    def top10_same_rank(self) -> int:
+        """How many of the ten ranks hold the same token in both."""
+        return sum(a == b for a, b in zip(self.top10_cached, self.top10_fresh, strict=False))
+
+    @property
+    def exact(self) -> bool:
+        return self.max_abs_diff == 0.0
+
+    def explain(self) -> str:
+        """Why the numbers are what they are, in one or two sentences."""
+        if self.exact:
+            return (
+                "bit-identical: the fresh context ran the same kernels on the same numbers, "
+                "so the cached keys and values were exactly what recomputation gives."
+            )
+        why = (
+            "the fresh context pushed the tokens through in batches, while the cached run "
+            "computed most of them one per llama_decode; batched (matrix-matrix) and "
+            "single-row kernels add the same products in another order, and the rounding "
+            "differences grow layer by layer"
+            if self.mode == "batched"
+            else "the replay could not take exactly the engine's path"
+        )
+        fa = f" Flash attention is {self.flash_attn}; it changes the summation order again."
+        shift = (
+            " After a context shift the cached keys were rotated to their new positions, "
+            "not recomputed there."
+            if self.shifted
+            else ""
+        )
+        agree = "the same" if self.top1_agree else "a DIFFERENT"
+        return f"max |Δ| {self.max_abs_diff:.3g}: {why}; {agree} top-1 token.{fa}{shift}"
+
+
+class Verifier:
+    """A separate context for recomputation; created on the first check, reused after."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        cfg = engine.config
+        p = llama_cpp.llama_context_default_params()
+        p.n_ctx = engine.n_cells
+        p.n_batch = cfg.n_batch
+        p.n_ubatch = cfg.n_ubatch
+        p.n_seq_max = 1
+        p.n_threads = p.n_threads_batch = cfg.threads
+        fa = engine.flash_attn_resolved
+        p.flash_attn_type = {"on": 1, "off": 0}.get(fa, -1)
+        p.type_k, p.type_v = engine.type_k, engine.type_v
+        p.kv_unified = True
+        p.no_perf = True
+        mark = llama_log.mark()
+        ctx = llama_cpp.llama_init_from_model(engine.model.ptr, p)
+        if not ctx:
+            reason = llama_log.last_error(mark) or "llama.cpp refused the settings"
+            raise TokenstepError(f"cannot create a context to verify with: {reason.strip()}")
+        self.ctx: llama_cpp.llama_context_p = ctx
+        self.batch = LlamaBatch(cfg.n_batch, 1)
+
+    def _calls(self, mode: str, seq: int) -> list[DecodeCall]:
+        eng = self.engine
+        tokens, positions = eng.kv.tokens(seq), eng.kv.positions(seq)
+        if mode == "batched":
+            return plan_prompt(tokens, 0, (0,), eng.config.n_batch, eng.config.n_ubatch)
+        # replay: consecutive cells computed by the same engine call form one call again
+        made = [c.call for c in eng.kv.cells if seq in c.seqs]
+        calls = []
+        i = 0
+        for _, grp in groupby(made):
+            n = len(list(grp))
+            chunk = [
+                BatchToken(tokens[j], positions[j], (0,), j == i + n - 1) for j in range(i, i + n)
+            ]
+            calls.append(DecodeCall(chunk, ubatch_chunks(n, eng.config.n_ubatch)))
+            i += n
+        return calls
+
+    def recompute(self, mode: str = "batched", seq: int = 0) -> tuple[np.ndarray, int, float]:
+        """Logits of the last position of ``seq``'s tokens, from a cleared context:
+        (logits, decode calls, milliseconds)."""
+        if mode not in MODES:
+            raise TokenstepError(f"verify mode must be batched or replay, not {mode!r}.")
+        calls = self._calls(mode, seq)
+        if not calls:
+            raise TokenstepError("the context is empty: there is nothing to verify.")
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
+        t0 = time.perf_counter()
+        for call in calls:
+            rc = llama_cpp.llama_decode(self.ctx, self.batch.fill(call))
+            if rc != 0:
+                raise TokenstepError(f"llama_decode failed with code {rc} while verifying.")
+        ms = (time.perf_counter() - t0) * 1000.0
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
+        n_vocab = self.engine.info.n_vocab
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy(), len(calls), ms
+
+    def check(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
+        eng = self.engine
+        cached = eng.seq_logits(seq)
+        if cached is None:
+            raise TokenstepError("there are no logits yet: send a prompt first.")
+        record = eng._logits_record if seq == 0 else eng.branches[seq].record
+        fresh, n_calls, ms = self.recompute(mode, seq)
+        diff = np.abs(fresh.astype(np.float64) - cached.astype(np.float64))
+        return VerifyResult(
+            mode=mode,
+            seq=seq,
+            record=record,
+            n_tokens=eng.kv.count(seq),
+            n_calls=n_calls,
+            max_abs_diff=float(diff.max()),
+            mean_abs_diff=float(diff.mean()),
+            top1_cached=int(np.argmax(cached)),
+            top1_fresh=int(np.argmax(fresh)),
+            top10_cached=[int(t) for t in top_k_by_logit(cached, TOP_N)],
+            top10_fresh=[int(t) for t in top_k_by_logit(fresh, TOP_N)],
+            recompute_ms=ms,
+            flash_attn=eng.flash_attn_resolved,
+            shifted=bool(eng.shifts),
+        )
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            self.batch.free()
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None  # type: ignore[assignment]
