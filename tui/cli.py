@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from .engine.errors import TokenstepError
 
-COMMANDS = ("trace", "info")
+COMMANDS = ("trace", "info", "verify")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,6 +82,19 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         default="f16",
         metavar="TYPE",
         help="V cache type (quantized V needs flash attention)",
+    )
+    p.add_argument(
+        "--context-full",
+        choices=["stop", "shift"],
+        default="stop",
+        help="when the context is full: stop, or shift (forget the oldest half after --keep)",
+    )
+    p.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
     )
 
 
@@ -155,7 +168,9 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )
-    app.epilog = "Commands: 'tokenstep trace --help', 'tokenstep info --help'."
+    app.epilog = (
+        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
+    )
 
     trace = _Parser(
         prog="tokenstep trace", description="Print one JSON object per llama_decode call."
@@ -188,7 +203,30 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="context size for the KV sizes (default: n_ctx_train)",
     )
     info.add_argument("--json", action="store_true", help="print JSON")
-    return {"app": app, "trace": trace, "info": info}
+
+    verify = _Parser(
+        prog="tokenstep verify",
+        description="After every step, recompute the context from scratch in a fresh context "
+        "and compare logits with the cached step's. Exit code 3 if a top-1 token differs.",
+    )
+    _model_flags(verify)
+    _context_flags(verify)
+    _sampler_flags(verify)
+    _prompt_flags(verify)
+    verify.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=16,
+        metavar="N",
+        help="tokens to generate, each one checked (default 16)",
+    )
+    verify.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="skip the final replay of the engine's own decode calls",
+    )
+    return {"app": app, "trace": trace, "info": info, "verify": verify}
 
 
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
@@ -234,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import info_main
 
             return info_main(args)
+        if cmd == "verify":
+            from .commands import verify_main
+
+            return verify_main(args)
         from .app import run_app
 
         return run_app(args)
