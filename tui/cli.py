@@ -7,11 +7,12 @@ stderr and a non-zero exit code, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .engine.errors import TokenstepError
+from .engine.errors import TokenstepError, one_line
 
 COMMANDS = ("trace", "info", "verify")
 
@@ -98,13 +99,25 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _number(text: str) -> float:
+    """A float flag value; nan and inf are refused (every comparison with nan is false, so a
+    range check alone would let it through)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def _sampler_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--temp", type=float, default=0.8, help="temperature; 0 means greedy (default 0.8)"
+        "--temp", type=_number, default=0.8, help="temperature; 0 means greedy (default 0.8)"
     )
     p.add_argument("--top-k", type=int, default=40, help="top-k, 0 = off (default 40)")
-    p.add_argument("--top-p", type=float, default=0.95, help="top-p, 1.0 = off (default 0.95)")
-    p.add_argument("--min-p", type=float, default=0.05, help="min-p, 0.0 = off (default 0.05)")
+    p.add_argument("--top-p", type=_number, default=0.95, help="top-p, 1.0 = off (default 0.95)")
+    p.add_argument("--min-p", type=_number, default=0.05, help="min-p, 0.0 = off (default 0.05)")
     p.add_argument(
         "-s", "--seed", type=int, default=42, help="RNG seed for the dist sampler (default 42)"
     )
@@ -249,6 +262,12 @@ def read_prompt(args: argparse.Namespace) -> str:
         raw = sys.stdin.buffer.read()
         source = "standard input"
     elif args.prompt is not None:
+        try:  # bytes that are not UTF-8 reach argv as lone surrogates
+            str(args.prompt).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TokenstepError(
+                f"the prompt given with -p is not valid UTF-8 (bad byte at character {exc.start})."
+            ) from exc
         return str(args.prompt)
     else:
         raise TokenstepError("no prompt: pass -p TEXT, -p - for standard input, or -f FILE.")
@@ -276,11 +295,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import verify_main
 
             return verify_main(args)
+        from .commands import preflight
+
+        preflight(args)  # a bad flag or model file fails here, before the UI takes the screen
         from .app import run_app
 
         return run_app(args)
     except TokenstepError as exc:
-        print(f"tokenstep: {exc}", file=sys.stderr)
+        print(f"tokenstep: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

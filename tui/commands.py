@@ -12,12 +12,11 @@ from .engine import (
     Model,
     SamplerSettings,
     TokenstepError,
-    gguf_header,
     info,
     trace,
 )
 from .engine import chat as chat_mod
-from .engine.model import default_model_path
+from .engine.model import probe
 
 
 def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
@@ -97,12 +96,21 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
     return engine.vocab.tokenize(text, add_special=True, parse_special=special)
 
 
+def preflight(args: argparse.Namespace) -> None:
+    """What the interactive app checks before it takes the screen: flags, then the model."""
+    config_from_args(args)
+    settings_from_args(args)
+    probe(args.model)
+
+
 def trace_main(args: argparse.Namespace) -> int:
     if args.n_predict < 0:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)  # flags first: a typo should not wait for a model load
     config_from_args(args)
     text = _read(args)
+    if not text.strip():  # before the model load, like the flags
+        raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
@@ -122,12 +130,13 @@ def _read(args: argparse.Namespace) -> str:
 
 
 def info_main(args: argparse.Namespace) -> int:
-    path = args.model or default_model_path()
-    hdr = gguf_header.validate(path)
+    if args.ctx_size < 0:
+        raise TokenstepError(f"-c/--ctx-size must be at least 1, not {args.ctx_size}.")
+    hdr = probe(args.model)  # header checks, then llama.cpp reads the vocabulary only
     f = info.facts(hdr)
     n_ctx = args.ctx_size or f.n_ctx_train
     if n_ctx < 1:
-        raise TokenstepError(f"-c/--ctx-size must be at least 1, not {args.ctx_size}.")
+        raise TokenstepError("the model does not state its training context; pass -c N.")
     kv = {t: f.kv_bytes_per_token(t, t) for t in info.CALC_TYPES}
     data = {
         "path": str(hdr.path),

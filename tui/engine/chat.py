@@ -12,9 +12,10 @@ import uuid
 from dataclasses import dataclass, field
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import SecurityError
 
 from .errors import TokenstepError
+from .template_sandbox import GuardedEnvironment
 from .tokens import Vocab
 
 
@@ -28,12 +29,17 @@ class TemplateError(TokenstepError):
     """The model's chat template could not be rendered safely."""
 
 
+def _sentence(text: object) -> str:
+    """An exception's text as the tail of one sentence: one line, one final period."""
+    return " ".join(str(text).split()).rstrip(".") + "."
+
+
 def _raise(message: str) -> None:
-    raise TemplateError(f"the chat template raised an error: {message}")
+    raise TemplateError(f"the chat template raised an error: {_sentence(message)}")
 
 
-def _env() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+def _env() -> GuardedEnvironment:
+    env = GuardedEnvironment(
         trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined
     )
     env.globals["raise_exception"] = _raise
@@ -48,7 +54,7 @@ def render_template(
     bos_token: str = "",
     eos_token: str = "",
 ) -> str:
-    """Render ``template`` for ``messages`` in the sandbox."""
+    """Render ``template`` for ``messages`` in the sandbox (see ``template_sandbox``)."""
     try:
         tmpl = _env().from_string(template)
         return tmpl.render(
@@ -59,14 +65,16 @@ def render_template(
         )
     except SecurityError as exc:
         raise TemplateError(
-            f"the model's chat template tried something unsafe and was stopped ({exc})."
+            f"the model's chat template tried something unsafe and was stopped: {_sentence(exc)}"
         ) from exc
     except TemplateError:
         raise
     except jinja2.TemplateError as exc:
-        raise TemplateError(f"the model's chat template is broken: {exc}.") from exc
+        raise TemplateError(f"the model's chat template is broken: {_sentence(exc)}") from exc
+    except RecursionError as exc:
+        raise TemplateError("the model's chat template recursed too deeply.") from exc
     except Exception as exc:  # a template can raise anything while rendering
-        raise TemplateError(f"the model's chat template failed: {exc}.") from exc
+        raise TemplateError(f"the model's chat template failed: {_sentence(exc)}") from exc
 
 
 @dataclass

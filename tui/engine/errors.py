@@ -16,3 +16,12 @@ class ModelError(TokenstepError):
 
 class ContextFullError(TokenstepError):
     """The tokens do not fit in the context window."""
+
+
+def one_line(message: str) -> str:
+    """``message`` as a single printable line.
+
+    Messages quote paths and metadata that came from outside (a file name, a model's own
+    text), so newlines, escape sequences and other control characters are shown escaped
+    (``\\n``, ``\\x1b``) rather than sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)

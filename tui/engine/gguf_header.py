@@ -9,14 +9,21 @@ against the file size first: a hostile file cannot make us allocate gigabytes.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import llama_cpp
+
 from .errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
+GGML_MAX_DIMS = 4  # ggml.h; llama.cpp's gguf reader refuses tensors with more dimensions
+# llama-hparams.h. llama.cpp *aborts the process* (GGML_ASSERT) on a block_count outside
+# 1..LLAMA_MAX_LAYERS, so a file that claims one is refused here, before llama.cpp reads it.
+LLAMA_MAX_LAYERS = 512
 _SCALARS: dict[int, str] = {
     0: "<B",
     1: "<b",
@@ -83,12 +90,12 @@ class _Reader:
         n = self.scalar("<Q")
         return self.read(n).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int, key: str, hdr: GGUFHeader) -> Any:
+    def value(self, vtype: int, key: str, hdr: GGUFHeader, *, nested: bool = False) -> Any:
         if vtype in _SCALARS:
             return self.scalar(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
-        if vtype == _ARRAY:
+        if vtype == _ARRAY and not nested:  # llama.cpp refuses arrays of arrays too
             etype = self.scalar("<I")
             count = self.scalar("<Q")
             if count > self.size:  # each element takes at least one byte
@@ -101,7 +108,7 @@ class _Reader:
                 for _ in range(count):
                     self.read(self.scalar("<Q"))
                 return None
-            return [self.value(etype, key, hdr) for _ in range(count)]
+            return [self.value(etype, key, hdr, nested=True) for _ in range(count)]
         raise self._fail(f"unknown value type {vtype} for key {key!r}")
 
 
@@ -109,6 +116,13 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read a GGUF file's metadata and tensor table; raise :class:`ModelError` on any defect."""
     p = Path(path)
     check_model_path(p)
+    try:
+        return _parse(p)
+    except OSError as exc:  # e.g. permission denied, or an I/O error half-way
+        raise ModelError(f"cannot read model file {p}: {exc.strerror or exc}.") from exc
+
+
+def _parse(p: Path) -> GGUFHeader:
     size = p.stat().st_size
     with p.open("rb") as f:
         r = _Reader(f, size, p)
@@ -124,21 +138,45 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         hdr = GGUFHeader(path=p, version=version, file_size=size)
         for _ in range(n_kv):
             key = r.string()
+            if key in hdr.metadata:
+                raise r._fail(f"the key {key!r} appears twice")
             vtype = r.scalar("<I")
             hdr.metadata[key] = r.value(vtype, key, hdr)
         for _ in range(n_tensors):
             name = r.string()
             n_dims = r.scalar("<I")
-            if n_dims > 8:
+            if n_dims > GGML_MAX_DIMS:
                 raise r._fail(f"tensor {name!r} has {n_dims} dimensions")
             shape = tuple(r.scalar("<Q") for _ in range(n_dims))
             ggml_type = r.scalar("<I")
+            _check_tensor_type(r, name, shape, ggml_type)
             offset = r.scalar("<Q")
             hdr.tensors.append(TensorInfo(name, shape, ggml_type, offset))
-        align = int(hdr.metadata.get("general.alignment", 32) or 32)
+        align = hdr.metadata.get("general.alignment", 32)
+        if type(align) is not int or align <= 0 or align & (align - 1):
+            raise r._fail(f"its alignment {align!r} is not a power of two")
         pos = f.tell()
         hdr.data_offset = pos + (-pos) % align
     return hdr
+
+
+def _check_tensor_type(r: _Reader, name: str, shape: tuple[int, ...], ggml_type: int) -> None:
+    """The checks llama.cpp's gguf reader makes, done before any ggml call sees the type:
+    ggml indexes a table with it, so an id out of range must never reach ggml."""
+    from .ggml import libggml_base
+
+    if not 0 <= ggml_type < llama_cpp.GGML_TYPE_COUNT:
+        raise r._fail(f"tensor {name!r} has the unknown ggml type {ggml_type}")
+    blck = int(libggml_base().ggml_blck_size(ggml_type))
+    if blck <= 0:
+        raise r._fail(f"tensor {name!r} uses the removed ggml type {ggml_type}")
+    if shape and shape[0] % blck:
+        raise r._fail(f"tensor {name!r} has rows that do not fill whole blocks of its type")
+    n = 1
+    for d in shape:
+        n *= d
+    if n >= 2**63:
+        raise r._fail(f"tensor {name!r} has an impossible shape {shape}")
 
 
 def tensor_data_end(hdr: GGUFHeader) -> int:
@@ -156,10 +194,17 @@ def tensor_data_end(hdr: GGUFHeader) -> int:
 
 def check_model_path(p: Path) -> None:
     """One clear sentence for a path that cannot be a model file at all."""
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError as exc:
+        raise ModelError(f"model file not found: {p}.") from exc
+    except (OSError, ValueError) as exc:  # name too long, a loop of links, a NUL byte...
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ModelError(f"cannot open model file {p}: {why}.") from exc
+    if stat.S_ISDIR(st.st_mode):
         raise ModelError(f"{p} is a directory, not a GGUF model file.")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
+        raise ModelError(f"{p} is not a regular file, so it cannot be a GGUF model.")
     if not os.access(p, os.R_OK):
         raise ModelError(f"cannot read model file {p} (permission denied).")
 
@@ -167,6 +212,11 @@ def check_model_path(p: Path) -> None:
 def validate(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read the header and check that the tensor data is all there (not truncated)."""
     hdr = read_header(path)
+    n_layer = hdr.arch_get("block_count")
+    if n_layer is not None and (type(n_layer) is not int or not 0 < n_layer <= LLAMA_MAX_LAYERS):
+        raise ModelError(
+            f"{hdr.path} claims {n_layer!r} layers; llama.cpp supports 1 to {LLAMA_MAX_LAYERS}."
+        )
     end = tensor_data_end(hdr)
     if end > hdr.file_size:
         raise ModelError(

@@ -51,7 +51,7 @@ def facts(hdr: GGUFHeader) -> HeaderFacts:
     n_head = _int(hdr.arch_get("attention.head_count"))
     raw_kv = hdr.arch_get("attention.head_count_kv", n_head)
     n_head_kv = (
-        [int(x) for x in raw_kv] if isinstance(raw_kv, list) else [_int(raw_kv, n_head)] * n_layer
+        [_int(x) for x in raw_kv] if isinstance(raw_kv, list) else [_int(raw_kv, n_head)] * n_layer
     )
     n_embd = _int(hdr.arch_get("embedding_length"))
     head_k = _int(hdr.arch_get("attention.key_length"), n_embd // max(n_head, 1))

@@ -79,3 +79,12 @@ def last_error(position: int = 0) -> str | None:
         if level == 4 or "error" in text.lower() or "failed" in text.lower():
             return text.strip()
     return None
+
+
+def first_error(position: int = 0) -> str | None:
+    """The first error-level line logged after ``position``: llama.cpp logs the cause first
+    (``error loading model: unknown model architecture``) and generic follow-ups after it."""
+    for level, text in _items_since(position):
+        if level == 4:
+            return text.strip()
+    return last_error(position)

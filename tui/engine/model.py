@@ -110,13 +110,8 @@ class Model:
         self.path = p
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        mark = llama_log.mark()
-        ptr = llama_cpp.llama_model_load_from_file(str(p).encode(), params)
-        if not ptr:
-            reason = llama_log.last_error(mark) or "llama.cpp could not load it"
-            raise ModelError(f"cannot load model {p}: {_clean_reason(reason)}")
-        self.ptr: llama_cpp.llama_model_p = ptr
-        self.vocab = llama_cpp.llama_model_get_vocab(ptr)
+        self.ptr: llama_cpp.llama_model_p = _load(self.header, params)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
         self.info = self._describe()
 
     def _describe(self) -> ModelInfo:
@@ -172,10 +167,46 @@ class Model:
             pass
 
 
+def _load(
+    hdr: gguf_header.GGUFHeader, params: llama_cpp.llama_model_params
+) -> llama_cpp.llama_model_p:
+    """``llama_model_load_from_file``; a refusal becomes one sentence with llama.cpp's reason."""
+    p = hdr.path
+    mark = llama_log.mark()
+    ptr = llama_cpp.llama_model_load_from_file(str(p).encode(), params)
+    if not ptr:
+        reason = _clean_reason(llama_log.first_error(mark) or "llama.cpp could not load it")
+        if reason.startswith("unknown model architecture"):
+            # Quote the name from the header: llama.cpp's log line breaks at a newline in it.
+            reason = f"unknown model architecture: '{hdr.arch}'."
+        raise ModelError(f"llama.cpp cannot load {p}: {reason}")
+    return ptr
+
+
+def probe(path: str | Path | None = None) -> gguf_header.GGUFHeader:
+    """Check that this llama.cpp can use a model file without loading its weights: the
+    header is validated, then llama.cpp reads the architecture and vocabulary only
+    (``vocab_only``), which refuses an architecture it does not know."""
+    llama_log.install()
+    llama_cpp.llama_backend_init()
+    p = Path(path) if path is not None else default_model_path()
+    hdr = gguf_header.validate(p)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    llama_cpp.llama_model_free(_load(hdr, params))
+    return hdr
+
+
+# Prefixes llama.cpp puts before the cause; the cause alone is the useful part.
+_NOISE = ("error loading model", "failed to load model")
+
+
 def _clean_reason(text: str) -> str:
-    """Strip llama.cpp's ``function_name:`` prefixes from a log line."""
+    """Strip llama.cpp's ``function_name:`` and generic prefixes from a log line."""
     parts = [p.strip() for p in text.split(": ")]
-    while len(parts) > 1 and (" " not in parts[0] or parts[0].startswith("llama_")):
+    while len(parts) > 1 and (
+        " " not in parts[0] or parts[0].startswith("llama_") or parts[0] in _NOISE
+    ):
         parts.pop(0)
     reason = ": ".join(parts).rstrip(".")
     return reason + "."

@@ -71,7 +71,12 @@ class Vocab:
     ) -> list[int]:
         """``llama_tokenize``: special-token text such as ``<|im_end|>`` stays plain text
         unless ``parse_special`` is set (a chat template sets it for its own markers)."""
-        data = text.encode("utf-8", errors="surrogatepass")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates: bytes that were not UTF-8
+            raise TokenstepError(
+                f"the text is not valid UTF-8 (a stray byte at character {exc.start})."
+            ) from exc
         n_max = len(data) + 16
         buf = (llama_cpp.llama_token * n_max)()
         n = llama_cpp.llama_tokenize(
