@@ -43,6 +43,13 @@ from .widgets.tokens import TokensPane
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34
 HEAVY_HZ = 10
+TABS_SHORT = (
+    ("tokens", "1 tok"),
+    ("batch", "2 bat"),
+    ("timeline", "3 time"),
+    ("kv", "4 KV"),
+    ("mask", "5 mask"),
+)
 TABS = (
     ("tokens", "1 tokens"),
     ("batch", "2 batch"),
@@ -156,23 +163,25 @@ class TokenstepApp(App[int]):
         if small:
             self.query_one("#too-small", Static).update(
                 Text(
-                    f"tokenstep needs a terminal of at least {MIN_W}×{MIN_H}; this one is "
-                    f"{w}×{h}.\nMake the window larger (the model keeps its state). "
-                    "Ctrl+Q quits.",
-                    justify="center",
+                    f"tokenstep needs at least {MIN_W}×{MIN_H} (this terminal is {w}×{h}).\n"
+                    "Enlarge the window; the model keeps its state.\nCtrl+Q quits."
                 )
             )
+        if self.query("#tabstrip"):
+            self._draw_tabstrip()
 
     def _draw_tabstrip(self) -> None:
         t = Text(no_wrap=True, overflow="ellipsis")
-        for key, label in TABS:
+        tabs = TABS_SHORT if self.screen.has_class("-compact") else TABS
+        for key, label in tabs:
             style = (
                 Style(color="black", bgcolor="bright_cyan", bold=True)
                 if key == self._tab
                 else Style(color="grey70")
             )
             t.append(f" {label} ", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
-            t.append(" ")
+            if tabs is TABS:
+                t.append(" ")
         self.query_one("#tabstrip", Static).update(t)
 
     # -- views from the worker -----------------------------------------------------------------

@@ -84,7 +84,11 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         box = VerticalScroll(Static(help_text(self.autosave)))
         box.border_title = "Help · keys and the loop"
+        box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc closes"
         yield box
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,4 +1,7 @@
-"""The footer: the keys that work right now, with their current meaning. Clicking a key runs it."""
+"""The footer: the keys that work right now. Clicking a key runs it.
+
+On narrow terminals the labels get shorter, and if the keys still do not fit in two lines
+the view keys drop out first (the help screen, ``?``, always lists everything)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,21 @@ from .keys import CHAT_KEYS, KEYS
 
 KEY = Style(color="black", bgcolor="bright_cyan", bold=True)
 GROUP = {"step": "bright_yellow", "sampler": "bright_green", "view": "grey70", "app": "grey70"}
+ORDER = {"step": 0, "sampler": 1, "app": 2, "view": 3}
+SHORTER = {
+    "run/pause": "play",
+    "rewind": "back",
+    "new chat": "new",
+    "boundaries": "bounds",
+}
+CHAT_ACTIONS = {
+    "esc": "app.leave_chat",
+    "F1": "app.help",
+    "^s": "app.save",
+    "^n": "app.new_chat",
+    "^q": "app.quit",
+}
+Item = tuple[str, str, str | None, str]  # key label, what it does, click action, group
 
 
 class KeyBar(Widget):
@@ -28,34 +46,43 @@ class KeyBar(Widget):
             self.chat_focused, self.queued = chat_focused, queued
             self.refresh()
 
-    def render(self) -> Text:
-        width = self.size.width or 80
-        items: list[tuple[str, str, str | None, str]] = []
+    def items(self) -> list[Item]:
         if self.chat_focused:
-            for label, what in CHAT_KEYS:
-                action = {
-                    "esc": "app.leave_chat",
-                    "F1": "app.help",
-                    "^s": "app.save",
-                    "^n": "app.new_chat",
-                    "^q": "app.quit",
-                }.get(label)
-                items.append((label, what, action, "app"))
+            out: list[Item] = [(k, w, CHAT_ACTIONS.get(k), "app") for k, w in CHAT_KEYS]
             if self.queued:
-                items.append(("enter", "on empty box: send queued now (in step mode)", None, "app"))
-        else:
-            for k in KEYS:
-                if k.label:
-                    items.append((k.label, k.short, f"app.{k.action}", k.group))
+                out.append(("enter", "on an empty box: send the queued message now", None, "app"))
+            return out
+        keys = sorted((k for k in KEYS if k.label), key=lambda k: ORDER[k.group])
+        return [(k.label, k.short, f"app.{k.action}", k.group) for k in keys]
+
+    def layout_lines(self, items: list[Item], width: int, short: bool) -> list[Text]:
         lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]
+        pad = "" if short else " "
         for label, what, action, group in items:
-            chip = Text()
+            what = SHORTER.get(what, what) if short else what
             meta = Style.from_meta({"@click": action}) if action else Style()
-            chip.append(f" {label} ", KEY + meta)
-            chip.append(f" {what} ", Style(color=GROUP.get(group, "white")) + meta)
-            if lines[-1].cell_len + chip.cell_len > width and len(lines) < 2:
+            chip = Text()
+            chip.append(f"{pad}{label}{pad}" if short else f" {label} ", KEY + meta)
+            chip.append(
+                f" {what} " if not short else f" {what}  ", Style(color=GROUP[group]) + meta
+            )
+            if lines[-1].cell_len + chip.cell_len > width:
                 lines.append(Text(no_wrap=True, overflow="ellipsis"))
             lines[-1].append_text(chip)
+        return lines
+
+    def render(self) -> Text:
+        width = self.size.width or 80
+        items = self.items()
+        short = False
+        lines = self.layout_lines(items, width, short)
+        if len(lines) > 2:
+            short = True
+            lines = self.layout_lines(items, width, short)
+        while len(lines) > 2 and any(g == "view" and k != "?" for k, _, _, g in items):
+            drop = max(i for i, it in enumerate(items) if it[3] == "view")
+            items = items[:drop] + items[drop + 1 :]
+            lines = self.layout_lines(items, width, short)
         if self.chat_focused and len(lines) == 1:
             lines.append(Text("Typing goes to the chat box. Esc: step/sampler keys.", DIM))
-        return Text("\n").join(lines)
+        return Text("\n").join(lines[:2])

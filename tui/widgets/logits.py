@@ -35,6 +35,11 @@ class LogitsPane(Pane):
         super().show(view)
         if view.candidates:
             self.cursor = min(self.cursor, len(view.candidates) - 1)
+        self.border_subtitle = (
+            f"entropy {view.entropy:.2f} bits · ★ next pick · ▶ cursor"
+            if view.entropy is not None
+            else ""
+        )
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.candidates:
@@ -93,7 +98,6 @@ class LogitsPane(Pane):
         t.append_text(self.settings_line(v))
         t.append("\n")
         if not v.candidates:
-            self.border_subtitle = ""
             for line in (
                 "",
                 "No logits yet. Send a message: its prefill",
@@ -105,8 +109,6 @@ class LogitsPane(Pane):
             return t
         t.append_text(self.chain_line(v))
         t.append("\n")
-        if v.entropy is not None:
-            self.border_subtitle = f"entropy {v.entropy:.2f} bits · ★ next pick · ▶ cursor"
         show_id = width >= 44
         show_logit = width >= 52
         piece_w = 12 if width >= 50 else 9

@@ -77,7 +77,7 @@ class PipelinePane(Pane):
             out[0] = "waiting for your message (type it below and press Enter)"
         tz = v.tokenized
         if tz is not None:
-            out[0] = f"{tz.chars} chars → {tz.text_tokens} tokens" + (
+            out[0] = f"{tz.chars} chars → {_plural(tz.text_tokens, 'token')}" + (
                 "" if v.raw else f" ({tz.prompt_tokens} with the chat template)"
             )
         recs = v.last_records
@@ -189,8 +189,12 @@ class PipelinePane(Pane):
         self.refresh(layout=True)
 
 
+def _plural(n: int, word: str) -> str:
+    return f"1 {word}" if n == 1 else f"{n:,} {word}s"
+
+
 def _n_bytes(n: int) -> str:
-    return "1 byte" if n == 1 else f"{n} bytes"
+    return _plural(n, "byte")
 
 
 def _plain(piece: bytes) -> str:

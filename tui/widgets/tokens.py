@@ -39,7 +39,6 @@ class TokensPane(VerticalScroll):
         self.show_ids = False
 
     def compose(self) -> ComposeResult:
-        yield Static(id="tokens-summary")
         yield Static(id="tokens-chips")
 
     def toggle_ids(self) -> None:
@@ -47,24 +46,21 @@ class TokensPane(VerticalScroll):
         if self.view is not None:
             self.show(self.view)
 
-    def summary(self, v: View) -> Text:
-        t = Text()
+    def titles(self, v: View) -> None:
+        """Token count against character count, in the border: overall, then per origin."""
         n = v.n_past
         chars = chars_of(v.pieces, 0, n)
-        t.append(f"{n:,} tokens · {chars:,} chars", Style(bold=True))
+        title = f"tokens · {n:,} tokens, {chars:,} chars"
         if n:
-            t.append(f" ({chars / n:.2f} chars/token)", DIM)
+            title += f" ({chars / n:.2f} chars/token)"
+        self.border_title = title
         roles: dict[str, list[int]] = {}
         for sp in v.spans:
             acc = roles.setdefault(sp.role, [0, 0])
             acc[0] += sp.end - sp.start
             acc[1] += chars_of(v.pieces, sp.start, sp.end)
-        for role, (nt, nc) in roles.items():
-            t.append(" │ ", DIM)
-            t.append(ROLE_NAMES.get(role, role), ROLE_STYLES.get(role, Style()))
-            t.append(f" {nt:,}/{nc:,}", DIM)
-        t.append("  (tokens/chars)", DIM)
-        return t
+        parts = [f"{ROLE_NAMES.get(r, r)} {nt:,}/{nc:,}" for r, (nt, nc) in roles.items()]
+        self.border_subtitle = " · ".join(parts) + " (tokens/chars)" if parts else ""
 
     def chips(self, v: View) -> Text:
         t = Text()
@@ -95,7 +91,7 @@ class TokensPane(VerticalScroll):
     def show(self, view: View) -> None:
         self.view = view
         follow = self.scroll_y >= self.max_scroll_y - 1
-        self.query_one("#tokens-summary", Static).update(self.summary(view))
+        self.titles(view)
         if not view.tokens:
             self.query_one("#tokens-chips", Static).update(
                 Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)

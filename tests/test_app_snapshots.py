@@ -1,0 +1,77 @@
+"""Snapshot tests (pytest-textual-snapshot) of the real app on the bundled model.
+
+Greedy sampling makes the tokens deterministic; measured times are hidden (``show_timings``
+off) so the pictures do not depend on the machine's speed; autosave is off so no temporary
+path appears. Update with ``pytest tests/test_app_snapshots.py --snapshot-update`` and look at
+the SVGs before committing them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual.widgets import Input
+
+from tui.app import TokenstepApp
+from tui.engine import SamplerSettings
+
+
+def make_app(make_engine, **kw) -> TokenstepApp:
+    return TokenstepApp(
+        make_engine(SamplerSettings(temp=0.0)),
+        autosave_dir=None,
+        show_timings=False,
+        close_engine=False,
+        **kw,
+    )
+
+
+async def wait_for(pilot, pred: Callable[[], bool], timeout: float = 180) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        await pilot.pause(0.02)
+        if pred():
+            await pilot.pause(0.2)
+            return
+    raise AssertionError("timed out")
+
+
+def steady_cursor(app: TokenstepApp) -> None:
+    app.query_one("#chat", Input).cursor_blink = False
+
+
+def test_main_screen_after_a_chat_turn(snap_compare, make_engine):
+    app = make_app(make_engine, autoplay=True)
+
+    async def run_before(pilot) -> None:
+        steady_cursor(app)
+        await pilot.press(*"Hi", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_help_screen(snap_compare, make_engine):
+    app = make_app(make_engine)
+
+    async def run_before(pilot) -> None:
+        steady_cursor(app)
+
+    assert snap_compare(app, press=["f1"], terminal_size=(120, 40), run_before=run_before)
+
+
+def test_compact_step_mode_at_80x24(snap_compare, make_engine):
+    app = make_app(make_engine, autoplay=False)
+
+    async def run_before(pilot) -> None:
+        steady_cursor(app)
+        await pilot.press(*"Hi", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+        await pilot.press("right", "right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == 2)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_too_small_says_so(snap_compare, make_engine):
+    assert snap_compare(make_app(make_engine), terminal_size=(60, 20))
