@@ -141,11 +141,11 @@ class AttentionCapture(GraphTap):
         self._kidx_graph = -1
         self._soft = {}
 
+    hook_prefix = b"cache_k_l"
+
     def wants(self, name: bytes, ptr: int) -> bool:
-        if name in self.wanted:
-            return True
-        # The layer-0 K store: SET_ROWS(cache_k_l0 view, Kcur, k_idxs). Once per graph.
-        if name.startswith(b"cache_k_l") and self._kidx_graph < self._graph:
+        # The first K store of a graph: SET_ROWS(cache_k_l0 view, Kcur, k_idxs).
+        if self._kidx_graph < self._graph:
             src = src_ptr(ptr, 1)
             if src and op_name(ptr) == "SET_ROWS":
                 return bool(self._get_name(src) == K_IDXS_INPUT)

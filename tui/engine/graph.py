@@ -374,9 +374,13 @@ class GraphTap:
             extras["graph_errors"] = list(self.errors)
 
     # -- hooks for subclasses --------------------------------------------------------------------
+    # Names starting with this prefix are passed to :meth:`wants` (besides ``wanted``).
+    hook_prefix: bytes | None = None
+
     def wants(self, name: bytes, ptr: int) -> bool:
-        """Ask phase: should the node be computed and handed to :meth:`on_data`?"""
-        return name in self.wanted
+        """Should a node whose name starts with :attr:`hook_prefix` be handed to
+        :meth:`on_data`? Called in the ask phase and again when its data is ready."""
+        return False
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
         """The node's data is ready (copy it now: the buffer is reused)."""
@@ -390,21 +394,40 @@ class GraphTap:
 
     # -- the callback itself ---------------------------------------------------------------------
     def _callback(self, t: int, ask: bool, _user_data: int | None) -> bool:
+        # Runs ~1000 times per decode: keep the common path (a name that is not wanted) short.
         try:
+            name = self._get_name(t)
             if ask:
-                return self._ask(t)
+                if self._first is None or name == self._first:
+                    self._new_graph(name, t)
+                if self._slow:
+                    return self._ask_slow(name, t)
+                if name in self.wanted or (
+                    self.hook_prefix is not None
+                    and name.startswith(self.hook_prefix)
+                    and self.wants(name, t)
+                ):
+                    return self._admit(t)
+                return False
             if self.profile_on:
                 self._times.append((time.perf_counter() - self._t_ask) * 1000.0)
-            name = self._get_name(t)
-            if name in self.wanted or self.wants(name, t):
+            if name in self.wanted or (
+                self.hook_prefix is not None
+                and name.startswith(self.hook_prefix)
+                and self.wants(name, t)
+            ):
                 self.on_data(name, t, self._graph)
             return True
         except Exception as exc:  # never let an exception cross into C
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return not ask
 
-    def _ask(self, t: int) -> bool:
-        name = self._get_name(t)
+    @property
+    def _slow(self) -> bool:
+        return self.census_on or self.profile_on
+
+    def _new_graph(self, name: bytes, t: int) -> None:
+        """The first node of a graph: a new ubatch starts (or the decode's first one)."""
         if self._first is None:
             self._first = name
             self._graph = 0
@@ -412,21 +435,31 @@ class GraphTap:
                 self._layout_ok = check_layout(t)
                 if not self._layout_ok:
                     self.errors.append("ggml_tensor layout differs from tokenstep's header")
-        elif name == self._first:
-            if self._graph == 0:
-                self._n_graph0 = len(self._nodes)
-            self._graph += 1
-        if self.census_on or self.profile_on:
-            self._nodes.append(NodeSeen(name.decode(errors="replace"), op_name(t)))
+            return
+        if self._graph == 0:
+            self._n_graph0 = len(self._nodes)
+        self._graph += 1
+
+    def _ask_slow(self, name: bytes, t: int) -> bool:
+        """Census and profile: note every node (and in profile mode, run each on its own)."""
+        self._nodes.append(NodeSeen(name.decode(errors="replace"), op_name(t)))
         if self.profile_on:
-            want = True
-        else:
-            want = self.wants(name, t)
-        if want and not self.profile_on and self._layout_ok:
-            size = int(self._nbytes(t))
-            if self._bytes + size > self.max_bytes:
-                self._skipped = True
-                return False
-            self._bytes += size
-        self._t_ask = time.perf_counter()
-        return bool(want) and bool(self._layout_ok)
+            self._t_ask = time.perf_counter()
+            return bool(self._layout_ok)
+        want = name in self.wanted or (
+            self.hook_prefix is not None
+            and name.startswith(self.hook_prefix)
+            and self.wants(name, t)
+        )
+        return self._admit(t) if want else False
+
+    def _admit(self, t: int) -> bool:
+        """A wanted node: copy it unless the layout check failed or the memory cap is hit."""
+        if not self._layout_ok:
+            return False
+        size = int(self._nbytes(t))
+        if self._bytes + size > self.max_bytes:
+            self._skipped = True
+            return False
+        self._bytes += size
+        return True
