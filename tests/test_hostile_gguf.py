@@ -307,3 +307,19 @@ def test_header_reader_stays_in_cli(tmp_path: Path) -> None:
         [sys.executable, "-m", "tui", "info", "-m", str(path)], capture_output=True, cwd=ROOT
     )
     one_sentence(res, "unknown ggml type")
+
+
+def test_model_info_strings_are_escaped_for_the_panes(write_gguf: WriteGGUF) -> None:
+    """What the TUI shows comes from ModelInfo: its name holds no control characters, and
+    the markup is kept as literal text (the panes render it with rich Text, not markup)."""
+    from tui.engine import Model
+    from tui.engine.errors import one_line
+
+    path = write_gguf("nasty_name_model.gguf", {"general.name": NASTY_NAME})
+    m = Model(path)
+    try:
+        assert m.info.name == one_line(NASTY_NAME)
+        assert m.info.name.startswith("[bold]x[/]\\x1b[2J")
+        assert all(c.isprintable() for c in m.info.name + m.info.arch + m.info.desc)
+    finally:
+        m.close()

@@ -125,3 +125,15 @@ def test_piece_out_of_range(vocab: Vocab) -> None:
         vocab.piece(vocab.n_vocab)
     with pytest.raises(TokenstepError, match="outside the vocabulary"):
         vocab.piece(-1)
+
+
+def test_escape_controls_keeps_newlines_and_hides_escapes(vocab: Vocab) -> None:
+    from tui.engine.tokens import escape_controls
+
+    # The vocabulary has a token for the ESC byte: a model can generate it.
+    esc_ids = vocab.tokenize("\x1b[2J", add_special=False)
+    shown, pending = join_pieces([vocab.piece(t) for t in esc_ids])
+    assert shown == "\x1b[2J" and pending == b""
+    assert escape_controls(shown) == "<0x1B>[2J"
+    assert escape_controls("a\nb\tc\r\x07\x7f\u009b日") == "a\nb\tc<0x0D><0x07><0x7F><0xC2><0x9B>日"
+    assert all(escape_controls(t) == t for t in TEXTS.values())

@@ -16,7 +16,7 @@ from pathlib import Path
 import llama_cpp
 
 from . import gguf_header, llama_log
-from .errors import ModelError
+from .errors import ModelError, one_line
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -129,10 +129,13 @@ class Model:
         eog = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(v, t)]
         tmpl = llama_cpp.llama_model_chat_template(m, None)
         return ModelInfo(
+            # Strings from the model file go on screen: control characters are escaped here,
+            # once, so no pane can send them to the terminal. (The path stays exact: saved
+            # sessions reopen it.)
             path=str(self.path),
-            arch=arch,
-            name=_meta_str(m, "general.name") or self.path.stem,
-            desc=desc,
+            arch=one_line(arch),
+            name=one_line(_meta_str(m, "general.name") or self.path.stem),
+            desc=one_line(desc),
             quant=desc.split(" ")[-1] if desc else "?",
             size_bytes=int(llama_cpp.llama_model_size(m)),
             n_params=int(llama_cpp.llama_model_n_params(m)),

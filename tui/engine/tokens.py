@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import re
 from dataclasses import dataclass
 
 import llama_cpp
@@ -28,6 +29,17 @@ codecs.register_error("tokenstep-hex", _hex_escape)
 def display_bytes(data: bytes) -> str:
     """Text for a piece: valid UTF-8 decoded, every other byte shown as ``<0xNN>``."""
     return data.decode("utf-8", errors="tokenstep-hex")
+
+
+# C0 controls but newline and tab, DEL, and the C1 controls (U+009B is an 8-bit CSI).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]+")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` safe to draw in a terminal: control characters other than newline and tab
+    become their UTF-8 bytes as ``<0xNN>`` (a model can emit ESC; it must not reach the
+    terminal as an escape sequence)."""
+    return _CONTROLS.sub(lambda m: "".join(f"<0x{b:02X}>" for b in m.group().encode()), text)
 
 
 def join_pieces(pieces: list[bytes]) -> tuple[str, bytes]:
