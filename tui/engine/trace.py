@@ -66,6 +66,22 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
         d["eog"] = rec.eog
         if rec.settings is not None:
             d["settings"] = rec.settings.to_dict()
+    if rec.shift is not None:  # a context shift made room just before this call
+        d["shift"] = {
+            "n_keep": rec.shift.n_keep,
+            "n_discard": rec.shift.n_discard,
+            "forgotten": [_piece(engine, f.token) | {"pos": f.pos} for f in rec.shift.forgotten],
+        }
+    if rec.rows:  # several sequences in this call (after a fork)
+        d["seqs"] = {
+            str(s): {
+                "token": _piece(engine, r.token),
+                "pos": r.pos,
+                "top": [{"id": c.id, "logit": round(c.logit, 5)} for c in r.top[:5]],
+                "sampled": _piece(engine, r.sampled) if r.sampled is not None else None,
+            }
+            for s, r in rec.rows.items()
+        }
     for key, value in rec.extras.items():
         d[key] = jsonable(value)
     return d
