@@ -160,6 +160,8 @@ FLAG_CASES = [
     (("-ctk", "q3_bogus"), "unknown cache type 'q3_bogus'"),
     (("-ctv", "q8_0", "-fa", "off"), "needs flash attention"),
     (("-s", "-1"), "--seed must be between"),
+    (("-t", "100000"), "-t/--threads must be at most 512"),  # used to segfault in ggml
+    (("--keep", "-5"), "--keep must be -1"),
     (("-c", "abc"), "invalid int value: 'abc'"),
     (("--no-such-flag",), "unrecognized arguments"),
 ]

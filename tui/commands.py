@@ -18,6 +18,8 @@ from .engine import (
 from .engine import chat as chat_mod
 from .engine.model import probe
 
+GGML_MAX_N_THREADS = 512  # ggml.h
+
 
 def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
     s = SamplerSettings(
@@ -45,6 +47,10 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         n_keep=getattr(args, "keep", 0),
     )
     c.validate()
+    if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault
+        raise TokenstepError(
+            f"-t/--threads must be at most {GGML_MAX_N_THREADS}, not {c.n_threads}."
+        )
     return c
 
 
