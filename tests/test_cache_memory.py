@@ -96,3 +96,51 @@ def test_sliding_window_log_gives_two_caches():
     ]
     reps = parse_kv_log(lines)
     assert [(r.kind, r.cells, r.layers) for r in reps] == [("non-SWA", 4096, 4), ("SWA", 1536, 20)]
+
+
+@pytest.fixture(scope="module")
+def swa_path(tmp_path_factory):
+    from .swa_model import write_swa_model
+
+    return write_swa_model(tmp_path_factory.mktemp("swa") / "tiny-swa.gguf")
+
+
+@pytest.mark.parametrize("swa_full", [False, True])
+def test_sliding_window_model_shows_each_cache_as_llama_cpp_allocates_it(swa_path, swa_full):
+    import json
+
+    from tui.engine import Engine, EngineConfig, Model, gguf_header, info
+
+    from .swa_model import N_LAYER, N_SWA
+
+    eng = Engine(Model(swa_path), EngineConfig(n_ctx=1024, n_threads=2, swa_full=swa_full))
+    try:
+        rep = mem.memory_report(eng)
+        assert [c.kind for c in rep.caches] == ["non-SWA", "SWA"]
+        assert all(c.agrees for c in rep.caches), rep.caches
+        assert [c.layers for c in rep.caches] == [N_LAYER // 2, N_LAYER // 2]
+        small = -(-(N_SWA * eng.config.n_seq_max + eng.config.n_ubatch) // 256) * 256
+        assert [c.cells for c in rep.caches] == [1024, 1024 if swa_full else small]
+        assert rep.allocated_bytes == sum(c.bytes for c in rep.caches)
+        assert any("sliding-window" in n for n in rep.notes)
+        eng.prefill(eng.vocab.tokenize("hello " * 40))
+        for _ in range(N_SWA + 10):  # past the window: the mirror still agrees with llama.cpp
+            rec = eng.step(force=100)
+            assert rec is not None and not rec.kv_problems
+    finally:
+        eng.close()
+    # `tokenstep info` predicts the same caches from the header alone (tools' defaults)
+    hdr = gguf_header.validate(swa_path)
+    plan = info.cache_plan(hdr, info.facts(hdr), 1024, n_seq=2)
+    assert [(p.kind, p.cells, len(p.layers)) for p in plan] == [
+        ("non-SWA", 1024, 2),
+        ("SWA", small, 2),
+    ]
+    if not swa_full:
+        assert [p.bytes["f16"] for p in plan] == [c.bytes for c in rep.caches]
+    res = run_cli("info", "-m", str(swa_path), "-c", "1024", "--json")
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)["kv_caches"]
+    assert [(c["kind"], c["layers"]) for c in got] == [("non-SWA", 2), ("SWA", 2)]
+    res = run_cli("info", "-m", str(swa_path), "-c", "1024")
+    assert b"two caches" in res.stdout

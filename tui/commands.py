@@ -167,17 +167,31 @@ def info_main(args: argparse.Namespace) -> int:
             "bytes": {t: b * n_ctx for t, b in kv.items()},
         },
     }
+    # the caches llama.cpp's tools would allocate (two for a model with sliding-window layers)
+    data["kv_caches"] = [
+        {"kind": c.kind, "cells": c.cells, "layers": len(c.layers), "bytes": c.bytes}
+        for c in info.cache_plan(hdr, f, n_ctx)
+    ]
     if args.json:
         print(json.dumps(data))
         return 0
     w = max(len(k) for k in data)
     for k, v in data.items():
-        if k == "kv_cache":
+        if k in ("kv_cache", "kv_caches"):
             continue
         print(f"{k:<{w}}  {_safe(v)}")
     print(f"\nKV cache for {n_ctx:,} tokens (K and V the same type):")
     for t in info.CALC_TYPES:
         print(f"  {t:<5} {kv[t]:>9,} B/token  {kv[t] * n_ctx / 2**20:>10.2f} MiB")
+    if len(data["kv_caches"]) > 1:
+        swa = info.swa_layers(hdr, f) or []
+        print(
+            f"\nSliding window of {f.sliding_window:,} tokens on {sum(swa)} of {f.n_layer} "
+            "layers: llama.cpp allocates two caches (-ub 512, one sequence):"
+        )
+        for c in data["kv_caches"]:
+            sizes = "  ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in c["bytes"].items())
+            print(f"  {c['kind']:<8} {c['cells']:>7,} cells x {c['layers']:>3} layers  {sizes}")
     return 0
 
 

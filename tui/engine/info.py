@@ -75,3 +75,72 @@ def facts(hdr: GGUFHeader) -> HeaderFacts:
         sliding_window=_int(hdr.arch_get("attention.sliding_window")),
         chat_template=tmpl if isinstance(tmpl, str) else None,
     )
+
+
+# llama.cpp's sliding-window layer pattern per architecture when the file does not state one
+# (load_swa_pattern(ml, N) in llama.cpp's src/models/<arch>.cpp): in every group of N layers
+# the last one is global, the others use the window.
+SWA_PATTERN_DEFAULT = {
+    "gemma2": 2,
+    "gemma3": 6,
+    "gemma3n": 5,
+    "gemma-embedding": 6,
+    "cohere2": 4,
+    "exaone4": 4,
+    "olmo2": 4,
+    "gpt-oss": 2,
+}
+_PAD = 256  # llama.cpp pads the SWA cache to a multiple of 256 cells
+
+
+@dataclass
+class CachePlan:
+    """One KV cache as llama.cpp would allocate it for a header's model (tools' defaults)."""
+
+    kind: str  # "kv", "non-SWA" or "SWA"
+    cells: int
+    layers: list[int]
+    bytes: dict[str, int]  # cache type (K and V alike) -> bytes
+
+
+def swa_layers(hdr: GGUFHeader, f: HeaderFacts) -> list[bool] | None:
+    """Which layers use the sliding window; None when the model has none, or when neither
+    the file nor llama.cpp's per-architecture default says which."""
+    if f.sliding_window <= 0:
+        return None
+    raw = hdr.arch_get("attention.sliding_window_pattern")
+    if isinstance(raw, list) and len(raw) == f.n_layer:
+        return [bool(x) for x in raw]
+    n = _int(raw) if raw is not None else SWA_PATTERN_DEFAULT.get(f.arch, -1)
+    if n < 0:
+        return None
+    return [n == 0 or (il % n < n - 1) for il in range(f.n_layer)]
+
+
+def cache_plan(
+    hdr: GGUFHeader, f: HeaderFacts, n_ctx: int, n_ubatch: int = 512, n_seq: int = 1
+) -> list[CachePlan]:
+    """The caches llama.cpp's tools allocate for ``n_ctx`` (swa_full off): one for a plain
+    model; a full-size one for the global layers and a window-sized one (n_swa x n_seq +
+    n_ubatch, padded to 256, at most n_ctx) for the sliding-window layers."""
+    swa = swa_layers(hdr, f)
+
+    def plan(kind: str, cells: int, layers: list[int]) -> CachePlan:
+        per = {
+            t: sum(
+                ggml.row_size(ggml.GGML_TYPES[t], f.n_head_kv[i] * f.head_dim_k)
+                + ggml.row_size(ggml.GGML_TYPES[t], f.n_head_kv[i] * f.head_dim_v)
+                for i in layers
+            )
+            for t in CALC_TYPES
+        }
+        return CachePlan(kind, cells, layers, {t: b * cells for t, b in per.items()})
+
+    n_ctx_cells = -(-n_ctx // _PAD) * _PAD
+    if not swa or all(swa):
+        return [plan("kv", n_ctx_cells, list(range(f.n_layer)))]
+    n_swa_cells = min(n_ctx_cells, -(-(f.sliding_window * n_seq + n_ubatch) // _PAD) * _PAD)
+    return [
+        plan("non-SWA", n_ctx_cells, [i for i, s in enumerate(swa) if not s]),
+        plan("SWA", n_swa_cells, [i for i, s in enumerate(swa) if s]),
+    ]

@@ -56,6 +56,9 @@ class EngineConfig:
     n_seq_max: int = 2  # sequences the context can hold: 2 lets the user fork once
     context_full: str = "stop"  # what feed() does when the context is full: stop or shift
     n_keep: int = 0  # like llama.cpp's --keep: tokens a shift never drops (-1: the prompt)
+    # Sliding-window layers: a full-size cache (llama_context's default) keeps every token,
+    # so rewind, prefix reuse and shifts work; llama.cpp's tools default to a smaller one.
+    swa_full: bool = True
 
     def validate(self) -> None:
         if self.n_ctx < 8:
@@ -232,6 +235,7 @@ class Engine:
         p.flash_attn_type = FLASH_ATTN[self.config.flash_attn]
         p.type_k, p.type_v = self.type_k, self.type_v
         p.kv_unified = True
+        p.swa_full = self.config.swa_full
         p.no_perf = True
         for obs in self.observers:
             obs.configure(p)
