@@ -323,3 +323,28 @@ def test_model_info_strings_are_escaped_for_the_panes(write_gguf: WriteGGUF) -> 
         assert all(c.isprintable() for c in m.info.name + m.info.arch + m.info.desc)
     finally:
         m.close()
+
+
+@pytest.mark.parametrize(
+    ("template", "needle"),
+    [
+        ("{% for m in messages %}", "is broken"),  # syntax error
+        ("{{ raise_exception('only user and assistant roles') }}", "raised an error"),
+        ("{{ 1 / 0 }}", "division by zero"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursed too deeply"),
+    ],
+)
+def test_broken_template_one_sentence(template: str, needle: str) -> None:
+    with pytest.raises(TemplateError) as exc:
+        render_template(template, [Message("user", "hi")])
+    msg = str(exc.value)
+    assert needle in msg and "\n" not in msg and msg.endswith(".")
+
+
+def test_template_that_drops_the_message(model) -> None:
+    from tui.engine.chat import chat_tokens
+    from tui.engine.tokens import Vocab
+
+    vocab = Vocab(model.vocab, model.info.n_vocab)
+    with pytest.raises(TemplateError, match="dropped a message"):
+        chat_tokens(vocab, "<|im_start|>assistant\n", [Message("user", "hi")])
