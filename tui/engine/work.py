@@ -35,6 +35,22 @@ class TimeBin:
     n: int
 
 
+@dataclass(frozen=True)
+class WorkSnapshot:
+    """A copy of the counter that another thread (the UI) may read while the engine runs."""
+
+    with_cache: int
+    without_cache: int
+    ratio: float
+    context: np.ndarray  # context length at each logits row
+    with_series: np.ndarray  # cumulative token-forward passes with the cache
+    without_series: np.ndarray  # ... and without one
+    decode_ctx: np.ndarray  # context length of each one-token decode step
+    decode_ms: np.ndarray  # its measured time
+    time_bins: tuple[TimeBin, ...]
+    ms_per_1k: float | None
+
+
 class WorkCounter:
     """Running totals of forward passes with the cache and without one."""
 
@@ -120,3 +136,19 @@ class WorkCounter:
             return None
         slope = np.polyfit(ctx.astype(np.float64), ms, 1)[0]
         return float(slope * 1000.0)
+
+    def snapshot(self, n_bins: int = 8) -> WorkSnapshot:
+        ctx, w, wo = self.series()
+        dctx, ms = self.decode_times()
+        return WorkSnapshot(
+            self.with_cache,
+            self.without_cache,
+            self.ratio,
+            ctx,
+            w,
+            wo,
+            dctx,
+            ms,
+            tuple(self.decode_time_bins(n_bins)),
+            self.ms_per_1k_context(),
+        )
