@@ -225,3 +225,82 @@ def test_layer_arguments():
         parse_layers("three", 30)
     with pytest.raises(TokenstepError):
         AttentionCapture(30, [30])
+
+
+def _pair_norms(k: np.ndarray) -> np.ndarray:
+    """Length of each rotated pair (2i, 2i+1) of every head: RoPE turns the pairs of a key
+    by its position, so these lengths survive a position change (llama.cpp's K shift)."""
+    k = k.astype(np.float64).reshape(k.shape[0], -1, 2)
+    return np.hypot(k[..., 0], k[..., 1])
+
+
+def test_columns_follow_tokens_through_holes_and_a_context_shift(model, attn_engine):
+    """After a removed range and a context shift, each key column must still be the token we
+    say it is: the cached K in that column's cell has the same pair lengths as the K that token
+    wrote when it was decoded (the shift re-rotates keys but cannot change those lengths)."""
+    layer = LAYER
+    names = (f"Kcur-{layer}", f"cache_k_l{layer} (view)")  # the cache as kq reads it
+    cap = AttentionCapture(model.info.n_layer, [layer], capture=names, census=True)
+    eng = attn_engine(cap)
+    written: dict[int, np.ndarray] = {}
+
+    def note(rec):
+        assert "attention_problems" not in rec.extras, rec.extras["attention_problems"]
+        k = np.concatenate([a[0] for a in cap.captured[names[0]]])
+        for kv_id, kk in zip(rec.extras["attention_rows"]["kv_id"], k, strict=True):
+            written[kv_id] = kk.astype(np.float16)  # the cache stores f16
+        return rec
+
+    for rec in eng.prefill(eng.vocab.tokenize(SENTENCE)):
+        note(rec)
+    mem = llama_cpp.llama_get_memory(eng.ctx)
+    assert llama_cpp.llama_memory_seq_rm(mem, 0, 2, 4)
+    eng.kv.seq_rm(0, 2, 4)
+    note(eng.step())
+    assert eng.context_shift() is not None
+    rec = note(eng.step())
+    assert rec.extras["graph"].get("pre_graph_nodes", 0) > 0  # the K shift graph ran first
+    rec = note(eng.step())
+
+    keys = rec.extras["attention_keys"]
+    assert keys["pos"] == eng.kv.positions(0) == list(range(len(keys["pos"])))
+    assert keys["cell"] != sorted(keys["cell"])  # cells are not in position order any more
+    w = rec.extras["attention"][layer]
+    np.testing.assert_allclose(w.sum(axis=2), 1.0, atol=1e-3)
+    cache = cap.captured[names[1]][-1][0]  # (n_kv, n_head_kv, head_dim)
+    for cell, kv_id in zip(keys["cell"], keys["kv_id"], strict=True):
+        np.testing.assert_allclose(
+            _pair_norms(cache[cell]), _pair_norms(written[kv_id]), rtol=2e-2, atol=2e-2
+        )
+    # The same check with cells taken in plain order fails: the mapping is doing work.
+    plain = sorted(keys["cell"])
+    assert any(
+        not np.allclose(_pair_norms(cache[c]), _pair_norms(written[k]), rtol=2e-2, atol=2e-2)
+        for c, k in zip(plain, keys["kv_id"], strict=True)
+    )
+    ca = context_attention(eng, layer)  # rows survive the shift, matched by kv_id
+    assert ca is not None and ca.positions == keys["pos"]
+    np.testing.assert_array_equal(ca.weights[:, -1, :], w[:, 0, :])
+
+
+def test_forks_stepped_together_see_only_their_own_tokens(model, attn_engine):
+    cap = AttentionCapture(model.info.n_layer, [0])
+    eng = attn_engine(cap, n_seq_max=2)
+    n_prompt = len(eng.prefill(eng.vocab.tokenize(SENTENCE))[-1].call.tokens)
+    eng.step()
+    seq = eng.fork(0)
+    rec = eng.step_seqs()
+    rec = eng.step_seqs()  # one llama_decode, one token for each sequence
+    assert rec is not None and rec.call.n_tokens == 2
+    assert "attention_problems" not in rec.extras
+    keys, rows = rec.extras["attention_keys"], rec.extras["attention_rows"]
+    assert rows["seq"] == [[0], [seq]]
+    w = rec.extras["attention"][0]
+    for i, (s,) in enumerate(rows["seq"]):
+        mine = np.array([s in ks for ks in keys["seqs"]])
+        assert np.all(w[:, i, ~mine] == 0.0)  # the other branch's tokens are masked
+        np.testing.assert_allclose(w[:, i, mine].sum(axis=1), 1.0, atol=1e-3)
+        assert mine.sum() == n_prompt + 3  # shared prompt + first step + own two tokens
+    for s in (0, seq):
+        ca = context_attention(eng, 0, s)
+        assert ca is not None and ca.tokens == eng.kv.tokens(s) and ca.captured[-1]

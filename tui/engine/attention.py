@@ -3,17 +3,20 @@
 For each chosen layer the graph has a node ``kq_soft_max-<layer>``: softmax(Q·Kᵀ·scale + mask),
 shape ne = [n_kv, n_tokens, n_head] (numpy: (n_head, n_tokens, n_kv)). Its columns are KV
 *cells*, not positions: cell i holds position i only while the cache has never had holes.
-After a rewind, a removed range or a reused slot, llama.cpp may put a new token in any free
-cell. So we also copy ``attn_inp_k_idxs``, the cell index llama.cpp writes each token's K to
-(the index input of the layer-0 ``SET_ROWS`` into ``cache_k_l0``), keep a map
-(seq, pos) -> cell, and reorder the columns by position. The result for one decode is
-``(n_head, n_tokens_in_batch, n_keys)`` with key j = the j-th position of the sequence, oldest
-first. A check makes the mapping honest: all weight must fall on mapped columns (masked cells
-are exactly 0 after softmax), otherwise the decode gets an ``attention_problems`` note.
+After a rewind, a removed range, a context shift or a fork, llama.cpp puts new tokens in
+whatever cells are free. So we also copy ``attn_inp_k_idxs``, the cell index llama.cpp writes
+each token's K to (the index input of the first ``SET_ROWS`` into ``cache_k_l0``), and tie it
+to the engine's own record of that token, the :class:`~tui.engine.kvcache.KVCell` object the
+mirror appended for it. The mirror edits those objects in place when positions move (shift)
+or sequences are added (fork), so the tie survives both; each write also gets a ``kv_id`` that
+never repeats, so weights from different steps can be matched token for token.
 
-Assumptions, checked rather than trusted: each decode's tokens belong to one sequence; the
-positions of a sequence only change through decodes this capture saw, or through
-:meth:`AttentionCapture.note_seq_add` / :meth:`note_seq_cp` (context shift, fork).
+One decode gives ``(n_head, n_tokens_in_batch, n_keys)``, key j = the j-th token of the
+sequence by position, oldest first. A check keeps the mapping honest: every bit of weight must
+fall on mapped cells (masked cells are exactly 0 after softmax), else the decode gets an
+``attention_problems`` note instead of silently wrong columns. When one decode carries
+several sequences (forks stepped together), the key axis is the union of what they see and
+each row is exactly 0 on the other sequences' tokens.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
 class AttentionCapture(GraphTap):
     """Capture ``kq_soft_max`` of chosen layers after each decode (a DecodeObserver).
 
-    ``extras["attention"]`` becomes ``{layer: array (n_head, n_tokens, n_keys)}`` and
-    ``extras["attention_keys"]`` ``{"pos": [...], "cell": [...]}`` says which position and
-    which KV cell each key column is. ``layers`` may change between decodes
+    ``extras["attention"]`` becomes ``{layer: array (n_head, n_tokens, n_keys)}``;
+    ``extras["attention_keys"]`` ``{"pos", "cell", "kv_id"}`` says, per key column, its
+    position, its llama.cpp KV cell and the id of that cell write (plus ``"seqs"`` when the
+    decode carried several sequences); ``extras["attention_rows"]["kv_id"]`` names the query
+    rows the same way. ``layers`` may change between decodes
     (:meth:`set_layers`); an empty list captures no weights (the callback stays installed
     because llama.cpp fixes ``cb_eval`` when the context is created, and the cell map keeps
     following the cache)."""
@@ -91,8 +96,10 @@ class AttentionCapture(GraphTap):
         self._extra_names = set(self.wanted)
         self.layers: list[int] = []
         self.set_layers(layers)
-        self._cells: dict[tuple[int, int], int] = {}  # (seq, pos) -> cell
-        self._cell_keys: dict[int, set[tuple[int, int]]] = {}
+        # id(KVCell) -> (the mirror's cell object, llama.cpp cell index, kv_id)
+        self._slots: dict[int, tuple[Any, int, int]] = {}
+        self._by_cell: dict[int, int] = {}  # llama.cpp cell -> id(KVCell) living there
+        self._next_kv_id = 0
         self._kidx: list[np.ndarray] = []
         self._kidx_graph = -1
         self._soft: dict[int, list[np.ndarray]] = {}
@@ -108,31 +115,39 @@ class AttentionCapture(GraphTap):
         self._soft_names = {SOFTMAX_NODE.format(x).encode(): x for x in chosen}
         self.wanted = set(self._extra_names) | set(self._soft_names)
 
-    # -- context shift / fork, for code that moves cells without a decode ------------------------
-    def note_seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
-        """Mirror ``llama_memory_seq_add``: positions p0 <= pos < p1 (p1 < 0: to the end) move."""
-        hi = p1 if p1 >= 0 else 1 << 62
-        moved = {k: c for k, c in self._cells.items() if k[0] == seq and p0 <= k[1] < hi}
-        for k in moved:
-            del self._cells[k]
-        for (s, p), c in moved.items():
-            self._write(c, [s], p + delta)
+    # -- which llama.cpp cell holds which token ------------------------------------------------
+    def _remember(self, engine: Engine, call: DecodeCall, cells: list[int]) -> str | None:
+        """Tie the mirror cells this decode appended to the llama.cpp cells it wrote."""
+        n = call.n_tokens
+        new = engine.kv.cells[-n:] if n else []
+        if len(new) != n or any(
+            c.token != t.id or c.pos != t.pos for c, t in zip(new, call.tokens, strict=True)
+        ):
+            return "the engine's KV mirror does not end with this batch; cell map lost"
+        for obj, cell in zip(new, cells, strict=True):
+            old = self._by_cell.get(cell)
+            if old is not None:  # llama.cpp reused the cell: whatever we knew there is gone
+                self._slots.pop(old, None)
+            self._slots[id(obj)] = (obj, cell, self._next_kv_id)
+            self._by_cell[cell] = id(obj)
+            self._next_kv_id += 1
+        if len(self._slots) > len(engine.kv.cells):  # drop cells the mirror has freed
+            live = {id(c) for c in engine.kv.cells}
+            for key in [k for k in self._slots if k not in live]:
+                _, cell, _ = self._slots.pop(key)
+                if self._by_cell.get(cell) == key:
+                    del self._by_cell[cell]
+        return None
 
-    def note_seq_cp(self, src: int, dst: int) -> None:
-        """Mirror ``llama_memory_seq_cp``: dst now sees src's cells."""
-        for (s, p), c in list(self._cells.items()):
-            if s == src:
-                self._cells[(dst, p)] = c
-                self._cell_keys.setdefault(c, set()).add((dst, p))
-
-    def _write(self, cell: int, seqs: Iterable[int], pos: int) -> None:
-        for key in self._cell_keys.pop(cell, set()):
-            if self._cells.get(key) == cell:
-                del self._cells[key]
-        keys = {(s, pos) for s in seqs}
-        for k in keys:
-            self._cells[k] = cell
-        self._cell_keys[cell] = keys
+    def live_keys(self, engine: Engine, seq: int = 0) -> list[tuple[int, int, int, int]]:
+        """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
+        position. Raises KeyError for a token this capture never saw decoded."""
+        objs = sorted((c for c in engine.kv.cells if seq in c.seqs), key=lambda c: c.pos)
+        out = []
+        for c in objs:
+            _, cell, kv_id = self._slots[id(c)]
+            out.append((c.pos, cell, kv_id, c.token))
+        return out
 
     # -- GraphTap hooks --------------------------------------------------------------------------
     def before_decode(self, engine: Engine, call: DecodeCall) -> None:
@@ -172,34 +187,47 @@ class AttentionCapture(GraphTap):
             problems.append(
                 f"saw {len(cells)} KV cell indices for {call.n_tokens} tokens; cell map lost"
             )
-            self._cells.clear()
-            self._cell_keys.clear()
         else:
-            for t, c in zip(call.tokens, cells.tolist(), strict=True):
-                self._write(int(c), t.seq_ids, t.pos)
-        seqs = {t.seq_ids for t in call.tokens}
+            lost = self._remember(engine, call, [int(c) for c in cells])
+            if lost:
+                problems.append(lost)
+        if problems:
+            self._slots.clear()
+            self._by_cell.clear()
         if self._skipped:
             problems.append("attention not captured: it would exceed the capture memory limit")
         elif self.layers and not problems:
-            if len(seqs) != 1 or len(next(iter(seqs))) != 1:
-                problems.append("attention is only captured for decodes of a single sequence")
-            else:
-                seq = next(iter(seqs))[0]
-                got = self._assemble(engine, seq, call, problems)
-                if got is not None:
-                    extras["attention"], extras["attention_keys"] = got
+            seqs = sorted({s for t in call.tokens for s in t.seq_ids})
+            got = self._assemble(engine, seqs, call, problems)
+            if got is not None:
+                extras["attention"], extras["attention_keys"] = got
+                n = call.n_tokens
+                extras["attention_rows"] = {
+                    "kv_id": list(range(self._next_kv_id - n, self._next_kv_id))
+                }
+                if len(seqs) > 1:
+                    extras["attention_rows"]["seq"] = [list(t.seq_ids) for t in call.tokens]
         if problems:
             extras["attention_problems"] = problems
 
     def _assemble(
-        self, engine: Engine, seq: int, call: DecodeCall, problems: list[str]
-    ) -> tuple[dict[int, np.ndarray], dict[str, list[int]]] | None:
-        positions = engine.kv.positions(seq)
-        missing = [p for p in positions if (seq, p) not in self._cells]
-        if missing:
-            problems.append(f"no KV cell known for position {missing[0]} of sequence {seq}")
-            return None
-        cols = np.array([self._cells[(seq, p)] for p in positions], dtype=np.int64)
+        self, engine: Engine, seqs: list[int], call: DecodeCall, problems: list[str]
+    ) -> tuple[dict[int, np.ndarray], dict[str, list[Any]]] | None:
+        """Key columns: every token the batch's sequences see, by (pos, kv_id). With several
+        sequences in one decode (forks stepped together), a row gives exactly 0 to the keys
+        of the other sequences: the mask hides them."""
+        keys_by_id: dict[int, tuple[int, int, int, int]] = {}
+        key_seqs: dict[int, list[int]] = {}
+        for seq in seqs:
+            try:
+                for k in self.live_keys(engine, seq):
+                    keys_by_id[k[2]] = k
+                    key_seqs.setdefault(k[2], []).append(seq)
+            except KeyError:
+                problems.append(f"a token of sequence {seq} was never seen decoded by the capture")
+                return None
+        keys = sorted(keys_by_id.values(), key=lambda k: (k[0], k[2]))
+        cols = np.array([k[1] for k in keys], dtype=np.int64)
         out: dict[int, np.ndarray] = {}
         for layer in self.layers:
             parts = self._soft.get(layer, [])
@@ -220,17 +248,25 @@ class AttentionCapture(GraphTap):
             if outside > 0.0:
                 problems.append(f"layer {layer}: weight {outside:.3g} on cells not in the sequence")
             out[layer] = w
-        keys = {"pos": [int(p) for p in positions], "cell": cols.tolist()}
-        return out, keys
+        info: dict[str, list[Any]] = {
+            "pos": [k[0] for k in keys],
+            "cell": [k[1] for k in keys],
+            "kv_id": [k[2] for k in keys],
+        }
+        if len(seqs) > 1:
+            info["seqs"] = [key_seqs[k[2]] for k in keys]
+        return out, info
 
 
 @dataclass
 class ContextAttention:
     """One layer's attention over the whole current context, assembled from step records.
 
-    Rows and columns are the sequence's tokens in position order. A row is the decode that
-    computed that token (prefill rows, then one row per generated token); rows never captured
-    (attention was off then) are NaN and ``captured[i]`` is False."""
+    Rows and columns are the sequence's tokens in position order. Row i comes from the decode
+    that computed token i (a prefill block, or one step); rows never captured (attention was
+    off, or another layer was chosen then) are NaN and ``captured[i]`` is False. A row
+    computed while tokens existed that have since gone (rewind, context shift) keeps only the
+    weights on tokens still there, so it sums to less than 1."""
 
     layer: int
     positions: list[int]
@@ -249,14 +285,28 @@ class ContextAttention:
         return np.asarray(self.weights[h])
 
 
-def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttention | None:
-    """Rows for every token now in sequence ``seq``, from the latest record that decoded it.
+def find_capture(engine: Engine) -> AttentionCapture | None:
+    for obs in engine.observers:
+        if isinstance(obs, AttentionCapture):
+            return obs
+    return None
 
-    None when no record holds this layer."""
-    positions = engine.kv.positions(seq)
-    tokens = engine.kv.tokens(seq)
-    index = {p: i for i, p in enumerate(positions)}
-    n = len(positions)
+
+def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttention | None:
+    """Rows for every token now in sequence ``seq``, each from the latest record that decoded
+    it, matched token for token by ``kv_id``. None without a capture or any row of ``layer``.
+
+    Reads only Python objects (records, the mirror); call it on the thread that owns the
+    engine, as everything else."""
+    cap = find_capture(engine)
+    if cap is None:
+        return None
+    try:
+        keys = cap.live_keys(engine, seq)
+    except KeyError:
+        return None
+    index = {k[2]: i for i, k in enumerate(keys)}
+    n = len(keys)
     w: np.ndarray | None = None
     captured = np.zeros(n, dtype=bool)
     for rec in engine.records:
@@ -266,12 +316,12 @@ def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttent
         a = att[layer]
         if w is None:
             w = np.full((a.shape[0], n, n), np.nan, dtype=np.float32)
-        kcols = [index.get(p) for p in rec.extras["attention_keys"]["pos"]]
+        kcols = [index.get(k) for k in rec.extras["attention_keys"]["kv_id"]]
         keep = np.array([c is not None for c in kcols], dtype=bool)
         dst = np.array([c for c in kcols if c is not None], dtype=np.int64)
-        for i, t in enumerate(rec.call.tokens):
-            r = index.get(t.pos)
-            if r is None or seq not in t.seq_ids or tokens[r] != t.id:
+        for i, kv_id in enumerate(rec.extras["attention_rows"]["kv_id"]):
+            r = index.get(kv_id)
+            if r is None:
                 continue
             row = np.zeros((a.shape[0], n), dtype=np.float32)
             row[:, dst] = a[:, i, keep]
@@ -279,7 +329,7 @@ def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttent
             captured[r] = True
     if w is None:
         return None
-    return ContextAttention(layer, positions, tokens, w, captured)
+    return ContextAttention(layer, [k[0] for k in keys], [k[3] for k in keys], w, captured)
 
 
 def top_attended(

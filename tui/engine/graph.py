@@ -191,6 +191,9 @@ class GraphCensus:
     nodes_per_layer: list[int]
     epilogue: list[str]
     layer_nodes: list[str] = field(default_factory=list)  # every node of layer 0, "name:OP"
+    # Nodes of graphs run before the ubatch graphs in the same llama_decode (the K shift that
+    # re-rotates cached keys after a context shift), by op.
+    pre_graph_ops: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -203,6 +206,14 @@ class GraphCensus:
             "nodes_per_layer": self.nodes_per_layer,
             "epilogue": self.epilogue,
             "ops": self.ops,
+            **(
+                {
+                    "pre_graph_nodes": sum(self.pre_graph_ops.values()),
+                    "pre_graph_ops": self.pre_graph_ops,
+                }
+                if self.pre_graph_ops
+                else {}
+            ),
         }
 
 
@@ -219,7 +230,10 @@ def _chain(nodes: list[NodeSeen]) -> list[str]:
     return out
 
 
-def census(nodes: list[NodeSeen], n_graphs: int = 1) -> GraphCensus:
+def census(
+    nodes: list[NodeSeen], n_graphs: int = 1, pre: list[NodeSeen] | None = None
+) -> GraphCensus:
+    """Describe one ubatch graph (``nodes``); ``pre`` are nodes of other graphs run first."""
     secs = sections(nodes)
     by_layer: dict[int, list[NodeSeen]] = {}
     for n, s in zip(nodes, secs, strict=True):
@@ -242,6 +256,7 @@ def census(nodes: list[NodeSeen], n_graphs: int = 1) -> GraphCensus:
             f"{n.name}:{n.op}" for n, s in zip(nodes, secs, strict=True) if s.part == "epilogue"
         ],
         layer_nodes=[f"{n.name}:{n.op}" for n in first],
+        pre_graph_ops=dict(Counter(n.op for n in pre or []).most_common()),
     )
 
 
@@ -257,6 +272,31 @@ class GraphProfile:
     epilogue: dict[str, float]  # node name -> ms (final norm, lm_head)
     by_op: dict[str, float]
     slowest: list[tuple[str, str, float]]  # (name, op, ms)
+    other_ms: float = 0.0  # graphs run before the ubatch graphs (K shift)
+
+    @staticmethod
+    def combine(parts: list[GraphProfile], other_ms: float = 0.0) -> GraphProfile:
+        """Sum the profiles of a decode's ubatch graphs."""
+        if not parts:
+            return GraphProfile(other_ms, 0.0, [], [], {}, {}, [], other_ms)
+        by_op: dict[str, float] = {}
+        epi: dict[str, float] = {}
+        for p in parts:
+            for k, v in p.by_op.items():
+                by_op[k] = by_op.get(k, 0.0) + v
+            for k, v in p.epilogue.items():
+                epi[k] = epi.get(k, 0.0) + v
+        slow = sorted((x for p in parts for x in p.slowest), key=lambda x: -x[2])[:10]
+        return GraphProfile(
+            total_ms=sum(p.total_ms for p in parts) + other_ms,
+            prologue_ms=sum(p.prologue_ms for p in parts),
+            attention_ms=[sum(x) for x in zip(*(p.attention_ms for p in parts), strict=True)],
+            ffn_ms=[sum(x) for x in zip(*(p.ffn_ms for p in parts), strict=True)],
+            epilogue=epi,
+            by_op=dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
+            slowest=slow,
+            other_ms=other_ms,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         r = 4
@@ -269,6 +309,7 @@ class GraphProfile:
             "epilogue_ms": {k: round(v, r) for k, v in self.epilogue.items()},
             "by_op_ms": {k: round(v, r) for k, v in self.by_op.items()},
             "slowest": [[n, o, round(ms, r)] for n, o, ms in self.slowest],
+            "other_graphs_ms": round(self.other_ms, r),
         }
 
 
@@ -335,12 +376,16 @@ class GraphTap:
         self.errors: list[str] = []
         self._nodes: list[NodeSeen] = []
         self._times: list[float] = []
-        self._first: bytes | None = None
+        # The name of the first node of the first graph this context ever ran (the model's
+        # input, e.g. "embd"): each ubatch graph starts with it. Nodes before it in a decode
+        # belong to other graphs llama.cpp runs first, such as the K shift after a context
+        # shift; they are counted apart and never captured.
+        self._head: bytes | None = None
         self._graph = -1
+        self._starts: list[int] = []
         self._bytes = 0
         self._skipped = False
         self._t_ask = 0.0
-        self._n_graph0 = 0
         self._get_name = _lib().ggml_get_name
         self._nbytes = _lib().ggml_nbytes
         self._layout_ok: bool | None = None
@@ -358,17 +403,20 @@ class GraphTap:
         self.captured = {}
         self.errors = []
         self._nodes, self._times = [], []
-        self._first, self._graph = None, -1
+        self._graph, self._starts = -1, []
         self._bytes, self._skipped = 0, False
-        self._n_graph0 = 0
 
     def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
-        nodes = self._nodes[: self._n_graph0] if self._graph > 0 else self._nodes
+        bounds = [*self._starts, len(self._nodes)]
+        graphs = [(bounds[i], bounds[i + 1]) for i in range(len(self._starts))]
+        pre = self._starts[0] if self._starts else len(self._nodes)
         if self.census_on:
-            self.last_census = census(nodes, self._graph + 1)
+            a, b = graphs[0] if graphs else (0, 0)
+            self.last_census = census(self._nodes[a:b], len(graphs), self._nodes[:pre])
             extras["graph"] = self.last_census.to_dict()
-        if self.profile_on:
-            self.last_profile = profile(self._nodes, self._times, self.n_layer)
+        if self.profile_on and len(self._times) == len(self._nodes):
+            parts = [profile(self._nodes[a:b], self._times[a:b], self.n_layer) for a, b in graphs]
+            self.last_profile = GraphProfile.combine(parts, sum(self._times[:pre]))
             extras["profile"] = self.last_profile.to_dict()
         if self.errors:
             extras["graph_errors"] = list(self.errors)
@@ -398,10 +446,12 @@ class GraphTap:
         try:
             name = self._get_name(t)
             if ask:
-                if self._first is None or name == self._first:
+                if name == self._head or self._head is None:
                     self._new_graph(name, t)
                 if self._slow:
                     return self._ask_slow(name, t)
+                if self._graph < 0:
+                    return False
                 if name in self.wanted or (
                     self.hook_prefix is not None
                     and name.startswith(self.hook_prefix)
@@ -411,10 +461,13 @@ class GraphTap:
                 return False
             if self.profile_on:
                 self._times.append((time.perf_counter() - self._t_ask) * 1000.0)
-            if name in self.wanted or (
-                self.hook_prefix is not None
-                and name.startswith(self.hook_prefix)
-                and self.wants(name, t)
+            if self._graph >= 0 and (
+                name in self.wanted
+                or (
+                    self.hook_prefix is not None
+                    and name.startswith(self.hook_prefix)
+                    and self.wants(name, t)
+                )
             ):
                 self.on_data(name, t, self._graph)
             return True
@@ -427,18 +480,14 @@ class GraphTap:
         return self.census_on or self.profile_on
 
     def _new_graph(self, name: bytes, t: int) -> None:
-        """The first node of a graph: a new ubatch starts (or the decode's first one)."""
-        if self._first is None:
-            self._first = name
-            self._graph = 0
-            if self._layout_ok is None:
-                self._layout_ok = check_layout(t)
-                if not self._layout_ok:
-                    self.errors.append("ggml_tensor layout differs from tokenstep's header")
-            return
-        if self._graph == 0:
-            self._n_graph0 = len(self._nodes)
+        """A ubatch graph starts (its first node has the model's input name)."""
+        if self._head is None:
+            self._head = name
+            self._layout_ok = check_layout(t)
+            if not self._layout_ok:
+                self.errors.append("ggml_tensor layout differs from tokenstep's header")
         self._graph += 1
+        self._starts.append(len(self._nodes))
 
     def _ask_slow(self, name: bytes, t: int) -> bool:
         """Census and profile: note every node (and in profile mode, run each on its own)."""
@@ -446,6 +495,8 @@ class GraphTap:
         if self.profile_on:
             self._t_ask = time.perf_counter()
             return bool(self._layout_ok)
+        if self._graph < 0:
+            return False
         want = name in self.wanted or (
             self.hook_prefix is not None
             and name.startswith(self.hook_prefix)
