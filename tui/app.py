@@ -232,14 +232,26 @@ class TokenstepApp(App[int]):
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(view.notice, Style(color=colour.get(view.notice_level, "white")))
-        if view.queued:
-            t = Text(no_wrap=True, overflow="ellipsis")
-            t.append("queued: ", Style(color="black", bgcolor="bright_yellow", bold=True))
-            t.append(f" {view.queued!r} ", Style(color="bright_yellow"))
-            t.append("is sent when this reply ends.", Style(color="grey70"))
-        if view.last_saved and not view.queued and view.activity == "done":
-            t.append(f"  saved: {view.last_saved}", Style(color="grey50"))
         self.query_one("#notice", Static).update(t)
+        chat = self.query_one("#chat", Input)
+        base = "prompt" if view.raw else "chat"
+        if view.queued:
+            # The user's own words: plain text in the border, never markup.
+            shown = view.queued if len(view.queued) <= 40 else view.queued[:39] + "…"
+            chat.border_title = Text.assemble(
+                (f"{base} · ", ""),
+                ("queued", Style(color="black", bgcolor="bright_yellow", bold=True)),
+                (f" {shown!r} is sent when this reply ends", Style(color="bright_yellow")),
+            )
+        else:
+            chat.border_title = base
+        if view.autosave_path is None:
+            chat.border_subtitle = "autosave off"
+        else:
+            where = view.autosave_path.replace(str(Path.home()), "~", 1)
+            done = " (written)" if view.last_saved == view.autosave_path else ""
+            # A path is plain text: a str border title would be parsed as markup.
+            chat.border_subtitle = Text(f"autosave after each reply → {where}{done}")
 
     def _keybar(self) -> None:
         chat = self.query_one("#chat", Input)

@@ -350,7 +350,7 @@ class Controller:
     def _do_send(self, text: str) -> None:
         s = self.s
         if not text.strip():
-            if s.queued and s.activity == "generating" and s.mode == "step":
+            if s.queued:  # Enter on an empty box: send the queued message now
                 text, s.queued = s.queued, None
             else:
                 self._note("Type a message first.", "warn")
@@ -463,9 +463,10 @@ class Controller:
             s.activity = "done"
             s.lit = (SAMPLE, DETOKENIZE)
             if eng.stop_reason == "end of generation":
+                back = "← rewinds" if s.mode == "step" else "Esc then ← rewinds"
                 self._note(
                     "End of generation: the model sampled an end token. "
-                    "Type a message, or ← to rewind and resample."
+                    f"Type a message; {back} and resamples."
                 )
             else:
                 self._note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
@@ -507,8 +508,7 @@ class Controller:
 
     def _do_rewind(self, n: int) -> None:
         s, eng = self.s, self.engine
-        if s.mode == "autoplay" and s.activity == "generating":
-            s.mode = "step"
+        s.mode = "step"  # rewinding is stepping: autoplay would resample at once
         n = min(n, self._reply_tokens())
         if n <= 0:
             self._note("Nothing to rewind: the reply is empty (rewind stops at your message).")
@@ -517,7 +517,7 @@ class Controller:
         removed = eng.rewind(n)
         s.activity = "generating"
         s.action = "rewind"
-        s.lit = ()
+        s.lit = (FEED_BACK,)
         s.last_pick = None
         s.last_records = ()
         s.new_cells = (eng.kv.used, eng.kv.used)
@@ -559,13 +559,13 @@ class Controller:
     def _settings_changed(self, what: str) -> None:
         s = self.s
         s.action = "settings"
-        s.lit = ()
+        s.lit = (SAMPLE,) if self.engine.logits is not None else ()
         s.dirty_since_save = True
         if self.engine.logits is None:
-            self._note(f"{what.capitalize()}: used from the next message on.")
+            self._note(f"{what[:1].upper()}{what[1:]}: used from the next message on.")
         else:
             self._note(
-                f"{what.capitalize()}: the sampler chain re-ran on the same logits, no decode."
+                f"{what[:1].upper()}{what[1:]}: the sampler chain re-ran on the same logits, no decode."
             )
 
     def _do_new_chat(self) -> None:

@@ -26,6 +26,15 @@ from .engine.trace import record_to_dict
 FORMAT_VERSION = 1
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()  # read once at import, before any worker thread exists
+
+
 def default_autosave_dir() -> Path:
     """``$TOKENSTEP_AUTOSAVE_DIR``, else ``$XDG_STATE_HOME/tokenstep/sessions``
     (``~/.local/state/tokenstep/sessions``)."""
@@ -96,6 +105,7 @@ def write_jsonl_atomic(path: str | Path, rows: list[dict[str, Any]]) -> Path:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a saved file is a normal file
         os.replace(tmp, target)
     except OSError as exc:
         try:

@@ -60,8 +60,8 @@ class BatchPane(LinePane):
             rec = v.last_records[r]
             n = len(v.last_records)
             t.append(
-                f"── llama_decode {r + 1}/{n} · {rec.call.n_tokens} token(s) · "
-                f"{len(rec.call.ubatches)} ubatch(es) · {fmt_ms(self, rec.decode_ms)}"
+                f"── llama_decode {r + 1}/{n} · {_n(rec.call.n_tokens, 'token')} · "
+                f"{_n(len(rec.call.ubatches), 'ubatch')} · {fmt_ms(self, rec.decode_ms)}"
                 f" · n_batch {v.n_batch} n_ubatch {v.n_ubatch}",
                 RULE,
             )
@@ -82,3 +82,7 @@ class BatchPane(LinePane):
             t.append(f"{tok.pos:>6} {','.join(map(str, tok.seq_ids)):>4}  ")
             t.append("✔ yes" if tok.logits else "· no", ON if tok.logits else DIM)
         return text_segments(self, t)
+
+
+def _n(n: int, word: str) -> str:
+    return f"1 {word}" if n == 1 else f"{n:,} {word}{'es' if word.endswith('ch') else 's'}"

@@ -183,15 +183,25 @@ class LinePane(ScrollView):
         if self.view is not None and self.view.seq != self._follow_seq:
             self.call_after_refresh(self._bring_follow_row)
 
-    def _bring_follow_row(self) -> None:
+    def _bring_follow_row(self, tries: int = 8) -> None:
+        """Scroll so the follow row shows. Right after the pane becomes visible its scroll
+        limits may not be known yet, so it tries again for a few frames."""
         target = self.follow_row()
-        if target is None or self.view is None or not self.size.height:
+        if target is None or self.view is None:
             return
-        self._follow_seq = self.view.seq
-        top = int(self.scroll_offset.y)
         h = self.size.height
-        if not top <= target < top + h:
+        top = int(self.scroll_offset.y)
+        if h and top <= target < top + h:
+            self._follow_seq = self.view.seq
+            return
+        if h:
             self.scroll_to(y=max(0, target - h + 1), animate=False, immediate=True)
+            top = int(self.scroll_offset.y)
+            if top <= target < top + h:
+                self._follow_seq = self.view.seq
+                return
+        if tries > 0:
+            self.set_timer(0.03, lambda: self._bring_follow_row(tries - 1))
 
     def content_width(self) -> int:
         return self.size.width

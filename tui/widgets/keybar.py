@@ -50,7 +50,14 @@ class KeyBar(Widget):
         if self.chat_focused:
             out: list[Item] = [(k, w, CHAT_ACTIONS.get(k), "app") for k, w in CHAT_KEYS]
             if self.queued:
-                out.append(("enter", "on an empty box: send the queued message now", None, "app"))
+                out.append(
+                    (
+                        "enter",
+                        "on an empty box: send the queued one now (cuts the reply)",
+                        None,
+                        "app",
+                    )
+                )
             return out
         keys = sorted((k for k in KEYS if k.label), key=lambda k: ORDER[k.group])
         return [(k.label, k.short, f"app.{k.action}", k.group) for k in keys]

@@ -56,11 +56,11 @@ class KVCachePane(LinePane):
         sub = f"{v.kv_bytes_per_token:,} B/token"
         if v.kv_report is not None:
             r = v.kv_report
-            sub += f" · llama.cpp logged {r.size_mib:.2f} MiB (K {r.type_k}, V {r.type_v})"
+            sub += f" · llama.cpp: {r.size_mib:.2f} MiB K {r.type_k} V {r.type_v}"
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
-            sub += f" · rows {top + 1}–{min(rows, top + self.size.height)} of {rows}, scrolls"
+            sub += f" · rows {top + 1}–{min(rows, top + self.size.height)}/{rows} ↕"
         if v.kv_problems:
             sub += " · MISMATCH: " + "; ".join(v.kv_problems)
         self.border_subtitle = sub

@@ -32,7 +32,11 @@ class LogitsPane(Pane):
         self.cursor = 0
 
     def show(self, view: View) -> None:
+        old = self.view
+        fresh = old is None or (old.n_past, old.n_records) != (view.n_past, view.n_records)
         super().show(view)
+        if fresh:
+            self.cursor = 0  # new logits: back to the top candidate
         if view.candidates:
             self.cursor = min(self.cursor, len(view.candidates) - 1)
         self.border_subtitle = (
@@ -74,8 +78,8 @@ class LogitsPane(Pane):
         ]
         for i, (k, val) in enumerate(parts):
             if i:
-                t.append(" · ", DIM)
-            t.append(f"{k} ")
+                t.append("  ")
+            t.append(f"{k} ", DIM)
             t.append(val, Style(bold=True, color="bright_cyan"))
         return t
 

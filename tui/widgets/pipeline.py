@@ -109,6 +109,17 @@ class PipelinePane(Pane):
                 f"KV {v.kv_used}/{v.n_ctx} cells (+{added}) · {fmt_bytes(v.kv_bytes)}"
                 " · earlier tokens not recomputed"
             )
+        if v.action == "rewind":
+            out[6] = (
+                f"rewound: KV {v.kv_used}/{v.n_ctx} cells (−1) · {fmt_bytes(v.kv_bytes)}"
+                " · llama_memory_seq_rm, nothing recomputed"
+            )
+            if v.candidates and v.entropy is not None:
+                top = v.candidates[0]
+                out[3] = (
+                    f"{v.n_vocab:,} scores kept from before · top {_plain(top.piece)} "
+                    f"{top.logit:.2f} · H {v.entropy:.2f} bits"
+                )
         pk = v.last_pick
         if pk is not None:
             how = "forced" if pk.forced else ("greedy" if pk.greedy else f"dist seed {pk.seed}")
@@ -119,6 +130,14 @@ class PipelinePane(Pane):
                 "end-of-generation token: the reply stops"
                 if pk.eog
                 else f"not an end token → {_plain(pk.piece)} ({_n_bytes(len(pk.piece))})"
+            )
+        if v.action == "settings" and v.next_pick is not None and v.chain is not None:
+            nxt = next((c for c in v.candidates if c.id == v.next_pick), None)
+            chain = " → ".join(f"{st.name} {st.n:,}" for st in v.chain.stages)
+            out[4] = (
+                f"preview, same logits, no decode: {chain}; next pick "
+                f"{_plain(nxt.piece) if nxt else v.next_pick}"
+                + (f" p' {fmt_p(nxt.p_final)}" if nxt else "")
             )
         return out
 

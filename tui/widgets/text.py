@@ -89,7 +89,8 @@ class ConversationPane(VerticalScroll):
 
     def build(self, v: View) -> Text:
         t = Text()
-        newest = v.n_past - 1 if v.reply_tokens else None
+        # The token just generated is marked while the reply is still being generated.
+        newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
         if not v.tokens:
             hint = (
                 "Type a prompt below and press Enter; the model continues the text."

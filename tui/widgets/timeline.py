@@ -26,12 +26,12 @@ class TimelinePane(Pane):
         dec = [(n, ms) for ph, n, ms in v.timeline if ph != "prefill"]
         pn, pms = sum(n for n, _ in pre), sum(ms for _, ms in pre)
         dn, dms = sum(n for n, _ in dec), sum(ms for _, ms in dec)
-        t.append("prefill ", PREFILL)
-        t.append(f" {len(pre)} call(s), {pn:,} tokens, {fmt_ms(self, pms)} → ")
+        t.append(" prefill ", PREFILL)
+        t.append(f" {_n(len(pre), 'call')}, {_n(pn, 'token')}, {fmt_ms(self, pms)} → ")
         t.append(fmt_rate(self, pn, pms), Style(bold=True))
-        t.append("   ")
-        t.append("decode", Style(color="black", bgcolor="green3", bold=True))
-        t.append(f" {dn:,} steps, {fmt_ms(self, dms)} → ")
+        t.append("\n")
+        t.append(" decode  ", Style(color="black", bgcolor="green3", bold=True))
+        t.append(f" {_n(dn, 'step')}, {fmt_ms(self, dms)} → ")
         t.append(fmt_rate(self, dn, dms), Style(bold=True))
         if dn:
             t.append(f" (mean {fmt_ms(self, dms / dn)})", DIM)
@@ -48,7 +48,7 @@ class TimelinePane(Pane):
             t.append("No llama_decode calls yet.", DIM)
             return t
         width = max(self.size.width, 20)
-        rows = max(self.size.height - 2, 1)
+        rows = max(self.size.height - 3, 1)
         timed = show_timings(self)
         room = width * rows
 
@@ -93,3 +93,7 @@ class TimelinePane(Pane):
             note += f" · {first} older calls scrolled off"
         self.border_subtitle = note
         return t
+
+
+def _n(n: int, word: str) -> str:
+    return f"1 {word}" if n == 1 else f"{n:,} {word}s"

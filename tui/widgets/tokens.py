@@ -20,6 +20,7 @@ from .common import (
     piece_text,
 )
 
+SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 MAX_CHIPS = 1500  # the newest ones; older chips are counted, not drawn
 
 
@@ -81,7 +82,9 @@ class TokensPane(VerticalScroll):
             if i == newest and i >= (v.reply_start if v.reply_start is not None else v.n_past):
                 chip.stylize(Style(reverse=True))
             if self.show_ids:
-                chip.append(f"{v.tokens[i]}", Style(color="grey70", bgcolor=bg, italic=True))
+                chip.append(
+                    str(v.tokens[i]).translate(SUBSCRIPT), Style(color="grey70", bgcolor=bg)
+                )
             t.append_text(chip)
             t.append(" ")
             if data.endswith(b"\n"):

@@ -1,0 +1,94 @@
+"""Regenerate the SVG screenshots in screenshots/ by driving the real app on the bundled model.
+
+    make screenshots
+
+main.svg       the main screen after a real chat turn (greedy), KV cache pane showing
+step-mode.svg  step mode mid-reply with the sampler cutting candidates (top-p, min-p)
+help.svg       the help screen
+
+Times shown are really measured on the machine that runs this script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from tui.app import TokenstepApp
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings
+
+OUT = Path(__file__).resolve().parent.parent / "screenshots"
+SIZE = (120, 40)
+
+
+async def wait_for(pilot: Pilot, pred: Callable[[], bool], timeout: float = 300) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        await pilot.pause(0.05)
+        if pred():
+            await pilot.pause(0.3)
+            return
+    raise SystemExit("screenshots: timed out waiting for the model")
+
+
+def new_app(model: Model, settings: SamplerSettings, *, autoplay: bool) -> TokenstepApp:
+    engine = Engine(model, EngineConfig(), settings)
+    return TokenstepApp(engine, autoplay=autoplay, autosave_dir=None)
+
+
+def save(app: TokenstepApp, name: str) -> None:
+    app.query_one("#chat", Input).cursor_blink = False
+    (OUT / name).write_text(app.export_screenshot(title="tokenstep"), encoding="utf-8")
+    print(f"wrote screenshots/{name}")
+
+
+async def main_screen(model: Model) -> None:
+    app = new_app(model, SamplerSettings(temp=0.0), autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Name three colors.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
+        await pilot.press("escape", "4")
+        await pilot.pause(0.3)
+        save(app, "main.svg")
+
+
+async def step_mode(model: Model) -> None:
+    settings = SamplerSettings(temp=0.8, top_k=40, top_p=0.9, min_p=0.05, seed=42)
+    app = new_app(model, settings, autoplay=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Write a haiku about the sea.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+        for _ in range(6):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.reply_tokens >= 6)
+        await pilot.press("p")  # top-p 0.90 -> 0.85: re-run the chain on the same logits
+        await wait_for(pilot, lambda: app.view.settings.top_p < 0.9)
+        await pilot.press("down", "5", "e")
+        await pilot.pause(0.3)
+        save(app, "step-mode.svg")
+
+
+async def help_screen(model: Model) -> None:
+    app = new_app(model, SamplerSettings(temp=0.0), autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f1")
+        await pilot.pause(0.3)
+        save(app, "help.svg")
+
+
+def main() -> int:
+    OUT.mkdir(exist_ok=True)
+    model = Model()
+    for shot in (main_screen, step_mode, help_screen):
+        asyncio.run(shot(model))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
