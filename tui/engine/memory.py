@@ -211,6 +211,11 @@ def memory_report(engine: Engine) -> MemoryReport:
     notes = []
     if ggml.GGML_TYPE_NAMES.get(engine.type_v) not in _UNQUANTIZED:
         notes.append(QUANTIZED_V_NOTE)
+    elif engine.flash_attn_resolved == "off":
+        notes.append(
+            "flash attention is off here: the calculator's q8_0/q4_0 columns hold for K, "
+            "but a quantized V would need -fa on."
+        )
     fa_note = engine.flash_attn_note
     if fa_note:
         notes.append(f"llama.cpp: {fa_note}")

@@ -677,7 +677,8 @@ class Engine:
     # -- exactness -----------------------------------------------------------------------------
     def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
         """Recompute the current context of ``seq`` in a separate context that shares no cells
-        with this one and compare its last logits row with the cached step's (see verify.py)."""
+        with this one and compare its last logits row with the cached step's (see verify.py).
+        Call it on the thread that owns the engine: it runs llama_decode on a second context."""
         from .verify import Verifier
 
         if self._verifier is None:
