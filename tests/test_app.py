@@ -8,6 +8,7 @@ import asyncio
 import functools
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -25,6 +26,8 @@ from tui.widgets.kvcache import KVCachePane
 from tui.widgets.logits import LogitsPane
 from tui.widgets.mask import CausalMaskPane
 from tui.widgets.text import ConversationPane
+
+from .conftest import ROOT
 
 SIZE = (120, 40)
 MESSAGE = "Write one sentence about the sea."
@@ -231,3 +234,58 @@ async def test_save_writes_json_lines(make_engine, tmp_path):
     assert [r["step"] for r in records] == list(range(n_records))
     assert records[0]["phase"] == "prefill" and records[1]["phase"] == "decode"
     assert records[1]["sampled"]["id"] == records[2]["batch"][0]["id"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+def test_ctrl_c_during_a_reply_exits_0_and_keeps_the_session(tmp_path):
+    """The real command in a pseudo-terminal: send a prompt, press Ctrl+C while it decodes."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "TOKENSTEP_AUTOSAVE_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "--raw", "-c", "512", "-t", "2"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = bytearray()
+
+    def pump(until: Callable[[], bool], timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not until():
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    seen.extend(os.read(master, 65536))
+                except OSError:
+                    return
+
+    try:
+        pump(lambda: b"waiting for a message" in seen, 60)
+        os.write(master, b"Once upon a time\r")
+        pump(lambda: b"generating" in seen, 60)
+        assert b"generating" in seen
+        os.write(master, b"\x03")  # Ctrl+C while the reply is being decoded
+        pump(lambda: proc.poll() is not None, 60)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    saved = list(tmp_path.glob("session-*.jsonl"))
+    assert len(saved) == 1
+    header, records = read_session(saved[0])
+    assert header["mode"] == "raw" and records[0]["phase"] == "prefill"
+    assert "".join(b["piece"] for b in records[0]["batch"]).strip() == "Once upon a time"

@@ -29,6 +29,7 @@ from .engine.sampling import ChainResult, SamplerSettings, entropy_bits, softmax
 from .engine.session import Engine, StepRecord
 
 TOP_ROWS = 16  # candidates shown in the logits pane
+MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
 
 # Pipeline stages, in loop order (index = stage number - 1).
 STAGES = ("tokenize", "batch", "decode", "logits", "sample", "end/detokenize", "feed back")
@@ -220,6 +221,7 @@ class Controller:
         self._latest: View | None = None
         self._taken = True  # the UI has taken the latest view
         self._dirty = False
+        self._built_at = 0.0
         self._preview_cache: tuple[Any, Any] | None = None
         self._picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self._started = time.time()
@@ -442,14 +444,11 @@ class Controller:
         before = eng.kv.used
         token = eng.sample_next(force)  # may decode the last token again after a deep rewind
         self._picks += 1
-        assert eng.logits is not None
-        # The chain's survivors and final p do not depend on the RNG, so a preview after the
-        # pick gives the pick's own p_final.
-        p_final = eng.preview().p_final(token)
+        p, p_final = self._pick_probabilities(token)
         s.last_pick = Pick(
             token,
             eng.vocab.piece(token),
-            float(softmax(eng.logits)[token]),
+            p,
             p_final,
             force is not None,
             eng.vocab.is_eog(token),
@@ -480,6 +479,29 @@ class Controller:
             self._note(f"Forced token {force}; it was decoded like any sampled token.")
         elif s.mode == "step":
             self._note("Stepped one token: sample, detokenize, feed back, decode.")
+
+    def _pick_probabilities(self, token: int) -> tuple[float, float]:
+        """p and p' of the token just picked. The record whose logits it came from already
+        holds the top candidates (with p) and the pick's chain (with p'); only a token outside
+        that top needs the full softmax."""
+        eng = self.engine
+        assert eng.logits is not None
+        rec = next(
+            (
+                r
+                for r in reversed(eng.records)
+                if r.has_logits and r.n_ctx_tokens == eng.n_past and r.sampled == token
+            ),
+            None,
+        )
+        p = next((c.p for c in rec.top if c.id == token), None) if rec else None
+        if p is None:
+            p = float(softmax(eng.logits)[token])
+        if rec is not None and rec.chain is not None:
+            p_final = rec.chain.p_final(token)
+        else:  # the chain's survivors do not depend on the RNG: a preview gives the same p'
+            p_final = eng.preview().p_final(token)
+        return p, p_final
 
     def _turn_ended(self) -> None:
         self._autosave()
@@ -673,9 +695,11 @@ class Controller:
     def _publish(self, *, force: bool) -> None:
         """Build and hand over a view, unless the UI is still busy with the previous one."""
         with self._lock:
-            if not force and not self._taken:
+            too_soon = time.monotonic() - self._built_at < MIN_VIEW_INTERVAL
+            if not force and (not self._taken or too_soon):
                 self._dirty = True
                 return
+        self._built_at = time.monotonic()
         view = self._build()
         with self._lock:
             self._latest = view
