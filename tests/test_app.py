@@ -25,7 +25,9 @@ from tui.widgets.batch import BatchPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.logits import LogitsPane
 from tui.widgets.mask import CausalMaskPane
+from tui.widgets.pipeline import PipelinePane
 from tui.widgets.text import ConversationPane
+from tui.widgets.tokens import TokensPane
 
 from .conftest import ROOT
 
@@ -289,3 +291,64 @@ def test_ctrl_c_during_a_reply_exits_0_and_keeps_the_session(tmp_path):
     header, records = read_session(saved[0])
     assert header["mode"] == "raw" and records[0]["phase"] == "prefill"
     assert "".join(b["piece"] for b in records[0]["batch"]).strip() == "Once upon a time"
+
+
+@run_async
+async def test_split_utf8_is_joined_in_the_text_and_spelled_out_on_the_chips(make_engine, tmp_path):
+    text = "日本語のテキスト"  # SmolLM2 splits these characters over byte-level pieces
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, text)
+        v = app.view
+        assert b"".join(v.pieces).decode("utf-8") == text
+        broken = [p for p in v.pieces if not _valid_utf8(p)]
+        assert broken  # some pieces are not UTF-8 on their own
+        assert app.query_one(ConversationPane).plain.startswith(text)
+        await pilot.press("1")
+        tokens = app.query_one(TokensPane)
+        chips = tokens.chips(v).plain
+        assert "<0xE6><0x97>" in chips and "<0xA5>" in chips  # 日 = E6 97 A5, split 2 + 1
+        assert text not in chips
+        assert f"{len(v.tokens)} tokens, {len(text)} chars" in str(tokens.border_title)
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@run_async
+async def test_model_metadata_is_drawn_literally(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    app.engine_name = "[bold red]pwned[/] \x1b[31mred"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        header = app.query_one("#header")
+        shown = header.render().plain
+        assert "[bold red]pwned[/]" in shown  # markup stays text
+        assert "\x1b" not in shown and "\\x1b[31mred" in shown  # ESC is spelled out
+
+
+@run_async
+async def test_a_prefill_longer_than_n_batch_shows_its_chunks(make_engine, model, tmp_path):
+    prompt = prompt_for(model, MESSAGE)
+    engine = make_engine(SamplerSettings(temp=0.0), n_batch=16, n_ubatch=8)
+    app = TokenstepApp(engine, autoplay=False, autosave_dir=None, close_engine=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("2")
+        batch = app.query_one(BatchPane)
+        calls = [r for r in batch._rows if r[0] == "call"]
+        ubatch_rules = [r for r in batch._rows if r[0] == "ubatch"]
+        tokens = [r for r in batch._rows if r[0] == "token"]
+        n_calls = math.ceil(len(prompt) / 16)
+        assert len(calls) == n_calls and len(tokens) == len(prompt)
+        # Every full call of 16 tokens is two ubatches of 8 (a rule at 0 and at 8).
+        full = len(prompt) // 16
+        assert len(ubatch_rules) >= 2 * full
+        line = "".join(s.text for s in batch.build_row(1, 120))
+        assert f"llama_decode 1/{n_calls}" in line and "2 ubatches" in line
+        assert f"{n_calls} calls" in app.query_one(PipelinePane).facts(app.view)[1]

@@ -27,6 +27,7 @@ from . import session_store
 from .controller import Controller, View
 from .engine.session import Engine
 from .widgets.batch import BatchPane
+from .widgets.common import literal
 from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
 from .widgets.keybar import KeyBar
@@ -231,13 +232,13 @@ class TokenstepApp(App[int]):
     def _notice(self, view: View) -> None:
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append(view.notice, Style(color=colour.get(view.notice_level, "white")))
+        t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
         self.query_one("#notice", Static).update(t)
         chat = self.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.queued:
             # The user's own words: plain text in the border, never markup.
-            shown = view.queued if len(view.queued) <= 40 else view.queued[:39] + "…"
+            shown = literal(view.queued if len(view.queued) <= 40 else view.queued[:39] + "…")
             chat.border_title = Text.assemble(
                 (f"{base} · ", ""),
                 ("queued", Style(color="black", bgcolor="bright_yellow", bold=True)),
@@ -251,7 +252,7 @@ class TokenstepApp(App[int]):
             where = view.autosave_path.replace(str(Path.home()), "~", 1)
             done = " (written)" if view.last_saved == view.autosave_path else ""
             # A path is plain text: a str border title would be parsed as markup.
-            chat.border_subtitle = Text(f"autosave after each reply → {where}{done}")
+            chat.border_subtitle = Text(literal(f"autosave after each reply → {where}{done}"))
 
     def _keybar(self) -> None:
         chat = self.query_one("#chat", Input)

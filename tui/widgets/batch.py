@@ -24,6 +24,11 @@ class BatchPane(LinePane):
 
     def relayout(self) -> None:
         self._rows = self._plan()
+        if self.view is not None:
+            self.border_title = (
+                f"batch · last llama_decode · n_batch {self.view.n_batch}, "
+                f"n_ubatch {self.view.n_ubatch}"
+            )
         super().relayout()
 
     def _plan(self) -> list[tuple[str, int, int]]:
@@ -61,8 +66,7 @@ class BatchPane(LinePane):
             n = len(v.last_records)
             t.append(
                 f"── llama_decode {r + 1}/{n} · {_n(rec.call.n_tokens, 'token')} · "
-                f"{_n(len(rec.call.ubatches), 'ubatch')} · {fmt_ms(self, rec.decode_ms)}"
-                f" · n_batch {v.n_batch} n_ubatch {v.n_ubatch}",
+                f"{_n(len(rec.call.ubatches), 'ubatch')} · {fmt_ms(self, rec.decode_ms)}",
                 RULE,
             )
             if rec.reused and r == 0:

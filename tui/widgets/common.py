@@ -74,6 +74,20 @@ def visible(s: str) -> str:
     return "".join(out)
 
 
+def literal(s: str, *, keep_newlines: bool = False) -> str:
+    """Text from outside (model metadata, model output, error messages) made safe to draw:
+    control characters such as ESC are spelled out, never sent to the terminal."""
+    out = []
+    for ch in s:
+        if ch.isprintable() or (keep_newlines and ch == "\n"):
+            out.append(ch)
+        elif ch == "\t":
+            out.append("    ")
+        else:
+            out.append(repr(ch)[1:-1])
+    return "".join(out)
+
+
 def piece_text(data: bytes, style: Style | None = None, *, special: bool = False) -> Text:
     """A token piece drawn honestly: visible whitespace, broken bytes as ``<0xNN>``."""
     t = Text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from .common import DIM, Pane
+from .common import DIM, Pane, literal
 
 AUTOPLAY = Style(color="black", bgcolor="bright_green", bold=True)
 STEP = Style(color="black", bgcolor="bright_yellow", bold=True)
@@ -47,5 +47,5 @@ class StatusHeader(Pane):
         t.append(f" FA {v.flash_attn} ", DIM)
         t.append("│ ", DIM)
         # Metadata from the model file: plain text, never markup.
-        t.append_text(Text(self.model_name, style=Style(color="grey70")))
+        t.append_text(Text(literal(self.model_name), style=Style(color="grey70")))
         return t

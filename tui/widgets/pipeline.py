@@ -95,7 +95,7 @@ class PipelinePane(Pane):
                 ub = sum(len(r.call.ubatches) for r in recs)
                 out[1] = (
                     f"{n} tokens · pos {recs[0].call.tokens[0].pos}–{last.call.tokens[-1].pos}"
-                    f" · {len(recs)} call(s), {ub} ubatch(es) · logits on the last"
+                    f" · {_plural(len(recs), 'call')}, {_plural(ub, 'ubatch').replace('chs', 'ches')} · logits on the last"
                 )
                 out[2] = f"{n} tokens in {fmt_ms(self, ms)} ({fmt_rate(self, n, ms)})"
                 if last.reused:

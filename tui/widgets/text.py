@@ -5,6 +5,7 @@ newest token is marked; ``b`` draws the token boundaries."""
 from __future__ import annotations
 
 import codecs
+import re
 
 from rich.style import Style
 from rich.text import Text
@@ -13,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..controller import View
-from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, visible
+from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
@@ -40,6 +41,7 @@ def span_text(
             st = st + BOUNDARY_STYLES[(i - start) % 2]
         if i == newest:
             st = st + NEWEST
+        chunk = literal(chunk, keep_newlines=True)
         if boundaries and chunk:
             chunk = chunk.replace("\n", "↵\n")
         if "<0x" in chunk:
@@ -51,8 +53,6 @@ def span_text(
 
 
 def _append_with_hex(t: Text, chunk: str, style: Style) -> None:
-    import re
-
     for part in re.split(r"(<0x[0-9A-F]{2}>)", chunk):
         if part:
             t.append(part, style + HEX_STYLE if part.startswith("<0x") else style)
@@ -121,7 +121,3 @@ class ConversationPane(VerticalScroll):
         elif v.activity == "done" and v.stop_reason:
             t.append(f"  [{v.stop_reason}]", DIM)
         return t
-
-
-def plain_visible(s: str) -> str:
-    return visible(s)

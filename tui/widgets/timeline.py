@@ -12,6 +12,7 @@ from rich.text import Text
 from .common import DIM, Pane, fmt_ms, fmt_rate, show_timings
 
 PREFILL = Style(color="white", bgcolor="dodger_blue3", bold=True)
+PREFILL_FILL = (Style(color="dodger_blue3"), Style(color="steel_blue1"))
 DECODE = (Style(color="green3"), Style(color="spring_green1"))
 SCALES = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
@@ -55,7 +56,8 @@ class TimelinePane(Pane):
         def widths(scale: float) -> list[int]:
             if not timed:
                 return [min(12, width) if ph == "prefill" else 1 for ph, _, _ in v.timeline]
-            return [max(1, min(width, round(ms / scale))) for _, _, ms in v.timeline]
+            # Uncapped: a long prefill wraps over several rows, as long as its time says.
+            return [max(1, round(ms / scale)) for _, _, ms in v.timeline]
 
         scale: float = SCALES[-1]
         for sc in SCALES:
@@ -69,14 +71,17 @@ class TimelinePane(Pane):
             first -= 1
             total += ws[first]
         cells: list[tuple[str, Style]] = []
-        k = 0
+        k = j = 0  # alternate shades so neighbouring calls stay apart
         for i in range(first, len(ws)):
             ph, n, ms = v.timeline[i]
             w = ws[i]
             if ph == "prefill":
                 label = f" {n} tok {fmt_ms(self, ms)} "
-                block = label + "█" * (w - len(label)) if len(label) <= w else "█" * w
-                cells += [(ch, PREFILL) for ch in block]
+                if len(label) > w:
+                    label = ""
+                cells += [(ch, PREFILL) for ch in label]
+                cells += [("█", PREFILL_FILL[j % 2])] * (w - len(label))
+                j += 1
             else:
                 block = "▌" if w == 1 else "█" * (w - 1) + "▏"
                 cells += [(ch, DECODE[k % 2]) for ch in block]
