@@ -86,7 +86,13 @@ class VerifyResult:
             if self.mode == "batched"
             else "the replay could not take exactly the engine's path"
         )
-        fa = f" Flash attention is {self.flash_attn}; it changes the summation order again."
+        fa = (
+            " Flash attention is on: its fused kernel sums in an order of its own, so -fa off "
+            "gives other (equally small) differences."
+            if self.flash_attn == "on"
+            else " Flash attention is off: the attention scores are plain matrix products "
+            "here, whose kernels also change with the batch shape."
+        )
         shift = (
             " After a context shift the cached keys were rotated to their new positions, "
             "not recomputed there."
