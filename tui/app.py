@@ -128,7 +128,11 @@ class TokenstepApp(App[int]):
                     yield CausalMaskPane(id="mask")
         yield Input(
             self.prefill_text,
-            placeholder="Type a message and press Enter",
+            placeholder=(
+                "Type text for the model to continue and press Enter"
+                if self.controller.raw
+                else "Type a message and press Enter"
+            ),
             id="chat",
         )
         yield Static(id="notice")
@@ -152,12 +156,17 @@ class TokenstepApp(App[int]):
         self.controller.stop()
 
     def on_resize(self, event: events.Resize) -> None:
-        self._size_classes()
+        self._size_classes(event.size.width, event.size.height)
 
-    def _size_classes(self) -> None:
-        w, h = self.size
+    def _size_classes(self, w: int | None = None, h: int | None = None) -> None:
+        if w is None or h is None:
+            w, h = self.size
         small = w < MIN_W or h < MIN_H
+        was_small = self.screen.has_class("-too-small")
         self.screen.set_class(small, "-too-small")
+        if was_small and not small and self.focused is None:
+            # Hiding the panes took the focus away; give it back.
+            self.call_after_refresh(self.query_one("#chat", Input).focus)
         self.screen.set_class(not small and (w < COMPACT_W or h < COMPACT_H), "-compact")
         self.query_one(PipelinePane).set_class(w < COMPACT_W or h < COMPACT_H, "-compact")
         self.query_one(PipelinePane).refresh(layout=True)

@@ -7,6 +7,8 @@ p' is the probability after the chain, the one the pick draws from."""
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.style import Style
 from rich.text import Text
 
@@ -102,13 +104,13 @@ class LogitsPane(Pane):
         t.append_text(self.settings_line(v))
         t.append("\n")
         if not v.candidates:
-            for line in (
-                "",
-                "No logits yet. Send a message: its prefill",
-                "ends in one score per vocabulary entry, and",
-                "the top candidates appear here with what each",
-                "sampler stage keeps or cuts.",
-            ):
+            hint = (
+                "No logits yet. Send a message: its prefill ends in one score per "
+                "vocabulary entry, and the top candidates appear here with what each "
+                "sampler stage keeps or cuts."
+            )
+            t.append("\n")
+            for line in textwrap.wrap(hint, max(width - 1, 20)):
                 t.append(line + "\n", DIM)
             return t
         t.append_text(self.chain_line(v))
