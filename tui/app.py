@@ -2,9 +2,10 @@
 
 The app never touches the engine. A :class:`~tui.controller.Controller` owns it on one worker
 thread; key presses become commands on its queue, and each :class:`~tui.controller.View` it
-publishes is drawn here. Light panes (header, pipeline, logits) draw every view; the heavy ones
-(text, tokens, KV grid, mask, timeline, batch) at most ``HEAVY_HZ`` times a second while a
-reply plays, and only the bottom pane that is showing.
+publishes is drawn here. While a reply plays, the light panes (header, pipeline, logits) draw at
+most ``LIGHT_HZ`` times a second and the heavy ones (text, tokens, KV grid, mask, timeline,
+batch) at most ``HEAVY_HZ`` times, only the bottom pane that is showing; in step mode every
+view is drawn at once.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from .widgets.tokens import TokensPane
 
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34
-HEAVY_HZ = 10
+LIGHT_HZ = 15  # header, pipeline, logits while a reply plays
+HEAVY_HZ = 8  # text, tokens, KV grid, mask, timeline, batch while a reply plays
 TABS_SHORT = (
     ("tokens", "1 tok"),
     ("batch", "2 bat"),
@@ -107,6 +109,8 @@ class TokenstepApp(App[int]):
         self.view: View | None = None
         self._last_heavy = 0.0
         self._heavy_timer: Timer | None = None
+        self._apply_timer: Timer | None = None
+        self._next_apply = 0.0
         self._returned_seq = 0
         self._tab = "tokens"
 
@@ -199,19 +203,35 @@ class TokenstepApp(App[int]):
         """Called on the worker thread: only hand over, never draw."""
         self.post_message(ViewReady())
 
+    def _playing(self) -> bool:
+        v = self.view
+        return v is not None and v.mode == "autoplay" and v.activity == "generating"
+
     def on_view_ready(self, message: ViewReady) -> None:
+        """While a reply plays, take views at most ``LIGHT_HZ`` times a second (the worker
+        builds the next one only after this one is taken); otherwise draw at once."""
+        if self._apply_timer is not None:
+            return  # the timer takes the newest view when it fires
+        wait = self._next_apply - time.monotonic()
+        if wait > 0 and self._playing():
+            self._apply_timer = self.set_timer(wait, self._apply_latest)
+        else:
+            self._apply_latest()
+
+    def _apply_latest(self) -> None:
+        self._apply_timer = None
         view = self.controller.take()
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
+        self._next_apply = time.monotonic() + 1.0 / LIGHT_HZ
         prev, self.view = self.view, view
         self.query_one(StatusHeader).show(view)
         self.query_one(PipelinePane).show(view)
         self.query_one(LogitsPane).show(view)
         self._notice(view)
         self._keybar()
-        playing = view.mode == "autoplay" and view.activity == "generating"
         now = time.monotonic()
-        if playing and now - self._last_heavy < 1.0 / HEAVY_HZ:
+        if self._playing() and now - self._last_heavy < 1.0 / HEAVY_HZ:
             if self._heavy_timer is None:
                 self._heavy_timer = self.set_timer(1.0 / HEAVY_HZ, self._flush_heavy)
         else:
