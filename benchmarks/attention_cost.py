@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import Row  # noqa: E402
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings  # noqa: E402
 from tui.engine.attention import AttentionCapture  # noqa: E402
 from tui.engine.graph import GraphTap  # noqa: E402
@@ -145,6 +146,57 @@ def main() -> int:
     bare_auto.close()
     bare_off.close()
     return 0
+
+
+def run(model: Model, rounds: int = 5, n: int = 64, threads: int = 2) -> list[Row]:
+    """Benchmark 5 for ``make bench``: capture of one layer (and of all) against capture off,
+    same flash-attention setting (off: the capture reads the softmax node), alternating."""
+    n_layer = model.info.n_layer
+    layer = n_layer // 2
+    prompt = model_tokens(model)
+
+    def engine(obs: list | None = None) -> Engine:
+        cfg = EngineConfig(n_ctx=512, n_threads=threads, flash_attn="off")
+        return Engine(model, cfg, SamplerSettings(temp=0.0), observers=obs)
+
+    bare = BareLoop(model, 512, threads, 0)
+    engines = {
+        "off": engine(),
+        "one": engine([AttentionCapture(n_layer, [layer])]),
+        "all": engine([AttentionCapture(n_layer, range(n_layer))]),
+    }
+    runs: dict[str, Callable[[int], float]] = {"bare": bare.run}
+    runs.update({k: engine_runner(e, prompt) for k, e in engines.items()})
+    res: dict[str, list[float]] = {k: [] for k in runs}
+    try:
+        for f in runs.values():
+            f(4)
+        for _ in range(rounds):
+            for k, f in runs.items():
+                res[k].append(f(n))
+    finally:
+        for e in engines.values():
+            e.close()
+        bare.close()
+    med = {k: statistics.median(v) for k, v in res.items()}
+    one, every = med["off"] / med["one"], med["off"] / med["all"]
+    return [
+        Row(
+            f"5. attention capture, layer {layer}",
+            f"{one:.2f}x decode time",
+            "<= 1.15x",
+            one <= 1.15,
+            f"{med['one']:.1f} vs off {med['off']:.1f} tok/s (bare, fa off: {med['bare']:.1f}); "
+            f"{n} tokens, medians of {rounds}",
+        ),
+        Row(
+            f"5. attention capture, all {n_layer} layers",
+            f"{every:.2f}x decode time",
+            "(report)",
+            None,
+            f"{med['all']:.1f} vs off {med['off']:.1f} tok/s",
+        ),
+    ]
 
 
 if __name__ == "__main__":

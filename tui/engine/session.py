@@ -28,9 +28,7 @@ from .sampling import (
     ChainResult,
     SamplerChain,
     SamplerSettings,
-    entropy_bits,
-    softmax,
-    top_k_by_logit,
+    top_stats,
 )
 from .tokens import Vocab
 from .work import WorkCounter
@@ -349,17 +347,20 @@ class Engine:
         if rec.has_logits:
             logits = self._read_logits()
             self._set_logits(logits, rec.index)
-            top = top_k_by_logit(logits, TOP_N)
-            p = softmax(logits)
-            rec.top = [
-                Candidate(int(t), self.vocab.piece(int(t)), float(logits[t]), float(p[t]))
-                for t in top
-            ]
-            rec.entropy = entropy_bits(p)
+            rec.top, rec.entropy = self._top(logits)
         self.records.append(rec)
         ctx = (rec.n_ctx_tokens,) if rec.has_logits else ()
         self.work.add(rec.index, rec.call.n_tokens, ctx, rec.decode_ms, rec.phase)
         return rec
+
+    def _top(self, logits: np.ndarray) -> tuple[list[Candidate], float]:
+        """The record's top-N candidates and the entropy of the full distribution."""
+        top, p, entropy = top_stats(logits, TOP_N)
+        piece = self.vocab.piece
+        return [
+            Candidate(t, piece(t), float(logits[t]), pt)
+            for t, pt in zip(top.tolist(), p.tolist(), strict=True)
+        ], entropy
 
     def _set_logits(self, logits: np.ndarray, record: int) -> None:
         self.logits = logits
@@ -646,13 +647,7 @@ class Engine:
             ptr = llama_cpp.llama_get_logits_ith(self.ctx, i)
             logits = np.ctypeslib.as_array(ptr, shape=(self.info.n_vocab,)).copy()
             row = SeqRow(s, i, t, tokens[i].pos, n_ctx_tokens=self.kv.count(s))
-            top = top_k_by_logit(logits, TOP_N)
-            p = softmax(logits)
-            row.top = [
-                Candidate(int(k), self.vocab.piece(int(k)), float(logits[k]), float(p[k]))
-                for k in top
-            ]
-            row.entropy = entropy_bits(p)
+            row.top, row.entropy = self._top(logits)
             rec.rows[s] = row
             contexts.append(row.n_ctx_tokens)
             if s == 0:

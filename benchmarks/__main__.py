@@ -1,0 +1,82 @@
+"""``make bench``: all seven benchmarks of the performance issue, each figure beside its target.
+
+Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
+and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+from tui.engine import Model
+
+from . import attention_cost, bench_app, bench_engine, bench_memory, bench_render, bench_startup
+from .common import Row, load
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def table(rows: list[Row]) -> str:
+    """A Markdown table: it reads as plain text and pastes into the README as it is."""
+    head = "| benchmark | figure | target | met | detail |"
+    out = [head, "|---|---|---|---|---|"]
+    for r in rows:
+        met = "-" if r.met is None else ("yes" if r.met else "**no**")
+        out.append(f"| {r.benchmark} | {r.figure} | {r.target} | {met} | {r.detail} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
+    args = ap.parse_args()
+    wanted = {int(x) for x in args.only.split(",") if x.strip()}
+    rounds = 3 if args.quick else 5
+    model = Model()
+    steps: list[tuple[int, str, Callable[[], list[Row]]]] = [
+        (1, "engine", lambda: bench_engine.run(model, rounds=rounds)),
+        (2, "app", lambda: bench_app.run(model, rounds=max(3, rounds - 2))),
+        (4, "render", lambda: bench_render.run(model)),
+        (5, "attention", lambda: attention_cost.run(model, rounds=rounds)),
+        (6, "start-up", lambda: bench_startup.run(rounds=rounds)),
+        (7, "memory", bench_memory.run),
+    ]
+    rows: list[Row] = []
+    print(f"machine: {_machine()}", file=sys.stderr)
+    for num, name, fn in steps:
+        if num not in wanted and not (num == 2 and 3 in wanted):
+            continue
+        t0 = time.perf_counter()
+        print(f"[{name}] running ({load()})...", file=sys.stderr, flush=True)
+        got = fn()
+        if num == 2:
+            got = [r for r in got if int(r.benchmark.split(".")[0]) in wanted]
+        rows.extend(got)
+        print(f"[{name}] {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print()
+    print(f"SmolLM2-135M-Instruct Q4_1, 2 threads. Machine: {_machine()}; {load()} at the end.")
+    print()
+    print(table(rows))
+    missed = [r.benchmark for r in rows if r.met is False]
+    print()
+    print("all targets met" if not missed else "not met: " + "; ".join(missed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

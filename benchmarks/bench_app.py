@@ -1,0 +1,133 @@
+"""Benchmarks 2 and 3: the real app, headless at 120x40, autoplaying.
+
+2. Tokens/s of an autoplayed reply (raw completion, greedy) while the tabs cycle through every
+   pane, against the bare loop on the same prompt tokens, alternating.
+3. Responsiveness: during autoplay, the time from pressing ``T``/``t`` (temperature up/down)
+   until the logits pane holds a view with the new temperature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+
+from tui.app import TokenstepApp
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings
+from tui.widgets.logits import LogitsPane
+
+from .bare import bare_generate
+from .common import TEXT, THREADS, Row, median
+
+SIZE = (120, 40)
+TABS = "12345"
+
+
+def _app(model: Model, settings: SamplerSettings, tmp: str) -> tuple[TokenstepApp, Engine]:
+    eng = Engine(model, EngineConfig(n_ctx=4096, n_threads=THREADS), settings)
+    app = TokenstepApp(
+        eng, raw=True, prefill=TEXT * 2, autosave_dir=tmp, autoplay=True, close_engine=False
+    )
+    return app, eng
+
+
+async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
+    """Tokens/s over ``n`` autoplayed decode steps; returns it and the prompt tokens."""
+    with tempfile.TemporaryDirectory() as tmp:
+        app, eng = _app(model, SamplerSettings(temp=0.0), tmp)
+        try:
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.press("enter")
+                while not eng.records:  # the prefill
+                    await pilot.pause(0.01)
+                base = len(eng.records)
+                n_prompt = eng.records[0].call.n_tokens
+                while len(eng.records) == base:
+                    await pilot.pause(0.002)
+                t0, start = time.perf_counter(), len(eng.records)
+                next_tab = t0
+                tab = 0
+                while len(eng.records) < start + n:
+                    if app.view is not None and app.view.activity != "generating":
+                        break
+                    if time.perf_counter() >= next_tab:  # every pane gets drawn in turn
+                        await pilot.press(TABS[tab % len(TABS)])
+                        tab += 1
+                        next_tab += 0.25
+                    await pilot.pause(0.01)
+                done = len(eng.records) - start
+                dt = time.perf_counter() - t0
+                prompt = eng.tokens[:n_prompt]
+                await pilot.press("space")  # pause before the app exits
+            return done / dt, prompt
+        finally:
+            app.controller.stop()
+            eng.close()
+
+
+async def _responsiveness(model: Model, presses: int) -> list[float]:
+    """Milliseconds from a temperature key to the logits pane showing the new value."""
+    out: list[float] = []
+    settings = SamplerSettings(temp=0.8, seed=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        app, eng = _app(model, settings, tmp)
+        try:
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.press("enter")
+                while app.view is None or app.view.activity != "generating":
+                    await pilot.pause(0.01)
+                await pilot.press("5")  # the causal mask tab, the busiest
+                pane = app.query_one(LogitsPane)
+                for i in range(presses):
+                    await pilot.pause(0.07)  # a few steps between presses
+                    if app.view is None or app.view.activity != "generating":
+                        break
+                    before = pane.view.settings.temp if pane.view else None
+                    t0 = time.perf_counter()
+                    await pilot.press("T" if i % 2 == 0 else "t")
+                    while pane.view is None or pane.view.settings.temp == before:
+                        await pilot.pause(0.001)
+                    out.append((time.perf_counter() - t0) * 1000.0)
+                await pilot.press("space")
+        finally:
+            app.controller.stop()
+            eng.close()
+    return out
+
+
+def p95(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))] if s else float("nan")
+
+
+def run(model: Model, rounds: int = 3, n: int = 256, presses: int = 40) -> list[Row]:
+    ours, bare = [], []
+    prompt: list[int] = []
+    for _ in range(rounds):
+        tps, prompt = asyncio.run(_autoplay(model, n))
+        ours.append(tps)
+        bare.append(bare_generate(model, prompt, n))
+    o, b = median(ours), median(bare)
+    lat = asyncio.run(_responsiveness(model, presses))
+    return [
+        Row(
+            f"2. app autoplay 120x40, {n} tokens",
+            f"{o / b:.3f} of bare",
+            ">= 0.85",
+            o / b >= 0.85,
+            f"{o:.1f} vs bare {b:.1f} tok/s (medians of {rounds}, tabs cycling)",
+        ),
+        Row(
+            "3. key T -> logits pane (autoplay)",
+            f"p95 {p95(lat):.1f} ms",
+            "p95 < 50 ms",
+            p95(lat) < 50.0,
+            f"median {median(lat):.1f} ms, max {max(lat, default=float('nan')):.1f} ms, "
+            f"{len(lat)} presses",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    for row in run(Model()):
+        print(row)
