@@ -1,0 +1,247 @@
+"""Attention and graph census for the app, on the decode worker's side.
+
+The :class:`~tui.controller.Controller` owns one :class:`AttentionControl`; every method here
+runs on the worker thread (the only one that touches the engine). The app sends commands
+(``attention`` on/off, layer, head, whether the Attention/Anatomy tab is showing) through the
+controller's queue and draws the :class:`AttentionView` the worker puts in each view.
+
+llama.cpp fixes the eval callback when a context is created. So attention on, in a context
+built without the capture, means a new context: flash attention off, the callback installed,
+and the tokens already in the cache prefilled again (one batched prefill). Attention off keeps
+the callback installed but idle (it asks for no tensor). A layer that was not being captured
+is captured by prefilling the same tokens again, so every row of the new layer is real.
+
+Nothing here imports Textual or Rich.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .engine.attention import AttentionCapture, ContextAttention, context_attention, find_capture
+from .engine.errors import TokenstepError
+from .engine.model import ModelInfo
+from .engine.session import Engine
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+COST_NOTE = (
+    "capture runs llama.cpp's graph with flash attention off and an eval callback that copies "
+    "kq_soft_max: decoding is slower (see benchmarks/attention_cost.py)"
+)
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """What the Attention and Anatomy panes draw, copied out on the worker thread."""
+
+    on: bool  # weights are being captured
+    installed: bool  # this context has the eval callback (flash attention off)
+    layer: int
+    head: int | None  # None = mean over heads
+    n_layer: int
+    info: ModelInfo
+    att: ContextAttention | None  # None unless the Attention tab asked for it
+    census: dict[str, Any] | None  # the last step's graph census, if any
+    profile: dict[str, Any] | None
+    status: str
+
+
+class AttentionControl:
+    """Attention state of one controller (worker thread only)."""
+
+    def __init__(
+        self,
+        controller: Controller,
+        *,
+        on: bool = False,
+        layer: int = 0,
+        head: int | None = None,
+    ) -> None:
+        self.c = controller
+        self.on = on
+        self.layer = layer
+        self.head = head
+        self.want_matrix = False  # the Attention tab is showing
+        self.want_census = False  # the Anatomy tab is showing
+        cap = self.capture
+        if cap is not None:
+            if cap.layers:
+                self.on = True
+                if self.layer not in cap.layers:
+                    self.layer = cap.layers[0]
+            elif self.on:
+                cap.set_layers([self.layer])
+        self._cache: tuple[Any, ContextAttention | None] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        return self.c.engine
+
+    @property
+    def capture(self) -> AttentionCapture | None:
+        return find_capture(self.engine)
+
+    def state(self) -> dict[str, Any]:
+        """For the saved session's header."""
+        return {"on": self.on, "layer": self.layer, "head": self.head}
+
+    # -- commands (worker thread) ----------------------------------------------------------------
+    def handle(self, name: str, *args: Any) -> None:
+        if name == "toggle":
+            self._toggle()
+        elif name == "layer":
+            self._set_layer(int(args[0]))
+        elif name == "head":
+            self.head = args[0]
+            self.c.s.dirty_since_save = True
+        elif name == "tabs":
+            self.want_matrix, self.want_census = bool(args[0]), bool(args[1])
+            cap = self.capture
+            if cap is not None:
+                cap.census_on = self.want_census
+        else:
+            raise ValueError(name)
+
+    def _toggle(self) -> None:
+        cap = self.capture
+        self.c.s.dirty_since_save = True
+        if self.on:
+            self.on = False
+            if cap is not None:
+                cap.set_layers([])
+            self.c._note(
+                "Attention capture off: the eval callback stays installed but copies nothing "
+                "(flash attention stays off in this context)."
+            )
+            return
+        self.on = True
+        if cap is None:
+            n = self._rebuild()
+            again = f", and its {n} tokens were prefilled again" if n else ""
+            self.c._note(
+                f"Attention on (layer {self.layer}): a new context was created with flash "
+                f"attention off and the eval callback{again}; decoding is now slower "
+                "(capture copies kq_soft_max each step)."
+            )
+            return
+        cap.set_layers([self.layer])
+        n = self._reprefill()
+        again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
+        self.c._note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
+
+    def _set_layer(self, layer: int) -> None:
+        n_layer = self.engine.info.n_layer
+        layer %= n_layer
+        self.layer = layer
+        self.c.s.dirty_since_save = True
+        cap = self.capture
+        if not self.on or cap is None:
+            self.c._note(f"Layer {layer} selected; press a to turn attention capture on.")
+            return
+        if layer in cap.layers:
+            self.c._note(f"Layer {layer}: already captured.")
+            return
+        cap.set_layers([layer])
+        n = self._reprefill()
+        self.c._note(
+            f"Layer {layer}: the {n} tokens in the cache were prefilled again to capture it "
+            "(same tokens, same KV cache contents)."
+        )
+
+    def _no_forks(self) -> None:
+        if self.engine.branches:
+            raise TokenstepError(
+                "capturing attention prefills the context again; send a message or rewind "
+                "to drop the fork first."
+            )
+
+    def _reprefill(self) -> int:
+        """Decode the context's tokens again so the capture sees every row."""
+        self._no_forks()
+        eng = self.engine
+        tokens = eng.tokens
+        if not tokens:
+            return 0
+        stop = eng.stop_reason
+        eng.sync_prompt(tokens, reuse=False)
+        eng.stop_reason = stop
+        self._after_prefill(eng)
+        return len(tokens)
+
+    def _rebuild(self) -> int:
+        """A new context with the capture installed; the cache's tokens are prefilled again."""
+        self._no_forks()
+        old = self.engine
+        if old.config.cache_type_v not in ("f16", "f32"):
+            self.on = False
+            raise TokenstepError(
+                f"attention needs flash attention off, and a {old.config.cache_type_v} V cache "
+                "needs it on; start with -ctv f16."
+            )
+        config = dataclasses.replace(old.config, flash_attn="off")
+        cap = AttentionCapture(old.info.n_layer, [self.layer], census=self.want_census)
+        new = Engine(old.model, config, old.settings, [cap])
+        # The session keeps its history: step records, prefill turns, context shifts.
+        new.records, new.turns, new.shifts = list(old.records), list(old.turns), list(old.shifts)
+        tokens, stop = old.tokens, old.stop_reason
+        if self.c.close_engine:
+            old.close()
+        self.c.engine = new
+        self.c.close_engine = True  # the controller made this one: it frees it
+        if tokens:
+            new.sync_prompt(tokens, reuse=False)
+        new.stop_reason = stop
+        self._after_prefill(new)
+        return len(tokens)
+
+    def _after_prefill(self, eng: Engine) -> None:
+        s = self.c.s
+        recs = [r for r in eng.records[s.records_from :] if r.phase == "prefill"]
+        if recs and eng.turns:
+            a, b = eng.turns[-1].records
+            new = tuple(eng.records[a:b])
+            s.last_records = new
+            s.new_cells = (0, eng.kv.used)
+            s.timeline += [(r.phase, r.call.n_tokens, r.decode_ms) for r in new]
+        self._cache = None
+
+    # -- the view ---------------------------------------------------------------------------------
+    def view(self) -> AttentionView:
+        eng = self.engine
+        cap = self.capture
+        att = None
+        if self.want_matrix and self.on and cap is not None:
+            key = (len(eng.records), eng.n_past, self.layer, tuple(eng.tokens[-1:]))
+            if self._cache is not None and self._cache[0] == key:
+                att = self._cache[1]
+            else:
+                att = context_attention(eng, self.layer)
+                self._cache = (key, att)
+        census = profile = None
+        if self.want_census:
+            for rec in reversed(eng.records):
+                if "graph" in rec.extras:
+                    census, profile = rec.extras["graph"], rec.extras.get("profile")
+                    break
+        if not self.on:
+            status = "attention capture off · press a to capture (rebuilds the context if needed)"
+        elif att is None:
+            status = "no weights captured yet: send a message"
+        else:
+            status = f"captured from kq_soft_max-{self.layer} · a turns capture off"
+        return AttentionView(
+            on=self.on,
+            installed=cap is not None,
+            layer=self.layer,
+            head=self.head,
+            n_layer=eng.info.n_layer,
+            info=eng.info,
+            att=att,
+            census=census,
+            profile=profile,
+            status=status,
+        )

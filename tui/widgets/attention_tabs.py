@@ -1,0 +1,51 @@
+"""The Attention and Decode-anatomy panes as app tabs: each draws a controller ``View``.
+
+Thin wrappers around :class:`~tui.widgets.attention.AttentionPane` and
+:class:`~tui.widgets.anatomy.AnatomyPane` with the ``show(view)`` method every tab has. The
+data comes from ``view.attention`` (:class:`~tui.attention_control.AttentionView`), built on
+the decode thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .anatomy import AnatomyPane
+from .attention import AttentionPane
+
+
+class AttentionTab(AttentionPane):
+    """Heatmap of the captured layer; the cursor token's ranked keys below it."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._head_restored = False
+
+    def show(self, view: Any) -> None:
+        a = view.attention
+        if a is None:
+            self.update_from(None, view.pieces, n_layer=0, status="attention unavailable")
+            return
+        if not self._head_restored:  # later the pane's own keys choose the head
+            self._head_restored = True
+            self.head = a.head
+        if a.att is None:
+            self.att_layer = a.layer
+        # Rows are sequence 0's tokens by position: the same order as the view's pieces.
+        self.update_from(a.att, view.pieces, n_layer=a.n_layer, status=a.status)
+
+
+class AnatomyTab(AnatomyPane):
+    """embedding → layers → norm → lm_head with the model's sizes and the last graph census."""
+
+    def show(self, view: Any) -> None:
+        a = view.attention
+        if a is None:
+            return
+        if a.census is not None:
+            status = "census of the last decode's graph"
+        elif a.installed:
+            status = "the census is taken from the next decode"
+        else:
+            status = "graph census needs the eval callback: press a (attention) to install it"
+        self.update_from(a.info, a.census, a.profile, status=status)
