@@ -28,6 +28,7 @@ from . import session_store
 from .controller import Controller, View
 from .engine.session import Engine
 from .widgets.batch import BatchPane
+from .widgets.chat_input import ChatInput
 from .widgets.common import literal
 from .widgets.header import StatusHeader
 from .widgets.help import HelpScreen
@@ -130,7 +131,7 @@ class TokenstepApp(App[int]):
                     yield TimelinePane(id="timeline")
                     yield KVCachePane(id="kv")
                     yield CausalMaskPane(id="mask")
-        yield Input(
+        yield ChatInput(
             self.prefill_text,
             placeholder=(
                 "Type text for the model to continue and press Enter"
@@ -308,6 +309,12 @@ class TokenstepApp(App[int]):
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
             self.query_one(LogitsPane).focus()
+
+    def on_chat_input_pasted_lines(self, event: ChatInput.PastedLines) -> None:
+        self._say(
+            f"Pasted {event.lines} lines ({event.chars} characters): the chat box is one line, "
+            "so the line breaks became spaces. Enter sends it all."
+        )
 
     def _say(self, text: str, colour: str = "grey85") -> None:
         self.query_one("#notice", Static).update(Text(text, Style(color=colour)))
