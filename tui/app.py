@@ -422,6 +422,12 @@ class TokenstepApp(App[int]):
 def run_app(args: argparse.Namespace) -> int:
     from .commands import engine_from_args
 
+    header = None
+    if getattr(args, "resume", None):
+        from .resume import apply_to_args, load_header
+
+        header = load_header(args.resume)  # a bad file fails here, before the UI starts
+        apply_to_args(args, header)
     engine = engine_from_args(args)
     app = TokenstepApp(
         engine,
@@ -430,6 +436,14 @@ def run_app(args: argparse.Namespace) -> int:
         prefill=args.prompt or "",
         autosave_dir=session_store.default_autosave_dir(),
     )
+    if header is not None:
+        from .resume import restore
+
+        try:
+            restore(app.controller, header, args.resume)
+        except BaseException:
+            engine.close()
+            raise
     try:
         app.run()
     except KeyboardInterrupt:

@@ -181,6 +181,12 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )
+    app.add_argument(
+        "--resume",
+        metavar="FILE",
+        help="start from a saved or autosaved session (.jsonl): conversation, settings, and "
+        "the context re-prefilled",
+    )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
     )
