@@ -352,3 +352,21 @@ async def test_a_prefill_longer_than_n_batch_shows_its_chunks(make_engine, model
         line = "".join(s.text for s in batch.build_row(1, 120))
         assert f"llama_decode 1/{n_calls}" in line and "2 ubatches" in line
         assert f"{n_calls} calls" in app.query_one(PipelinePane).facts(app.view)[1]
+
+
+@run_async
+async def test_views_keep_arriving_while_help_and_save_are_open(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Hi", "enter")
+        await pilot.press("question_mark")  # help over a reply that is playing
+        await wait_for(
+            pilot,
+            lambda: app.view is not None and app.view.activity == "done",
+            "the reply to end under the help screen",
+        )
+        assert app.main.query_one(KVCachePane) is not None
+        await pilot.press("escape", "ctrl+s")
+        await pilot.press("escape")
+        assert len(app.screen_stack) == 1
+        assert app.view.reply_tokens > 0

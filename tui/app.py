@@ -20,14 +20,19 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
+from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
 from . import session_store
 from .controller import Controller, View
 from .engine.session import Engine
+from .widgets.attention import AttentionPane
+from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
+from .widgets.cache import CacheTab, MemoryTab
 from .widgets.chat_input import ChatInput
 from .widgets.common import literal
 from .widgets.header import StatusHeader
@@ -53,6 +58,10 @@ TABS_SHORT = (
     ("timeline", "3 time"),
     ("kv", "4 KV"),
     ("mask", "5 mask"),
+    ("attention", "6 att"),
+    ("anatomy", "7 anat"),
+    ("memory", "9 mem"),
+    ("cache", "0 cache"),
 )
 TABS = (
     ("tokens", "1 tokens"),
@@ -60,6 +69,10 @@ TABS = (
     ("timeline", "3 timeline"),
     ("kv", "4 KV cache"),
     ("mask", "5 mask"),
+    ("attention", "6 attention"),
+    ("anatomy", "7 anatomy"),
+    ("memory", "9 memory"),
+    ("cache", "0 cache"),
 )
 
 
@@ -115,6 +128,12 @@ class TokenstepApp(App[int]):
         self._returned_seq = 0
         self._tab = "tokens"
 
+    @property
+    def main(self) -> Screen[object]:
+        """The screen with the panes. ``App.query_one`` looks in the active screen, which is
+        the help or save dialog while one is open; views keep arriving meanwhile."""
+        return self.screen_stack[0]
+
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusHeader(self.engine_name, id="header")
@@ -131,6 +150,10 @@ class TokenstepApp(App[int]):
                     yield TimelinePane(id="timeline")
                     yield KVCachePane(id="kv")
                     yield CausalMaskPane(id="mask")
+                    yield AttentionTab(id="attention")
+                    yield AnatomyTab(id="anatomy")
+                    yield MemoryTab(id="memory")
+                    yield CacheTab(id="cache")
         yield ChatInput(
             self.prefill_text,
             placeholder=(
@@ -145,16 +168,19 @@ class TokenstepApp(App[int]):
         yield Static(id="too-small")
 
     def on_mount(self) -> None:
-        self.query_one("#pipeline").border_title = "pipeline · the loop"
-        self.query_one("#logits").border_title = "logits → sampler"
-        self.query_one("#conversation").border_title = "text"
-        self.query_one("#chat").border_title = "chat" if not self.controller.raw else "prompt"
-        self.query_one("#tokens").border_title = "tokens"
-        self.query_one("#batch").border_title = "batch · last llama_decode"
-        self.query_one("#timeline").border_title = "timeline · measured llama_decode time"
+        self.main.query_one("#pipeline").border_title = "pipeline · the loop"
+        self.main.query_one("#logits").border_title = "logits → sampler"
+        self.main.query_one("#conversation").border_title = "text"
+        self.main.query_one("#chat").border_title = "chat" if not self.controller.raw else "prompt"
+        self.main.query_one("#tokens").border_title = "tokens"
+        self.main.query_one("#batch").border_title = "batch · last llama_decode"
+        self.main.query_one("#timeline").border_title = "timeline · measured llama_decode time"
+        self.main.query_one(
+            "#cache"
+        ).border_title = "cache · verify, work, prefix, shifts, sequences"
         self._draw_tabstrip()
         self._size_classes()
-        self.query_one("#chat", Input).focus()
+        self.main.query_one("#chat", Input).focus()
         self.controller.start()
 
     def on_unmount(self) -> None:
@@ -171,18 +197,18 @@ class TokenstepApp(App[int]):
         self.screen.set_class(small, "-too-small")
         if was_small and not small and self.focused is None:
             # Hiding the panes took the focus away; give it back.
-            self.call_after_refresh(self.query_one("#chat", Input).focus)
+            self.call_after_refresh(self.main.query_one("#chat", Input).focus)
         self.screen.set_class(not small and (w < COMPACT_W or h < COMPACT_H), "-compact")
-        self.query_one(PipelinePane).set_class(w < COMPACT_W or h < COMPACT_H, "-compact")
-        self.query_one(PipelinePane).refresh(layout=True)
+        self.main.query_one(PipelinePane).set_class(w < COMPACT_W or h < COMPACT_H, "-compact")
+        self.main.query_one(PipelinePane).refresh(layout=True)
         if small:
-            self.query_one("#too-small", Static).update(
+            self.main.query_one("#too-small", Static).update(
                 Text(
                     f"tokenstep needs at least {MIN_W}×{MIN_H} (this terminal is {w}×{h}).\n"
                     "Enlarge the window; the model keeps its state.\nCtrl+Q quits."
                 )
             )
-        if self.query("#tabstrip"):
+        if self.screen_stack and self.main.query("#tabstrip"):
             self._draw_tabstrip()
 
     def _draw_tabstrip(self) -> None:
@@ -197,7 +223,7 @@ class TokenstepApp(App[int]):
             t.append(f" {label} ", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
             if tabs is TABS:
                 t.append(" ")
-        self.query_one("#tabstrip", Static).update(t)
+        self.main.query_one("#tabstrip", Static).update(t)
 
     # -- views from the worker -----------------------------------------------------------------
     def _on_view(self, view: View) -> None:
@@ -221,14 +247,16 @@ class TokenstepApp(App[int]):
 
     def _apply_latest(self) -> None:
         self._apply_timer = None
+        if not self.screen_stack or not self.main.query("#chat"):
+            return  # the app is closing
         view = self.controller.take()
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
         self._next_apply = time.monotonic() + 1.0 / LIGHT_HZ
         prev, self.view = self.view, view
-        self.query_one(StatusHeader).show(view)
-        self.query_one(PipelinePane).show(view)
-        self.query_one(LogitsPane).show(view)
+        self.main.query_one(StatusHeader).show(view)
+        self.main.query_one(PipelinePane).show(view)
+        self.main.query_one(LogitsPane).show(view)
         self._notice(view)
         self._keybar()
         now = time.monotonic()
@@ -239,12 +267,12 @@ class TokenstepApp(App[int]):
             self._draw_heavy()
         if view.returned_text and view.seq > self._returned_seq:
             self._returned_seq = view.seq
-            chat = self.query_one("#chat", Input)
+            chat = self.main.query_one("#chat", Input)
             if not chat.value:
                 chat.value = view.returned_text
         ended = prev is not None and prev.activity == "generating" and view.activity == "done"
         if ended and view.mode == "autoplay" and not view.queued:
-            self.query_one("#chat", Input).focus()
+            self.main.query_one("#chat", Input).focus()
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
@@ -255,16 +283,16 @@ class TokenstepApp(App[int]):
         if view is None:
             return
         self._last_heavy = time.monotonic()
-        self.query_one(ConversationPane).show(view)
-        pane = self.query_one(f"#{self._tab}")
+        self.main.query_one(ConversationPane).show(view)
+        pane = self.main.query_one(f"#{self._tab}")
         pane.show(view)  # type: ignore[attr-defined]
 
     def _notice(self, view: View) -> None:
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
-        self.query_one("#notice", Static).update(t)
-        chat = self.query_one("#chat", Input)
+        self.main.query_one("#notice", Static).update(t)
+        chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.queued:
             # The user's own words: plain text in the border, never markup.
@@ -285,9 +313,12 @@ class TokenstepApp(App[int]):
             chat.border_subtitle = Text(literal(f"autosave after each reply → {where}{done}"))
 
     def _keybar(self) -> None:
-        chat = self.query_one("#chat", Input)
-        queued = bool(self.view and self.view.queued)
-        self.query_one(KeyBar).set_context(chat.has_focus, queued)
+        try:
+            chat = self.main.query_one("#chat", Input)
+            bar = self.main.query_one(KeyBar)
+        except (NoMatches, IndexError):  # the app is closing
+            return
+        bar.set_context(chat.has_focus, bool(self.view and self.view.queued))
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
@@ -308,7 +339,7 @@ class TokenstepApp(App[int]):
         event.input.value = ""
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
-            self.query_one(LogitsPane).focus()
+            self.main.query_one(LogitsPane).focus()
 
     def on_chat_input_pasted_lines(self, event: ChatInput.PastedLines) -> None:
         self._say(
@@ -317,7 +348,7 @@ class TokenstepApp(App[int]):
         )
 
     def _say(self, text: str, colour: str = "grey85") -> None:
-        self.query_one("#notice", Static).update(Text(text, Style(color=colour)))
+        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)))
 
     # -- actions -------------------------------------------------------------------------------
     def action_toggle_play(self) -> None:
@@ -330,7 +361,7 @@ class TokenstepApp(App[int]):
         self.controller.rewind(1)
 
     def action_cursor(self, delta: int) -> None:
-        logits = self.query_one(LogitsPane)
+        logits = self.main.query_one(LogitsPane)
         if (
             self.view is not None
             and self.view.mode == "autoplay"
@@ -340,7 +371,7 @@ class TokenstepApp(App[int]):
         logits.move(delta)
 
     def action_force(self) -> None:
-        row = self.query_one(LogitsPane).highlighted
+        row = self.main.query_one(LogitsPane).highlighted
         if row is None:
             self._say("No candidates yet: send a message first.", "bright_yellow")
             return
@@ -357,37 +388,60 @@ class TokenstepApp(App[int]):
 
     def action_tab(self, name: str) -> None:
         self._tab = name
-        self.query_one(ContentSwitcher).current = name
+        self.main.query_one(ContentSwitcher).current = name
         self._draw_tabstrip()
         if self.view is not None:
-            self.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
+            self.main.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
+        # The worker builds the whole-context attention matrix only while tab 6 shows it.
+        self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
+        if name in ("attention", "anatomy"):
+            self.main.query_one(f"#{name}").focus()
+
+    def action_verify(self) -> None:
+        self.controller.verify("batched")
+        self.action_tab("cache")
+
+    def action_fork(self) -> None:
+        self.controller.fork()
+        self.action_tab("cache")
+
+    def action_attention(self) -> None:
+        self.controller.attention_cmd("toggle")
+        if self._tab not in ("attention", "anatomy"):
+            self.action_tab("attention")
+
+    def on_attention_pane_layer_requested(self, event: AttentionPane.LayerRequested) -> None:
+        self.controller.attention_cmd("layer", event.layer)
+
+    def on_attention_pane_selection_changed(self, event: AttentionPane.SelectionChanged) -> None:
+        self.controller.attention_cmd("head", event.head)
 
     def action_boundaries(self) -> None:
-        self.query_one(ConversationPane).toggle_boundaries()
+        self.main.query_one(ConversationPane).toggle_boundaries()
 
     def action_ids(self) -> None:
         self.action_tab("tokens")
-        self.query_one(TokensPane).toggle_ids()
+        self.main.query_one(TokensPane).toggle_ids()
 
     def action_explain(self) -> None:
-        self.query_one(PipelinePane).toggle_explain()
+        self.main.query_one(PipelinePane).toggle_explain()
 
     def action_focus_chat(self) -> None:
-        self.query_one("#chat", Input).focus()
+        self.main.query_one("#chat", Input).focus()
 
     def action_leave_chat(self) -> None:
-        self.query_one(LogitsPane).focus()
+        self.main.query_one(LogitsPane).focus()
 
     def action_toggle_focus(self) -> None:
-        chat = self.query_one("#chat", Input)
+        chat = self.main.query_one("#chat", Input)
         if chat.has_focus:
-            self.query_one(LogitsPane).focus()
+            self.main.query_one(LogitsPane).focus()
         else:
             chat.focus()
 
     def action_new_chat(self) -> None:
         self.controller.new_chat()
-        self.query_one("#chat", Input).focus()
+        self.main.query_one("#chat", Input).focus()
 
     def action_save(self) -> None:
         def done(path: str | None) -> None:
@@ -410,7 +464,7 @@ class TokenstepApp(App[int]):
 
     def on_key(self, event: events.Key) -> None:
         """A printable key with no meaning on the controls starts a message instead."""
-        chat = self.query_one("#chat", Input)
+        chat = self.main.query_one("#chat", Input)
         if chat.has_focus or len(self.screen_stack) > 1:
             return
         if event.is_printable and event.character and event.key not in STAGE_KEY_NAMES:

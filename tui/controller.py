@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from . import session_store
+from .attention_control import AttentionControl, AttentionView
 from .engine.chat import Message, chat_tokens
 from .engine.errors import ContextFullError, TokenstepError
 from .engine.kvcache import KVLogReport
+from .engine.memory import MemoryReport, memory_report
 from .engine.sampling import ChainResult, SamplerSettings, entropy_bits, softmax, top_k_by_logit
-from .engine.session import Engine, StepRecord
+from .engine.session import Engine, PrefillTurn, ShiftEvent, StepRecord
+from .engine.verify import VerifyResult
+from .engine.work import WorkSnapshot
 
 TOP_ROWS = 16  # candidates shown in the logits pane
 MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
@@ -144,6 +148,18 @@ class View:
     n_batch: int
     n_ubatch: int
     returned_text: str | None = None  # a message that could not be sent, for the chat box
+    attention: AttentionView | None = None  # the Attention and Anatomy tabs
+    # The cache lessons (issue 5): all copied out of the engine by the worker thread.
+    memory: MemoryReport | None = None
+    work: WorkSnapshot | None = None
+    verify: VerifyResult | None = None
+    turns: tuple[PrefillTurn, ...] = ()  # this chat's prefills: reused vs computed tokens
+    shifts: tuple[ShiftEvent, ...] = ()  # context shifts, with the tokens each forgot
+    shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
+    context_full: str = "stop"
+    n_keep: int = 0
+    fork_at: int | None = None  # sequence 0's length when it was forked
+    seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
 
     @property
     def kv_used(self) -> int:
@@ -156,6 +172,16 @@ class View:
     @property
     def reply_tokens(self) -> int:
         return 0 if self.reply_start is None else len(self.tokens) - self.reply_start
+
+
+@dataclass(frozen=True)
+class SeqView:
+    """One sequence after a fork: the tokens it generated since the fork point."""
+
+    seq_id: int
+    pieces: tuple[bytes, ...]
+    n_tokens: int  # the sequence's length in the KV cache
+    stop_reason: str | None
 
 
 @dataclass
@@ -189,6 +215,11 @@ class _State:
     records_from: int = 0  # first engine record of this chat
     last_saved: str | None = None
     dirty_since_save: bool = False
+    verify: VerifyResult | None = None
+    turns_from: int = 0  # first engine turn of this chat
+    shifts_from: int = 0
+    fork_at: int | None = None
+    fork_tokens: dict[int, list[int]] = field(default_factory=dict)
 
 
 class Controller:
@@ -228,6 +259,7 @@ class Controller:
         self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
         self.s = _State(mode="autoplay" if autoplay else "step")
         self.error: str | None = None  # an unexpected failure in the worker
+        self.attention = AttentionControl(self)
 
     # -- the UI side ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -278,8 +310,17 @@ class Controller:
     def save(self, path: str) -> None:
         self._q.put(_Cmd("save", (path,)))
 
-    def cancel_queued(self) -> None:
-        self._q.put(_Cmd("cancel_queued"))
+    def attention_cmd(self, name: str, *args: Any) -> None:
+        """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
+        self._q.put(_Cmd("attention", (name, *args)))
+
+    def verify(self, mode: str = "batched") -> None:
+        """Recompute the context from scratch in a fresh context and compare the logits."""
+        self._q.put(_Cmd("verify", (mode,)))
+
+    def fork(self) -> None:
+        """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
+        self._q.put(_Cmd("fork"))
 
     def stop(self, timeout: float | None = 60.0) -> bool:
         """Ask the worker to finish (after the decode it is in) and wait for it. The worker
@@ -387,6 +428,8 @@ class Controller:
             tokens = eng.tokens + new
             spans = self._spans_now() + [Span("prompt", eng.n_past, len(tokens))]
             text_tokens = len(new)
+        if eng.branches:
+            self._drop_forks()
         if len(tokens) > eng.n_ctx:
             raise ContextFullError(
                 f"the conversation would need {len(tokens)} tokens but the context holds "
@@ -440,6 +483,9 @@ class Controller:
                 f"The reply has ended ({eng.stop_reason}). ← rewinds; or type a new message."
             )
             return
+        if eng.branches:
+            self._step_forked(force)
+            return
         greedy, seed = eng.settings.is_greedy, eng.settings.seed
         before = eng.kv.used
         token = eng.sample_next(force)  # may decode the last token again after a deep rewind
@@ -479,6 +525,31 @@ class Controller:
             self._note(f"Forced token {force}; it was decoded like any sampled token.")
         elif s.mode == "step":
             self._note("Stepped one token: sample, detokenize, feed back, decode.")
+
+    def _step_forked(self, force: int | None) -> None:
+        """After a fork: every live sequence samples from its own logits row with its own
+        chain, and ONE llama_decode carries one token per sequence."""
+        s, eng = self.s, self.engine
+        before = eng.kv.used
+        rec = eng.step_seqs({0: force} if force is not None else None)
+        s.action = "force" if force is not None else "step"
+        s.dirty_since_save = True
+        s.last_pick = None
+        if rec is None:
+            s.activity = "done"
+            s.lit = (SAMPLE, DETOKENIZE)
+            self._note(f"Every sequence has stopped ({eng.stop_reason or 'end of generation'}).")
+            self._turn_ended()
+            return
+        for seq, row in rec.rows.items():
+            s.fork_tokens.setdefault(seq, []).append(row.token)
+        s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
+        s.last_records = (rec,)
+        s.new_cells = (before, eng.kv.used)
+        s.timeline.append((rec.phase, rec.call.n_tokens, rec.decode_ms))
+        if s.mode == "step":
+            ids = ", ".join(str(q) for q in rec.rows)
+            self._note(f"One llama_decode for sequences {ids}: one token each, own positions.")
 
     def _pick_probabilities(self, token: int) -> tuple[float, float]:
         """p and p' of the token just picked. The record whose logits it came from already
@@ -532,6 +603,8 @@ class Controller:
         s, eng = self.s, self.engine
         s.mode = "step"  # rewinding is stepping: autoplay would resample at once
         n = min(n, self._reply_tokens())
+        if self.engine.branches:
+            self._drop_forks()
         if n <= 0:
             self._note("Nothing to rewind: the reply is empty (rewind stops at your message).")
             return
@@ -596,22 +669,65 @@ class Controller:
         eng = self.engine
         eng.reset()
         mode, chat_no = self.s.mode, self.s.chat_no + 1
-        self.s = _State(mode=mode, chat_no=chat_no, records_from=len(eng.records))
+        self.s = _State(
+            mode=mode,
+            chat_no=chat_no,
+            records_from=len(eng.records),
+            turns_from=len(eng.turns),
+            shifts_from=len(eng.shifts),
+        )
         self.s.action = "new"
         path = self.autosave_path
         where = f" Autosave: {path}." if path else ""
         self._note(f"New chat: the KV cache is empty.{where}")
 
+    def _do_verify(self, mode: str) -> None:
+        if self.engine.logits is None:
+            self._note("Nothing to verify yet: send a message first.", "warn")
+            return
+        res = self.engine.verify_last(mode)
+        self.s.verify = res
+        self.s.action = "verify"
+        self.s.lit = ()
+        agree = "agrees" if res.top1_agree else "DISAGREES"
+        self._note(
+            f"Verify ({mode}): recomputed {res.n_tokens} tokens from scratch in "
+            f"{res.recompute_ms:.0f} ms; max |Δ| {res.max_abs_diff:.3g}, top-1 {agree}. "
+            "Tab 0 shows why.",
+            "info" if res.top1_agree else "error",
+        )
+
+    def _do_fork(self) -> None:
+        s, eng = self.s, self.engine
+        if s.activity == "done" and not eng.branches:
+            s.activity = "generating"  # a fork may continue where the reply ended
+            eng.stop_reason = None
+        at = eng.n_past
+        dst = eng.fork(0)
+        s.fork_at = at
+        s.fork_tokens = {0: [], dst: []}
+        s.mode = "step"
+        s.action = "fork"
+        s.lit = ()
+        self._note(
+            f"Forked: sequence {dst} shares all {at} KV cells of sequence 0 "
+            "(llama_memory_seq_cp); → steps both in one llama_decode."
+        )
+
+    def _drop_forks(self) -> None:
+        eng = self.engine
+        for seq in list(eng.branches):
+            eng.drop_seq(seq)
+        self.s.fork_at = None
+        self.s.fork_tokens = {}
+
+    def _do_attention(self, name: str, *args: Any) -> None:
+        self.attention.handle(name, *args)
+
     def _do_save(self, path: str) -> None:
         target = self._write(path)
         self.s.last_saved = str(target)
         self._note(f"Saved {self._n_records()} step records and the conversation to {target}.")
-
-    def _do_cancel_queued(self) -> None:
-        if self.s.queued:
-            self.s.returned_text = self.s.queued
-            self.s.queued = None
-            self._note("The queued message was taken back into the chat box.")
 
     # -- helpers -------------------------------------------------------------------------------
     def _reply_tokens(self) -> int:
@@ -649,6 +765,7 @@ class Controller:
             raw=self.raw,
             prefix_cache=self.prefix_cache,
         )
+        rows[0]["attention"] = self.attention.state()
         return session_store.write_jsonl_atomic(path, rows)
 
     def _autosave(self) -> None:
@@ -757,7 +874,33 @@ class Controller:
             n_batch=eng.config.n_batch,
             n_ubatch=eng.config.n_ubatch,
             returned_text=s.returned_text,
+            attention=self.attention.view(),
+            memory=memory_report(eng),
+            work=eng.work.snapshot(),
+            verify=s.verify,
+            turns=tuple(eng.turns[s.turns_from :]),
+            shifts=tuple(eng.shifts[s.shifts_from :]),
+            shift_pieces=tuple(
+                tuple(eng.vocab.piece(f.token) for f in ev.forgotten)
+                for ev in eng.shifts[s.shifts_from :]
+            ),
+            context_full=eng.config.context_full,
+            n_keep=eng.keep_count(),
+            fork_at=s.fork_at,
+            seqs=self._seq_views(),
         )
+
+    def _seq_views(self) -> tuple[SeqView, ...]:
+        eng, s = self.engine, self.s
+        if s.fork_at is None:
+            return ()
+        out = []
+        for seq in eng.seq_ids:
+            toks = s.fork_tokens.get(seq, [])
+            stop = eng.stop_reason if seq == 0 else eng.branches[seq].stop_reason
+            pieces = tuple(eng.vocab.piece(t) for t in toks)
+            out.append(SeqView(seq, pieces, eng.kv.count(seq), stop))
+        return tuple(out)
 
 
 _LABEL = {"temp": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}

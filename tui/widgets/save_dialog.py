@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -35,7 +37,10 @@ class SaveScreen(ModalScreen[str | None]):
             box.border_title = "Save the session"
             yield Static("Conversation, settings and every step record, as JSON Lines.")
             yield Input(self.suggestion, id="save-path")
-            yield Static("Enter saves · Esc cancels")
+            # A path is shown as plain text (a str would be parsed as markup).
+            yield Static(
+                Text(f"Enter saves (a relative path goes under {os.getcwd()}) · Esc cancels")
+            )
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
