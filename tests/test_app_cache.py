@@ -1,0 +1,167 @@
+"""The cache lessons in the app (issue 5), driven by Pilot on the real bundled model: memory,
+the quadratic wall, verify, prefix reuse per turn, the context-full shift, and a fork."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from tui.app import TokenstepApp
+from tui.engine import SamplerSettings
+from tui.widgets.batch import BatchPane
+from tui.widgets.cache import CacheTab, MemoryTab
+from tui.widgets.quadratic import QuadraticPane
+
+from .test_app import SIZE, make_app, prompt_for, run_async, send, wait_for
+
+MESSAGE = "Write one sentence about the sea."
+
+
+def shown(widget) -> str:
+    """The text a Static-like widget renders (its current renderable, without colour)."""
+    con = Console(width=200, record=True, color_system=None)
+    con.print(widget.content)
+    return con.export_text()
+
+
+def cache_text(app: TokenstepApp) -> str:
+    tab = app.query_one(CacheTab)
+    return "\n".join(shown(s) for s in tab.query("Static"))
+
+
+@run_async
+async def test_memory_tab_shows_the_engines_bytes(make_engine, model, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    eng = app.controller.engine
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("9")
+        await wait_for(pilot, lambda: app.query_one(MemoryTab).report is not None, "the report")
+        rep = app.query_one(MemoryTab).report
+        n = len(prompt_for(model, MESSAGE))
+        assert rep.used_cells == n
+        assert rep.used_bytes == n * eng.layout.bytes_per_token
+        assert rep.allocated_bytes == eng.n_cells * eng.layout.bytes_per_token
+        assert rep.breakdown.bytes_per_token == eng.layout.bytes_per_token
+        text = shown(app.query_one(MemoryTab))
+        assert f"{n:,} of {eng.n_ctx:,} tokens" in text
+        assert "9 query heads share 3 K/V heads" in text
+
+
+@run_async
+async def test_quadratic_counter_follows_the_run(make_engine, model, tmp_path):
+    steps = 6
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        for _ in range(steps):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == steps, "the steps")
+        await pilot.press("0")
+        snap = app.query_one(QuadraticPane).snapshot
+        p = len(prompt_for(model, MESSAGE))
+        # With the cache: the prompt once, then one token per step. Without: every logits
+        # row recomputes its whole context (p, p+1, ..., p+steps).
+        assert snap.with_cache == p + steps
+        assert snap.without_cache == sum(range(p, p + steps + 1))
+        assert f"{snap.without_cache:,} (every step" in cache_text(app)
+
+
+@run_async
+async def test_verify_key_recomputes_and_top1_agrees(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        for _ in range(3):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "the steps")
+        await pilot.press("v")
+        await wait_for(pilot, lambda: app.view.verify is not None, "the verify")
+        res = app.view.verify
+        assert res.n_tokens == app.view.n_past
+        assert res.top1_agree and res.top1_cached == app.view.next_pick  # greedy: the argmax
+        text = cache_text(app)
+        assert f"max |Δ| {res.max_abs_diff:.3g}" in text
+        assert "top-1 agrees" in text
+        assert app.query_one("#tabs").current == "cache"
+
+
+@run_async
+async def test_second_turn_reuses_the_prefix(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Say hi.")
+        await wait_for(pilot, lambda: app.view.activity == "done", "the first reply")
+        first_len = app.view.n_past
+        await pilot.press(*"Again.", "enter")
+        await wait_for(pilot, lambda: len(app.view.turns) == 2, "the second turn")
+        t1, t2 = app.view.turns
+        assert t1.reused == 0
+        # Everything of turn one that the new prompt repeats came from the cache.
+        assert 0 < t2.reused <= first_len
+        assert t2.reused + t2.computed == app.view.reply_start  # the second prompt
+        await pilot.press("0")
+        assert "Prefix reuse per turn" in cache_text(app)
+
+
+@run_async
+async def test_no_prefix_cache_recomputes_everything(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, autoplay=True, prefix_cache=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Say hi.")
+        await wait_for(pilot, lambda: app.view.activity == "done", "the first reply")
+        await pilot.press(*"Again.", "enter")
+        await wait_for(pilot, lambda: len(app.view.turns) == 2, "the second turn")
+        assert [t.reused for t in app.view.turns] == [0, 0]
+
+
+@run_async
+async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_path):
+    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=48, context_full="shift", n_keep=4)
+    app = TokenstepApp(
+        engine, raw=True, autoplay=True, autosave_dir=tmp_path / "a", close_engine=False
+    )
+    text = "One two three four five six seven eight nine ten eleven twelve"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*text, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
+        await pilot.press("space")
+        ev = app.view.shifts[0]
+        prompt = engine.vocab.tokenize(text, add_special=True)
+        keep = 4 + int(engine.info.add_bos)  # --keep 4, plus BOS when the model adds one
+        assert ev.n_keep == keep
+        assert ev.n_discard == (48 - keep) // 2  # the oldest half of the rest
+        # The forgotten tokens are those right after the kept ones, in order.
+        assert [f.token for f in ev.forgotten][: len(prompt) - keep] == prompt[keep:]
+        assert app.view.n_past <= 48
+        await pilot.press("0")
+        gone = b"".join(app.view.shift_pieces[0]).decode()
+        body = cache_text(app)
+        assert "shift 1" in body and f"forgot {ev.n_discard}" in body
+        assert gone.strip()[:10] in body
+
+
+@run_async
+async def test_fork_steps_two_sequences_in_one_batch(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        at = app.view.n_past
+        await pilot.press("F")
+        await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
+        for _ in range(3):
+            await pilot.press("right")
+        await wait_for(
+            pilot, lambda: all(len(s.pieces) == 3 for s in app.view.seqs), "three fork steps"
+        )
+        assert [s.seq_id for s in app.view.seqs] == [0, 1]
+        assert app.view.fork_at == at
+        rec = app.view.last_records[-1]
+        assert sorted(t.seq_ids for t in rec.call.tokens) == [(0,), (1,)]
+        # Shared prefix: the prompt's cells carry both seq_ids; each step added one per seq.
+        shared = [c for c in app.view.kv_cells if len(c[2]) == 2]
+        assert len(shared) == at and len(app.view.kv_cells) == at + 6
+        body = cache_text(app)
+        assert f"{at} KV cells are shared" in body and "seq 1:" in body
+        await pilot.press("2")
+        batch = app.query_one(BatchPane).view.last_records[-1]
+        assert {t.seq_ids for t in batch.call.tokens} == {(0,), (1,)}
