@@ -76,6 +76,11 @@ TABS = (
 )
 
 
+_ATTENTION_KEYS = frozenset(
+    k.strip() for b in AttentionPane.BINDINGS if isinstance(b, Binding) for k in b.key.split(",")
+)
+
+
 class ViewReady(Message):
     """The worker published a new view (the view itself is fetched with ``take``)."""
 
@@ -210,20 +215,34 @@ class TokenstepApp(App[int]):
             )
         if self.screen_stack and self.main.query("#tabstrip"):
             self._draw_tabstrip()
+            self.call_after_refresh(self._draw_tabstrip)  # again, once the strip has its width
 
     def _draw_tabstrip(self) -> None:
+        """The tab names, long ones if they fit the strip, else the short ones, else the
+        short ones without gaps (every tab stays visible and clickable)."""
+        strip = self.main.query_one("#tabstrip", Static)
+        room = (strip.size.width or self.size.width // 2) - 2
+        # Narrowest: the tab that shows keeps its name, the others only their key.
+        digits = tuple((k, lb if k == self._tab else lb.split()[0]) for k, lb in TABS_SHORT)
+        options = ((TABS, " ", " "), (TABS_SHORT, " ", " "), (TABS_SHORT, "", " "))
+        tabs, pad, gap = digits, " ", ""
+        for option in options:
+            if (
+                sum(len(label) + 2 * len(option[1]) + len(option[2]) for _, label in option[0])
+                <= room
+            ):
+                tabs, pad, gap = option
+                break
         t = Text(no_wrap=True, overflow="ellipsis")
-        tabs = TABS_SHORT if self.screen.has_class("-compact") else TABS
         for key, label in tabs:
             style = (
                 Style(color="black", bgcolor="bright_cyan", bold=True)
                 if key == self._tab
                 else Style(color="grey70")
             )
-            t.append(f" {label} ", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
-            if tabs is TABS:
-                t.append(" ")
-        self.main.query_one("#tabstrip", Static).update(t)
+            t.append(f"{pad}{label}{pad}", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
+            t.append(gap)
+        strip.update(t)
 
     # -- views from the worker -----------------------------------------------------------------
     def _on_view(self, view: View) -> None:
@@ -467,6 +486,8 @@ class TokenstepApp(App[int]):
         chat = self.main.query_one("#chat", Input)
         if chat.has_focus or len(self.screen_stack) > 1:
             return
+        if isinstance(self.focused, AttentionPane) and event.key in _ATTENTION_KEYS:
+            return  # the attention pane's own keys ([ and ] change the layer)
         if event.is_printable and event.character and event.key not in STAGE_KEY_NAMES:
             chat.focus()
             chat.insert_text_at_cursor(event.character)

@@ -89,6 +89,19 @@ class AttentionControl:
         """For the saved session's header."""
         return {"on": self.on, "layer": self.layer, "head": self.head}
 
+    def restore(self, state: Any) -> None:
+        """The saved layer and head (``--resume``; before the worker starts). On/off comes
+        from the context: ``--resume`` builds it with the capture when it was on."""
+        if not isinstance(state, dict):
+            return
+        layer, head = state.get("layer"), state.get("head")
+        if isinstance(layer, int) and 0 <= layer < self.engine.info.n_layer:
+            cap = self.capture
+            if cap is None or not cap.layers or layer in cap.layers:
+                self.layer = layer
+        if head is None or (isinstance(head, int) and 0 <= head < self.engine.info.n_head):
+            self.head = head
+
     # -- commands (worker thread) ----------------------------------------------------------------
     def handle(self, name: str, *args: Any) -> None:
         if name == "toggle":

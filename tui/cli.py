@@ -187,6 +187,12 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="start from a saved or autosaved session (.jsonl): conversation, settings, and "
         "the context re-prefilled",
     )
+    app.add_argument(
+        "--attention",
+        metavar="LAYER|all",
+        help="start with attention capture on for LAYER (or all): flash attention off and an "
+        "eval callback, so decoding is slower; 'a' toggles it in the app",
+    )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
     )

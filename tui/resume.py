@@ -78,6 +78,9 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     args.min_p, args.seed, args.greedy = st["min_p"], st["seed"], st["greedy"]
     args.raw = header["mode"] == "raw"
     args.no_prefix_cache = not header.get("prefix_cache", True)
+    att = header.get("attention")  # attention capture on: the context is built with it
+    if isinstance(att, dict) and att.get("on") and getattr(args, "attention", None) is None:
+        args.attention = str(att.get("layer", 0))
     saved_model = header.get("model", {}).get("path")
     if args.model is None and saved_model and Path(saved_model).is_file():
         args.model = saved_model
@@ -135,3 +138,4 @@ def restore(controller: Controller, header: dict[str, Any], path: str | Path) ->
         "→ steps on, space plays."
     )
     s.notice_level = "info"
+    controller.attention.restore(header.get("attention"))

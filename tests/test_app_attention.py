@@ -1,0 +1,144 @@
+"""The Attention tab in the app, driven by Pilot on the real bundled model.
+
+The oracle for the weights is a second engine with its own capture that prefills the same
+tokens: the pane must show exactly what llama.cpp's ``kq_soft_max`` node held there."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tui.cli import build_parsers
+from tui.commands import engine_from_args
+from tui.engine import Engine, EngineConfig, SamplerSettings
+from tui.engine.attention import AttentionCapture, find_capture
+from tui.session_store import read_session
+from tui.widgets.attention_tabs import AttentionTab
+
+from .test_app import SIZE, make_app, run_async, wait_for
+
+SENTENCE = "The cat sat on the mat because it was tired."
+
+
+def _oracle(model, tokens: list[int], layer: int) -> np.ndarray:
+    """(n_head, n, n) weights of ``layer`` from a fresh engine that prefills ``tokens``."""
+    cap = AttentionCapture(model.info.n_layer, [layer])
+    with Engine(model, EngineConfig(n_ctx=512), SamplerSettings(temp=0.0), [cap]) as eng:
+        recs = eng.prefill(tokens)
+        assert len(recs) == 1
+        return np.asarray(recs[0].extras["attention"][layer])
+
+
+@run_async
+async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
+    make_engine, model, tmp_path
+):
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*SENTENCE, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0, "prefill")
+        pane = app.query_one(AttentionTab)
+        await pilot.press("a")  # the context had no capture: it is rebuilt
+        await wait_for(pilot, lambda: pane.att is not None, "the attention matrix")
+        assert app.controller.engine.flash_attn_resolved == "off"
+        assert app.view.flash_attn == "off"
+        tokens = list(app.view.tokens)
+        att = pane.att
+        assert att is not None and att.layer == 0 and pane.head is None
+        assert att.captured.all() and len(att.positions) == len(tokens)
+        mean = att.head(None)
+        np.testing.assert_allclose(np.nansum(mean, axis=1), 1.0, atol=1e-3)
+        np.testing.assert_allclose(att.weights, _oracle(model, tokens, 0), atol=1e-5)
+        assert np.all(np.triu(mean, 1) == 0)  # the causal mask, in the data itself
+
+        # ] asks for layer 1: the worker prefills the same tokens again to capture it.
+        await pilot.press("right_square_bracket")
+        await wait_for(pilot, lambda: pane.att is not None and pane.att.layer == 1, "layer 1")
+        w1 = pane.att.weights
+        np.testing.assert_allclose(w1, _oracle(model, tokens, 1), atol=1e-5)
+        assert not np.allclose(w1, att.weights, atol=1e-3)
+
+        # → picks head 0 (from the mean): the drawn matrix becomes that head's weights.
+        await pilot.press("right")
+        await wait_for(pilot, lambda: pane.head == 0, "head 0")
+        np.testing.assert_allclose(pane._matrix, w1[0])
+        assert not np.allclose(pane._matrix, w1.mean(axis=0), atol=1e-3)
+
+        # The cursor on " it": the ranked list is that row of head 0, highest first.
+        it = next(i for i, p in enumerate(app.view.pieces) if p == b" it")
+        pane.move_cursor(it)
+        ranked = pane.ranked(5)
+        order = np.argsort(-w1[0, it, : it + 1], kind="stable")[:5]
+        assert [k for k, _, _ in ranked] == [int(i) for i in order]
+        assert ranked[0][2] == float(w1[0, it, order[0]])
+
+        await wait_for(pilot, lambda: app.controller.attention.head == 0, "head sent")
+        path = tmp_path / "s.jsonl"
+        app.controller.save(str(path))
+        await wait_for(pilot, lambda: path.exists(), "the save")
+    header, _ = read_session(path)
+    assert header["attention"] == {"on": True, "layer": 1, "head": 0}
+
+    # --resume builds the context with the capture on that layer and restores the head.
+    from tui.app import TokenstepApp
+    from tui.resume import apply_to_args, load_header, restore
+
+    args = build_parsers()["app"].parse_args(["--resume", str(path)])
+    saved = load_header(path)
+    apply_to_args(args, saved)
+    engine = engine_from_args(args)
+    resumed = TokenstepApp(engine, raw=args.raw, autoplay=False, autosave_dir=None)
+    try:
+        restore(resumed.controller, saved, path)
+        a = resumed.controller.attention
+        assert (a.on, a.layer, a.head) == (True, 1, 0)
+        assert engine.flash_attn_resolved == "off"
+        assert find_capture(engine).layers == [1]  # type: ignore[union-attr]
+        assert "attention" in engine.records[-1].extras
+    finally:
+        resumed.controller.stop()
+
+
+@run_async
+async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Hello there", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0, "prefill")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: app.view.attention.on, "attention on")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: not app.view.attention.on, "attention off")
+        assert app.view.attention.installed
+        assert "off" in app.view.notice
+        cap = find_capture(app.controller.engine)
+        assert cap is not None and cap.layers == []
+        n = len(app.controller.engine.records)
+        await pilot.press("n")  # one step (→ is "next head" in this tab) with the capture idle
+        await wait_for(pilot, lambda: len(app.controller.engine.records) > n, "a step")
+        assert "attention" not in app.controller.engine.records[-1].extras
+        path = tmp_path / "off.jsonl"
+        app.controller.save(str(path))
+        await wait_for(pilot, lambda: path.exists(), "the save")
+    header, _ = read_session(path)
+    assert header["attention"]["on"] is False
+
+
+@run_async
+async def test_attention_flag_starts_with_capture_on(tmp_path):
+    args = build_parsers()["app"].parse_args(["--attention", "13", "-c", "256"])
+    engine = engine_from_args(args)
+    assert engine.flash_attn_resolved == "off"
+    cap = find_capture(engine)
+    assert cap is not None and cap.layers == [13]
+    from tui.app import TokenstepApp
+
+    app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.view is not None, "the first view")
+        assert app.view.attention.on and app.view.attention.layer == 13
+        await pilot.press(*SENTENCE, "enter")
+        await wait_for(pilot, lambda: app.view.n_past > 0, "prefill")
+        await pilot.press("6")
+        pane = app.query_one(AttentionTab)
+        await wait_for(pilot, lambda: pane.att is not None, "the matrix")
+        assert pane.att.layer == 13 and pane.att.captured.all()
