@@ -5,6 +5,8 @@
 main.svg       the main screen after a real chat turn (greedy), KV cache pane showing
 step-mode.svg  step mode mid-reply with the sampler cutting candidates (top-p, min-p)
 help.svg       the help screen
+attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
+               the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
 
 Times shown are really measured on the machine that runs this script.
 """
@@ -82,10 +84,39 @@ async def help_screen(model: Model) -> None:
         save(app, "help.svg")
 
 
+# -- inside one decode (issue 4): tab 6, the model's own attention weights -------------------
+
+PRONOUN = "The cat sat on the mat because it was tired."
+
+
+async def attention_screen(model: Model) -> None:
+    """Tab 6 on a raw sentence, layer 13, head 8, the cursor on " it": what it attends to."""
+    from tui.engine.attention import AttentionCapture
+    from tui.widgets.attention_tabs import AttentionTab
+
+    layer, head = 13, 8
+    cap = AttentionCapture(model.info.n_layer, [layer])
+    config = EngineConfig(flash_attn="off")  # the capture needs the unfused softmax
+    engine = Engine(model, config, SamplerSettings(temp=0.0), [cap])
+    app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*PRONOUN, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0)
+        await pilot.press("6")
+        pane = app.query_one(AttentionTab)
+        await wait_for(pilot, lambda: pane.att is not None)
+        pane.set_head(head)
+        pane.move_cursor(list(app.view.pieces).index(b" it"))
+        await pilot.pause(0.3)
+        top = pane.ranked(1)
+        print(f"attention: ' it' -> {top[0][1]!r} {top[0][2]:.3f} (layer {layer}, head {head})")
+        save(app, "attention.svg")
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
-    for shot in (main_screen, step_mode, help_screen):
+    for shot in (main_screen, step_mode, help_screen, attention_screen):
         asyncio.run(shot(model))
     return 0
 
