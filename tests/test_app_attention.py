@@ -12,7 +12,7 @@ from tui.commands import engine_from_args
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.attention import AttentionCapture, find_capture
 from tui.session_store import read_session
-from tui.widgets.attention_tabs import AttentionTab
+from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
 
 from .test_app import SIZE, make_app, run_async, wait_for
 
@@ -116,6 +116,14 @@ async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_
         await pilot.press("n")  # one step (→ is "next head" in this tab) with the capture idle
         await wait_for(pilot, lambda: len(app.controller.engine.records) > n, "a step")
         assert "attention" not in app.controller.engine.records[-1].extras
+        # Tab 7 turns the graph census on: the next step's graph is counted and named.
+        await pilot.press("7", "n")
+        anatomy = app.query_one(AnatomyTab)
+        await wait_for(pilot, lambda: anatomy.census is not None, "the census")
+        last = app.controller.engine.records[-1].extras["graph"]
+        assert anatomy.census == last and last["n_nodes"] > 0
+        assert "kq_soft_max" in last["layer_chain"]  # flash attention is off in this context
+        assert last["n_layers"] == app.controller.engine.info.n_layer
         path = tmp_path / "off.jsonl"
         app.controller.save(str(path))
         await wait_for(pilot, lambda: path.exists(), "the save")
