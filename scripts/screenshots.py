@@ -5,6 +5,8 @@
 main.svg       the main screen after a real chat turn (greedy), KV cache pane showing
 step-mode.svg  step mode mid-reply with the sampler cutting candidates (top-p, min-p)
 help.svg       the help screen
+cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix reuse,
+               context shift (-c 64 --context-full shift --keep 4), fork (tab 0)
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
 
@@ -84,6 +86,92 @@ async def help_screen(model: Model) -> None:
         save(app, "help.svg")
 
 
+# -- the cache lessons (issue 5): tab 9 is KV memory, tab 0 the cache pane -----------------
+
+
+def cache_app(model: Model, *, autoplay: bool, raw: bool = False, **config: object) -> TokenstepApp:
+    engine = Engine(model, EngineConfig(**config), SamplerSettings(temp=0.0))  # type: ignore[arg-type]
+    return TokenstepApp(engine, autoplay=autoplay, raw=raw, autosave_dir=None)
+
+
+async def show_section(app: TokenstepApp, pilot: Pilot, section: str) -> None:
+    """Scroll the cache pane so that ``section`` (#c-seqs, #c-verify, ...) is at its top."""
+    tab = app.query_one("#cache")
+    tab.scroll_to_widget(app.query_one(section), top=True, animate=False)
+    await pilot.pause(0.3)
+
+
+async def cache_memory(model: Model) -> None:
+    app = cache_app(model, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Name three colors.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
+        await pilot.press("escape", "9")
+        await pilot.pause(0.3)
+        save(app, "cache-memory.svg")
+
+
+async def cache_quadratic(model: Model) -> None:
+    app = cache_app(model, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 100)
+        await pilot.press("space", "0")  # pause after ~100 generated tokens
+        await show_section(app, pilot, "#c-work")
+        save(app, "cache-quadratic.svg")
+
+
+async def cache_verify(model: Model) -> None:
+    app = cache_app(model, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Name three colors.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
+        await pilot.press("escape", "v")
+        await wait_for(pilot, lambda: app.view.verify is not None)
+        await show_section(app, pilot, "#c-verify")
+        save(app, "cache-verify.svg")
+
+
+async def cache_prefix(model: Model) -> None:
+    app = cache_app(model, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Name three colors.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
+        await pilot.press(*"And three animals?", "enter")
+        await wait_for(pilot, lambda: len(app.view.turns) == 2 and app.view.activity == "done")
+        await pilot.press("escape", "0")
+        await show_section(app, pilot, "#c-turns")
+        save(app, "cache-prefix.svg")
+
+
+async def cache_shift(model: Model) -> None:
+    app = cache_app(model, autoplay=True, raw=True, n_ctx=64, context_full="shift", n_keep=4)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"The days of the week are Monday, Tuesday,", "enter")
+        await wait_for(pilot, lambda: app.view is not None and len(app.view.shifts) >= 1)
+        await pilot.press("space")  # pause right after the shift
+        await wait_for(pilot, lambda: app.view.mode == "step")
+        await pilot.press("0")
+        await show_section(app, pilot, "#c-shift")
+        save(app, "cache-shift.svg")
+
+
+async def cache_fork(model: Model) -> None:
+    app = cache_app(model, autoplay=False)
+    app.controller.engine.settings.greedy = False
+    app.controller.engine.settings.temp = 0.9
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Write a haiku about the sea.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+        await pilot.press("F")
+        await wait_for(pilot, lambda: app.view.fork_at is not None)
+        for _ in range(10):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: all(len(s.pieces) >= 10 for s in app.view.seqs))
+        await show_section(app, pilot, "#c-seqs")
+        save(app, "cache-fork.svg")
+
+
 # -- inside one decode (issue 4): tab 6, the model's own attention weights -------------------
 
 PRONOUN = "The cat sat on the mat because it was tired."
@@ -116,7 +204,13 @@ async def attention_screen(model: Model) -> None:
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
-    for shot in (main_screen, step_mode, help_screen, attention_screen):
+    shots = [main_screen, step_mode, help_screen]
+    shots += [cache_memory, cache_quadratic, cache_verify, cache_prefix, cache_shift, cache_fork]
+    shots += [attention_screen]
+    only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
+    for shot in shots:
+        if only and shot.__name__ not in only:
+            continue
         asyncio.run(shot(model))
     return 0
 

@@ -9,6 +9,7 @@ from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.widgets.batch import BatchPane
 from tui.widgets.cache import CacheTab, MemoryTab
+from tui.widgets.memory import MemoryPane
 from tui.widgets.quadratic import QuadraticPane
 
 from .test_app import SIZE, make_app, prompt_for, run_async, send, wait_for
@@ -42,7 +43,7 @@ async def test_memory_tab_shows_the_engines_bytes(make_engine, model, tmp_path):
         assert rep.used_bytes == n * eng.layout.bytes_per_token
         assert rep.allocated_bytes == eng.n_cells * eng.layout.bytes_per_token
         assert rep.breakdown.bytes_per_token == eng.layout.bytes_per_token
-        text = shown(app.query_one(MemoryTab))
+        text = shown(app.query_one(MemoryPane))
         assert f"{n:,} of {eng.n_ctx:,} tokens" in text
         assert "9 query heads share 3 K/V heads" in text
 

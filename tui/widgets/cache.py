@@ -16,6 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ..controller import View
+from ..engine.memory import MemoryReport
 from ..engine.session import ShiftEvent
 from ..engine.verify import VerifyResult
 from .common import literal
@@ -30,12 +31,24 @@ def _text(data: bytes) -> str:
     return literal(data.decode("utf-8", errors="replace"))
 
 
-class MemoryTab(MemoryPane):
-    """Tab 9: the KV memory pane fed from the worker's view."""
+class MemoryTab(VerticalScroll):
+    """Tab 9: the KV memory pane fed from the worker's view (scrolls: the calculator is long)."""
+
+    DEFAULT_CSS = "MemoryTab > MemoryPane { height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        yield MemoryPane()
+
+    @property
+    def report(self) -> MemoryReport | None:
+        return self.query_one(MemoryPane).report
 
     def show(self, view: View) -> None:
         if view.memory is not None:
-            self.show_report(view.memory)
+            pane = self.query_one(MemoryPane)
+            pane.show_report(view.memory)
+            self.border_title = pane.border_title
+            self.border_subtitle = pane.border_subtitle
 
 
 def render_verify(res: VerifyResult) -> RenderableType:
