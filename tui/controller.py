@@ -27,7 +27,7 @@ from .engine.chat import Message, chat_tokens
 from .engine.errors import ContextFullError, TokenstepError
 from .engine.kvcache import KVLogReport
 from .engine.memory import MemoryReport, memory_report
-from .engine.sampling import ChainResult, SamplerSettings, entropy_bits, softmax, top_k_by_logit
+from .engine.sampling import ChainResult, SamplerSettings, softmax, top_stats
 from .engine.session import Engine, PrefillTurn, ShiftEvent, StepRecord
 from .engine.verify import VerifyResult
 from .engine.work import WorkSnapshot
@@ -792,20 +792,19 @@ class Controller:
         if self._preview_cache is not None and self._preview_cache[0] == key:
             return self._preview_cache[1]  # type: ignore[no-any-return]
         chain = eng.preview()
-        p = softmax(logits)
-        top = top_k_by_logit(logits, TOP_ROWS)
+        top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
         rows = tuple(
             CandidateRow(
-                int(t),
-                eng.vocab.piece(int(t)),
+                t,
+                eng.vocab.piece(t),
                 float(logits[t]),
-                float(p[t]),
-                chain.p_final(int(t)),
-                chain.cut_by(int(t)),
+                pt,
+                chain.p_final(t),
+                chain.cut_by(t),
             )
-            for t in top
+            for t, pt in zip(top.tolist(), p_top.tolist(), strict=True)
         )
-        out = (rows, chain, entropy_bits(p), chain.selected)
+        out = (rows, chain, entropy, chain.selected)
         self._preview_cache = (key, out)  # type: ignore[assignment]
         return out
 
