@@ -134,6 +134,9 @@ async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_pa
         # The forgotten tokens are those right after the kept ones, in order.
         assert [f.token for f in ev.forgotten][: len(prompt) - keep] == prompt[keep:]
         assert app.view.n_past <= 48
+        # The prompt's tail was forgotten, so the reply now starts right after the kept tokens.
+        assert app.view.reply_start == keep
+        assert [sp.role for sp in app.view.spans] == ["prompt", "generated"]
         await pilot.press("0")
         gone = b"".join(app.view.shift_pieces[0]).decode()
         body = cache_text(app)

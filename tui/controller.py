@@ -521,10 +521,28 @@ class Controller:
         s.last_records = (rec,)
         s.new_cells = (before, eng.kv.used)
         s.timeline.append((rec.phase, rec.call.n_tokens, rec.decode_ms))
-        if force is not None:
+        if rec.shift is not None:
+            self._shifted(rec.shift)
+        elif force is not None:
             self._note(f"Forced token {force}; it was decoded like any sampled token.")
         elif s.mode == "step":
             self._note("Stepped one token: sample, detokenize, feed back, decode.")
+
+    def _shifted(self, ev: ShiftEvent) -> None:
+        """A context shift forgot tokens [n_keep, n_keep + n_discard): cut them out of the
+        text's spans and say what was forgotten."""
+        s, a, n = self.s, ev.n_keep, ev.n_discard
+        s.spans = _cut(s.spans, a, n)
+        if s.reply_start is not None and s.reply_start > a:
+            s.reply_start = max(a, s.reply_start - n)
+        gone = b"".join(self.engine.vocab.piece(f.token) for f in ev.forgotten)
+        text = gone.decode("utf-8", errors="replace")
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        self._note(
+            f"Context full: shifted. Kept the first {a} tokens, forgot {n} ({shown!r}); "
+            "tab 0 lists them.",
+            "warn",
+        )
 
     def _step_forked(self, force: int | None) -> None:
         """After a fork: every live sequence samples from its own logits row with its own
@@ -930,6 +948,15 @@ def _chat_spans(messages: list[Message], spans: list[tuple[int, int]], n: int) -
 
 def _clip(spans: list[Span], n: int) -> list[Span]:
     return [Span(sp.role, sp.start, min(sp.end, n)) for sp in spans if sp.start < n]
+
+
+def _cut(spans: list[Span], a: int, n: int) -> list[Span]:
+    """Spans after tokens [a, a + n) left the context (a context shift)."""
+
+    def move(i: int) -> int:
+        return i if i <= a else max(a, i - n)
+
+    return [Span(sp.role, move(sp.start), move(sp.end)) for sp in spans]
 
 
 def _merge(spans: list[Span]) -> list[Span]:
