@@ -150,3 +150,30 @@ async def test_attention_flag_starts_with_capture_on(tmp_path):
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None, "the matrix")
         assert pane.att.layer == 13 and pane.att.captured.all()
+
+
+@run_async
+async def test_autoplay_runs_with_attention_on(model, tmp_path):
+    """A whole reply plays with the capture on and tab 6 showing; at the end every token's
+    row is there, captured, and sums to 1."""
+    from tui.app import TokenstepApp
+
+    cap = AttentionCapture(model.info.n_layer, [13])
+    engine = Engine(
+        model, EngineConfig(n_ctx=512, flash_attn="off"), SamplerSettings(temp=0.0), [cap]
+    )
+    app = TokenstepApp(engine, autoplay=True, autosave_dir=None, close_engine=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("escape", "6", "i")  # tab 6 first: a short reply can end fast
+            assert app._tab == "attention"
+            await pilot.press(*"Name three colors.", "enter")
+            await wait_for(pilot, lambda: app.view.activity == "done", "the reply", timeout=300)
+            assert app.view.reply_tokens >= 5 and app.view.attention.on
+            pane = app.query_one(AttentionTab)
+            await wait_for(pilot, lambda: pane.n_rows == app.view.n_past, "every row")
+            assert pane.att is not None and pane.att.layer == 13 and pane.att.captured.all()
+            sums = np.nansum(pane.att.head(None), axis=1)
+            np.testing.assert_allclose(sums, 1.0, atol=1e-3)
+    finally:
+        engine.close()
