@@ -194,7 +194,10 @@ async def attention_screen(model: Model) -> None:
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None)
         pane.set_head(head)
-        pane.move_cursor(list(app.view.pieces).index(b" it"))
+        it = list(app.view.pieces).index(b" it")
+        pane.move_cursor(it)
+        await pilot.pause(0.3)
+        pane.scroll_to(y=max(0, it - pane.body_h + 1), animate=False)  # the rows before " it"
         await pilot.pause(0.3)
         top = pane.ranked(1)
         print(f"attention: ' it' -> {top[0][1]!r} {top[0][2]:.3f} (layer {layer}, head {head})")

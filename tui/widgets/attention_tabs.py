@@ -32,7 +32,9 @@ class AttentionTab(AttentionPane):
         if a.att is None:
             self.att_layer = a.layer
         # Rows are sequence 0's tokens by position: the same order as the view's pieces.
-        self.update_from(a.att, view.pieces, n_layer=a.n_layer, status=a.status)
+        keys = "[ ] layer · ← → head · m mean · s scale · ↑↓ or click a row"
+        status = f"{a.status} · {keys}" if a.att is not None else a.status
+        self.update_from(a.att, view.pieces, n_layer=a.n_layer, status=status)
 
 
 class AnatomyTab(AnatomyPane):
