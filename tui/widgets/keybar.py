@@ -28,6 +28,7 @@ CHAT_ACTIONS = {
     "^n": "app.new_chat",
     "^q": "app.quit",
 }
+ESSENTIAL = ("?", "^q")  # always on the key bar
 Item = tuple[str, str, str | None, str]  # key label, what it does, click action, group
 
 
@@ -86,10 +87,18 @@ class KeyBar(Widget):
         if len(lines) > 2:
             short = True
             lines = self.layout_lines(items, width, short)
-        while len(lines) > 2 and any(g == "view" and k != "?" for k, _, _, g in items):
-            drop = max(i for i, it in enumerate(items) if it[3] == "view")
-            items = items[:drop] + items[drop + 1 :]
+        if len(lines) > 2:
+            # Help and quit must always show: they go first, then the rest as space allows,
+            # the view keys dropping out before the others.
+            must = [it for it in items if it[0] in ESSENTIAL]
+            rest = [it for it in items if it[0] not in ESSENTIAL]
+            items = must + rest
             lines = self.layout_lines(items, width, short)
+            while len(lines) > 2 and len(items) > len(must):
+                views = [i for i, it in enumerate(items) if it[3] == "view" and i >= len(must)]
+                drop = views[-1] if views else len(items) - 1
+                items = items[:drop] + items[drop + 1 :]
+                lines = self.layout_lines(items, width, short)
         if self.chat_focused and len(lines) == 1:
             lines.append(Text("Typing goes to the chat box. Esc: step/sampler keys.", DIM))
         return Text("\n").join(lines[:2])

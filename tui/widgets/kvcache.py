@@ -53,16 +53,19 @@ class KVCachePane(LinePane):
             f"KV cache · {v.kv_used:,}/{v.n_ctx:,} cells · {fmt_bytes(v.kv_bytes)} of "
             f"{fmt_bytes(v.kv_bytes_allocated)}"
         )
-        sub = f"{v.kv_bytes_per_token:,} B/token"
-        if v.kv_report is not None:
-            r = v.kv_report
-            sub += f" · llama.cpp: {r.size_mib:.2f} MiB K {r.type_k} V {r.type_v}"
+        # Most important first: a narrow pane cuts the end of the line.
+        parts = []
+        if v.kv_problems:
+            parts.append("MISMATCH: " + "; ".join(v.kv_problems))
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
-            sub += f" · rows {top + 1}–{min(rows, top + self.size.height)}/{rows} ↕"
-        if v.kv_problems:
-            sub += " · MISMATCH: " + "; ".join(v.kv_problems)
+            parts.append(f"rows {top + 1}–{min(rows, top + self.size.height)}/{rows} ↕")
+        parts.append(f"{v.kv_bytes_per_token:,} B/token")
+        if v.kv_report is not None:
+            r = v.kv_report
+            parts.append(f"llama.cpp logged {r.size_mib:.2f} MiB (K {r.type_k}, V {r.type_v})")
+        sub = " · ".join(parts)
         self.border_subtitle = sub
 
     def watch_scroll_y(self, old: float, new: float) -> None:

@@ -68,7 +68,7 @@ class CausalMaskPane(LinePane):
             return
         n = self.n_rows
         a, b = v.new_cells
-        self.border_title = f"causal mask · {n}×{n} · query ↓ key →"
+        self.border_title = f"causal mask · {n}×{n} · query ↓ key → · lit = last llama_decode"
         how = (
             "1 cell = 1 key × 2 queries"
             if self.factor == 1
@@ -77,10 +77,10 @@ class CausalMaskPane(LinePane):
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
-            how += f" · lines {top + 1}–{min(rows, top + self.size.height)} of {rows}, scrolls"
+            how += f" · scrolls: lines {top + 1}–{min(rows, top + self.size.height)}/{rows}"
         if b > a:
             what = f"row {a}" if b - a == 1 else f"rows {a}–{b - 1}"
-            how += f" · lit: {what} (last llama_decode)"
+            how += f" · lit: {what}"
         self.border_subtitle = how
 
     def _pixel(self, block_row: int, block_col: int) -> str:
