@@ -46,14 +46,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
-    rounds = 3 if args.quick else 5
+    rounds = 1 if args.quick else 3
     model = Model()
     steps: list[tuple[int, str, Callable[[], list[Row]]]] = [
         (1, "engine", lambda: bench_engine.run(model, rounds=rounds)),
-        (2, "app", lambda: bench_app.run(model, rounds=max(3, rounds - 2))),
+        (2, "app", lambda: bench_app.run(model, rounds=rounds, presses=20 if args.quick else 40)),
         (4, "render", lambda: bench_render.run(model)),
-        (5, "attention", lambda: attention_cost.run(model, rounds=rounds)),
-        (6, "start-up", lambda: bench_startup.run(rounds=rounds)),
+        (5, "attention", lambda: attention_cost.run(model, rounds=2 * rounds + 1)),
+        (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
     ]
     rows: list[Row] = []
@@ -67,6 +67,8 @@ def main() -> int:
         if num == 2:
             got = [r for r in got if int(r.benchmark.split(".")[0]) in wanted]
         rows.extend(got)
+        for r in got:  # as it comes, in case a later benchmark is interrupted
+            print(f"  {r.benchmark}: {r.figure} (target {r.target}) {r.detail}", file=sys.stderr)
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print()
     print(f"SmolLM2-135M-Instruct Q4_1, 2 threads. Machine: {_machine()}; {load()} at the end.")

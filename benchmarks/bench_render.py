@@ -3,7 +3,7 @@ long context, at several context lengths, to show the cost follows the cells dra
 
 A frame is every visible line through the pane's own ``render_line`` (what Textual calls when it
 paints), after the pane has taken the new state (``show`` / ``update_from``). The KV and mask
-panes get a real View from a controller on an engine whose context was prefilled to n tokens.
+panes get a View built by the app's controller (see ``_views``).
 The heatmap needs captured attention rows for every token; a capture of 8,192 rows would be a
 dense (n_head, n, n) array, so the pane is fed a one-head ContextAttention of the right shape
 with causal rows (each row sums to 1): the drawing cost depends on the shape only.
@@ -41,14 +41,20 @@ class _Host(App[None]):
 
 
 def _views(model: Model) -> dict[int, View]:
-    """Views of one engine prefilled step by step to each length in LENGTHS."""
-    eng = Engine(model, EngineConfig(n_ctx=LENGTHS[-1] + 8, n_threads=THREADS, n_ubatch=512))
+    """Views of a controller whose engine holds n cells, for each n in LENGTHS.
+
+    A real prefill of 8,192 tokens takes minutes on two busy cores, so the KV mirror is filled
+    the way ``llama_decode`` would leave it (token, position, sequence 0) without decoding: the
+    panes draw from the mirror and the View only, so the drawing cost is the same."""
+    eng = Engine(model, EngineConfig(n_ctx=LENGTHS[-1] + 8, n_threads=THREADS))
     ctl = Controller(eng, raw=True, autoplay=False, close_engine=True)
     prompt = prompt_of(model, LENGTHS[-1])
     out = {}
     try:
         for n in LENGTHS:
-            eng.prefill(prompt[eng.n_past : n])
+            for pos in range(eng.n_past, n):
+                eng.kv.add(prompt[pos], pos, (0,), 0)
+            ctl.s.new_cells = (n - 1, n)  # as after a decode step: the newest cell is lit
             out[n] = ctl._build()
     finally:
         eng.close()

@@ -20,6 +20,18 @@ LABEL = Style(color="grey50")
 LABEL_W = 6
 
 
+_SEQ_STYLES: dict[int | None, Style] = {}
+
+
+def _seq_style(seq: int | None) -> Style:
+    """The colour of a sequence's cells (red for a cell no sequence owns), made once."""
+    style = _SEQ_STYLES.get(seq)
+    if style is None:
+        style = Style(color=SEQ_COLORS[seq % len(SEQ_COLORS)] if seq is not None else "red")
+        _SEQ_STYLES[seq] = style
+    return style
+
+
 class KVCachePane(LinePane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -79,6 +91,9 @@ class KVCachePane(LinePane):
         segs = [Segment(f"{start:>{LABEL_W - 1}} ", LABEL)]
         a, b = v.new_cells
         cells = v.kv_cells
+        # Neighbouring cells of one style become one Segment: a row is a few runs, not 100+.
+        run: list[str] = []
+        run_style: Style | None = None
         for i in range(start, min(start + self.cols, v.n_ctx)):
             if i < len(cells):
                 seqs = cells[i][2]
@@ -87,11 +102,17 @@ class KVCachePane(LinePane):
                 elif a <= i < b:
                     style = NEW
                 else:
-                    style = Style(color=SEQ_COLORS[seqs[0] % len(SEQ_COLORS)] if seqs else "red")
+                    style = _seq_style(seqs[0] if seqs else None)
                 ch = "█" if len(seqs) <= 1 else "▓"
-                segs.append(Segment(ch, style))
             else:
-                segs.append(Segment("·", FREE))
+                style, ch = FREE, "·"
+            if style is not run_style and run:
+                segs.append(Segment("".join(run), run_style))
+                run = []
+            run_style = style
+            run.append(ch)
+        if run:
+            segs.append(Segment("".join(run), run_style))
         return segs
 
     def on_mouse_move(self, event: events.MouseMove) -> None:

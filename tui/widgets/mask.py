@@ -30,6 +30,9 @@ COLORS = {
 }
 
 
+_STYLES: dict[tuple[Color | None, Color | None], Style] = {}  # (upper, lower) -> Style, made once
+
+
 class CausalMaskPane(LinePane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -115,9 +118,11 @@ class CausalMaskPane(LinePane):
         run_style: Style | None = None
         for c in range(self._blocks()):
             up, down = COLORS[self._pixel(top, c)], COLORS[self._pixel(bottom, c)]
-            style = Style(color=up, bgcolor=down)
+            style = _STYLES.get((up, down)) or _STYLES.setdefault(
+                (up, down), Style(color=up, bgcolor=down)
+            )
             ch = "▀" if up is not None else " "
-            if style != run_style and run:
+            if style is not run_style and run:
                 segs.append(Segment("".join(run), run_style))
                 run = []
             run_style = style
