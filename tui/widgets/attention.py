@@ -146,6 +146,8 @@ class AttentionPane(ScrollView, can_focus=True):
         self.status = ""
         self._follow = True  # the cursor stays on the newest token until moved by hand
         self._matrix: np.ndarray | None = None
+        # ranked() for (cursor, k) on the current matrix: a frame asks for it once per line
+        self._ranked: tuple[tuple[int, int], list[tuple[int, bytes, float]]] | None = None
 
     # -- the app's API ---------------------------------------------------------------------------
     def update_from(
@@ -178,10 +180,14 @@ class AttentionPane(ScrollView, can_focus=True):
         m = self._matrix
         if m is None or not self.n_rows or not self.att or not self.att.captured[self.cursor]:
             return []
+        if self._ranked is not None and self._ranked[0] == (self.cursor, k):
+            return self._ranked[1]
         row = m[self.cursor]
-        return [
+        out = [
             (i, self._piece(i), w) for i, w in top_attended(row, k, upto=self.cursor + 1) if w > 0.0
         ]
+        self._ranked = ((self.cursor, k), out)
+        return out
 
     def set_head(self, head: int | None) -> None:
         self.head = head
@@ -256,6 +262,7 @@ class AttentionPane(ScrollView, can_focus=True):
 
     def _recompute(self) -> None:
         self._matrix = self.att.head(self.head) if self.att is not None else None
+        self._ranked = None
         self.virtual_size = Size(self.size.width, self.n_rows + HEADER_H + self.footer_h)
         self._titles()
         self.refresh()
@@ -370,20 +377,32 @@ class AttentionPane(ScrollView, can_focus=True):
         seen = math.ceil((row + 1) / f)  # cells holding at least one visible key
         top = float(np.nanmax(sums[:seen])) if self.scale == "row" else 1.0
         top = top if top > 0 else 1.0
+        # Cells of one style in a row become one Segment (fewer objects to style per frame).
+        run: list[str] = []
+        run_style: Style | None = None
+        blank = " " * cw
         for c in range(n_cells):
             k0 = c * f
-            if k0 > row:  # every key in the cell is in the future of this query
-                segs.append(Segment("·".center(cw), MASKED))
-                continue
+            if k0 > row:  # every key in this cell and after is in the future of this query
+                if run:
+                    segs.append(Segment("".join(run), run_style))
+                segs.append(Segment("·".center(cw) * (n_cells - c), MASKED))
+                return segs
             v = float(sums[c]) / top
             level = min(int(v * (_LEVELS - 1) + 0.5), _LEVELS - 1)
             style = _CELL_STYLES[level]
-            text = " " * cw
+            text = blank
             rank = ranks.get(k0) if f == 1 else None
             if rank is not None:
                 text = str(rank).center(cw)
                 style = style + (RANK if level >= _LEVELS // 2 else RANK_ON_DARK)
-            segs.append(Segment(text, style))
+            if style is not run_style and run:
+                segs.append(Segment("".join(run), run_style))
+                run = []
+            run_style = style
+            run.append(text)
+        if run:
+            segs.append(Segment("".join(run), run_style))
         return segs
 
     def _footer_line(self, i: int) -> list[Segment]:
