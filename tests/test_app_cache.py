@@ -84,6 +84,11 @@ async def test_verify_key_recomputes_and_top1_agrees(make_engine, tmp_path):
         assert f"max |Δ| {res.max_abs_diff:.3g}" in text
         assert "top-1 agrees" in text
         assert app.query_one("#tabs").current == "cache"
+        # V replays the engine's own decode calls: the same kernels, so bit-identical logits.
+        await pilot.press("V")
+        await wait_for(pilot, lambda: app.view.verify.mode == "replay", "the replay")
+        assert app.view.verify.max_abs_diff == 0.0
+        assert "bit-identical" in cache_text(app)
 
 
 @run_async

@@ -416,8 +416,8 @@ class TokenstepApp(App[int]):
         if name in ("attention", "anatomy"):
             self.main.query_one(f"#{name}").focus()
 
-    def action_verify(self) -> None:
-        self.controller.verify("batched")
+    def action_verify(self, mode: str = "batched") -> None:
+        self.controller.verify(mode)
         self.action_tab("cache")
 
     def action_fork(self) -> None:

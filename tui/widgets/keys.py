@@ -95,12 +95,14 @@ KEYS: tuple[Key, ...] = (
     Key("0", "tab('cache')", "", "", "", "view"),
     Key(
         "v",
+        "verify('batched')",
+        "v/V",
         "verify",
-        "v",
-        "verify",
-        "Verify the KV cache: recompute the context from scratch and compare the logits.",
+        "Verify the KV cache: recompute the context from scratch and compare the logits "
+        "(v in as few batches as -b allows, V replaying the same decode calls).",
         "step",
     ),
+    Key("V", "verify('replay')", "", "", "", "step"),
     Key(
         "F",
         "fork",
