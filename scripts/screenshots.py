@@ -124,9 +124,9 @@ async def cache_quadratic(model: Model) -> None:
 async def cache_verify(model: Model) -> None:
     app = cache_app(model, autoplay=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*"Name three colors.", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
-        await pilot.press("escape", "v")
+        await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 60)
+        await pilot.press("space", "v")  # pause, then recompute the context in one batch
         await wait_for(pilot, lambda: app.view.verify is not None)
         await show_section(app, pilot, "#c-verify")
         save(app, "cache-verify.svg")
