@@ -290,7 +290,7 @@ class TokenstepApp(App[int]):
             if not chat.value:
                 chat.value = view.returned_text
         ended = prev is not None and prev.activity == "generating" and view.activity == "done"
-        if ended and view.mode == "autoplay" and not view.queued:
+        if ended and not view.queued:  # the reply is over: the next thing is usually typing
             self.main.query_one("#chat", Input).focus()
 
     def _flush_heavy(self) -> None:

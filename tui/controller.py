@@ -508,10 +508,9 @@ class Controller:
             s.activity = "done"
             s.lit = (SAMPLE, DETOKENIZE)
             if eng.stop_reason == "end of generation":
-                back = "← rewinds" if s.mode == "step" else "Esc then ← rewinds"
                 self._note(
                     "End of generation: the model sampled an end token. "
-                    f"Type a message; {back} and resamples."
+                    "Type a message; Esc then ← rewinds and resamples."
                 )
             else:
                 self._note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
