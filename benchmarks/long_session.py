@@ -94,14 +94,14 @@ def memory_part(model: Model, steps: int = STEPS) -> dict[str, Any]:
     }
 
 
-async def _responsiveness(model: Model, seconds: float) -> dict[str, Any]:
+async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dict[str, Any]:
     from tui.app import TokenstepApp
     from tui.widgets.logits import LogitsPane
 
     cfg = EngineConfig(n_ctx=N_CTX, n_threads=THREADS, context_full="shift")
     eng = Engine(model, cfg, SamplerSettings(temp=0.8, seed=2))
     per = len(eng.vocab.tokenize(TEXT, add_special=False))
-    prefill = TEXT * (4000 // per)  # the autoplay reaches the end of the context soon
+    prefill = TEXT * max(1, fill // per)  # ~4000: the autoplay reaches the context end soon
     lat: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         app = TokenstepApp(
