@@ -68,7 +68,9 @@ async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
 async def _responsiveness(model: Model, presses: int) -> list[float]:
     """Milliseconds from a temperature key to the logits pane showing the new value."""
     out: list[float] = []
-    settings = SamplerSettings(temp=0.8, seed=1)
+    # top-k 1: the reply does not end early (and greedy text loops), while the temperature
+    # still changes what the logits pane shows.
+    settings = SamplerSettings(temp=0.8, top_k=1, seed=1)
     with tempfile.TemporaryDirectory() as tmp:
         app, eng = _app(model, settings, tmp)
         try:
@@ -87,7 +89,12 @@ async def _responsiveness(model: Model, presses: int) -> list[float]:
                     await pilot.press("T" if i % 2 == 0 else "t")
                     while pane.view is None or pane.view.settings.temp == before:
                         await pilot.pause(0.001)
-                    out.append((time.perf_counter() - t0) * 1000.0)
+                        if time.perf_counter() - t0 > 5.0:
+                            break  # the reply ended and the key went to the chat box
+                    else:
+                        out.append((time.perf_counter() - t0) * 1000.0)
+                        continue
+                    break
                 await pilot.press("space")
         finally:
             app.controller.stop()
