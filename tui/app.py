@@ -295,6 +295,8 @@ class TokenstepApp(App[int]):
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
+        if not self.screen_stack:  # the timer fired while the app was closing
+            return
         self._draw_heavy()
 
     def _draw_heavy(self) -> None:
