@@ -17,16 +17,19 @@ from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 from tui.widgets.logits import LogitsPane
 
 from .bare import bare_generate
-from .common import TEXT, THREADS, Row, median
+from .common import THREADS, Row, median
 
 SIZE = (120, 40)
 TABS = "12345"
+# Raw text whose greedy continuation runs for hundreds of tokens without an end token (the
+# model keeps counting), so a reply lasts the whole measurement.
+COUNTING = ", ".join(str(i) for i in range(1, 21)) + ","
 
 
 def _app(model: Model, settings: SamplerSettings, tmp: str) -> tuple[TokenstepApp, Engine]:
     eng = Engine(model, EngineConfig(n_ctx=4096, n_threads=THREADS), settings)
     app = TokenstepApp(
-        eng, raw=True, prefill=TEXT * 2, autosave_dir=tmp, autoplay=True, close_engine=False
+        eng, raw=True, prefill=COUNTING, autosave_dir=tmp, autoplay=True, close_engine=False
     )
     return app, eng
 
@@ -56,6 +59,8 @@ async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
                         next_tab += 0.25
                     await pilot.pause(0.01)
                 done = len(eng.records) - start
+                if done < n:
+                    raise RuntimeError(f"the reply ended after {done} of {n} tokens")
                 dt = time.perf_counter() - t0
                 prompt = eng.tokens[:n_prompt]
                 await pilot.press("space")  # pause before the app exits
@@ -68,16 +73,19 @@ async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
 async def _responsiveness(model: Model, presses: int) -> list[float]:
     """Milliseconds from a temperature key to the logits pane showing the new value."""
     out: list[float] = []
-    # top-k 1: the reply does not end early (and greedy text loops), while the temperature
-    # still changes what the logits pane shows.
+    # top-k 1: the reply keeps counting (no early end token), while the temperature still
+    # changes what the logits pane shows.
     settings = SamplerSettings(temp=0.8, top_k=1, seed=1)
     with tempfile.TemporaryDirectory() as tmp:
         app, eng = _app(model, settings, tmp)
         try:
             async with app.run_test(size=SIZE) as pilot:
                 await pilot.press("enter")
+                t_wait = time.perf_counter()
                 while app.view is None or app.view.activity != "generating":
                     await pilot.pause(0.01)
+                    if time.perf_counter() - t_wait > 60:
+                        raise RuntimeError("the reply never started")
                 await pilot.press("5")  # the causal mask tab, the busiest
                 pane = app.query_one(LogitsPane)
                 for i in range(presses):
