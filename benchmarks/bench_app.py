@@ -56,8 +56,8 @@ async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
                     if time.perf_counter() >= next_tab:  # every pane gets drawn in turn
                         await pilot.press(TABS[tab % len(TABS)])
                         tab += 1
-                        next_tab += 0.25
-                    await pilot.pause(0.01)
+                        next_tab += 0.5
+                    await pilot.pause(0.05)
                 done = len(eng.records) - start
                 if done < n:
                     raise RuntimeError(f"the reply ended after {done} of {n} tokens")

@@ -15,17 +15,30 @@ ROOT = Path(__file__).resolve().parent.parent
 MB = 1 << 20
 N_CTX = 4096
 
-_APP_CHILD = """
-import asyncio, json, resource
+# VmHWM, not getrusage: ru_maxrss survives exec, so a child would inherit its parent's peak.
+_HWM = """
+def HWM():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+"""
+
+_APP_CHILD = (
+    _HWM
+    + """
+import asyncio, json
 from tui.engine import Model, default_model_path
 from benchmarks import bench_app
 m = Model()
 tps, _ = asyncio.run(bench_app._autoplay(m, 256))
-print(json.dumps({"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+print(json.dumps({"rss": HWM()}))
 """
+)
 
-_BARE_CHILD = """
-import json, resource
+_BARE_CHILD = (
+    _HWM
+    + """
+import json
 from tui.engine import Engine, EngineConfig, Model
 from benchmarks.bare import bare_generate
 from benchmarks.common import prompt_of
@@ -34,8 +47,9 @@ eng = Engine(m, EngineConfig(n_ctx=N_CTX, n_threads=2))
 kv = eng.kv_bytes_allocated
 eng.close()
 bare_generate(m, prompt_of(m, 16), 256, n_ctx=N_CTX)
-print(json.dumps({"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "kv": kv}))
+print(json.dumps({"rss": HWM(), "kv": kv}))
 """.replace("N_CTX", str(N_CTX))
+)
 
 
 def _child(code: str) -> dict[str, int]:
