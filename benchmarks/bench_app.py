@@ -2,8 +2,8 @@
 
 2. Tokens/s of an autoplayed reply (raw completion, greedy) while the tabs cycle through every
    pane, against the bare loop on the same prompt tokens, alternating.
-3. Responsiveness: during autoplay, the time from pressing ``T``/``t`` (temperature up/down)
-   until the logits pane holds a view with the new temperature.
+3. Responsiveness: during autoplay, the time from a ``T``/``t`` key event (temperature
+   up/down) reaching the app until the logits pane holds a view with the new temperature.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+
+from textual import events
 
 from tui.app import TokenstepApp
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
@@ -24,6 +26,12 @@ TABS = "12345"
 # Raw text whose greedy continuation runs for hundreds of tokens without an end token (the
 # model keeps counting), so a reply lasts the whole measurement.
 COUNTING = ", ".join(str(i) for i in range(1, 21)) + ","
+
+
+def _key(app: TokenstepApp, key: str) -> None:
+    """Post a key the way the terminal driver does. Pilot.press is not used while the app is
+    busy: it first waits (up to a second, twice) for the event loop to go idle."""
+    app.post_message(events.Key(key, key))
 
 
 def _app(model: Model, settings: SamplerSettings, tmp: str) -> tuple[TokenstepApp, Engine]:
@@ -54,7 +62,7 @@ async def _autoplay(model: Model, n: int) -> tuple[float, list[int]]:
                     if app.view is not None and app.view.activity != "generating":
                         break
                     if time.perf_counter() >= next_tab:  # every pane gets drawn in turn
-                        await pilot.press(TABS[tab % len(TABS)])
+                        _key(app, TABS[tab % len(TABS)])
                         tab += 1
                         next_tab += 0.5
                     await pilot.pause(0.05)
@@ -94,7 +102,7 @@ async def _responsiveness(model: Model, presses: int) -> list[float]:
                         break
                     before = pane.view.settings.temp if pane.view else None
                     t0 = time.perf_counter()
-                    await pilot.press("T" if i % 2 == 0 else "t")
+                    _key(app, "T" if i % 2 == 0 else "t")
                     while pane.view is None or pane.view.settings.temp == before:
                         await pilot.pause(0.001)
                         if time.perf_counter() - t0 > 5.0:
