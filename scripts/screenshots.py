@@ -24,7 +24,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from tui.app import TokenstepApp
+from tui.app import TokenstepApp, app_threads
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
@@ -42,7 +42,7 @@ async def wait_for(pilot: Pilot, pred: Callable[[], bool], timeout: float = 300)
 
 
 def new_app(model: Model, settings: SamplerSettings, *, autoplay: bool) -> TokenstepApp:
-    engine = Engine(model, EngineConfig(), settings)
+    engine = Engine(model, EngineConfig(n_threads=app_threads()), settings)  # as `tokenstep` does
     return TokenstepApp(engine, autoplay=autoplay, autosave_dir=None)
 
 
