@@ -24,6 +24,14 @@ def shown(widget) -> str:
     return con.export_text()
 
 
+async def open_tab(pilot, app: TokenstepApp, key: str) -> None:
+    """Press a tab key as a user would: when a reply has ended the chat box has the focus, so
+    Esc first goes back to the controls (otherwise the key would be typed into the box)."""
+    if app.focused is not None and app.focused.id == "chat":
+        await pilot.press("escape")
+    await pilot.press(key)
+
+
 def cache_text(app: TokenstepApp) -> str:
     tab = app.query_one(CacheTab)
     return "\n".join(shown(s) for s in tab.query("Static"))
@@ -58,8 +66,18 @@ async def test_quadratic_counter_follows_the_run(make_engine, model, tmp_path):
             await pilot.press("right")
         await wait_for(pilot, lambda: app.view.reply_tokens == steps, "the steps")
         await pilot.press("0")
-        snap = app.query_one(QuadraticPane).snapshot
         p = len(prompt_for(model, MESSAGE))
+
+        def drawn() -> bool:
+            snap = app.query_one(QuadraticPane).snapshot
+            return (
+                snap is not None
+                and snap.with_cache >= p + steps
+                and "(every step" in cache_text(app)
+            )
+
+        await wait_for(pilot, drawn, "the counter for every step")
+        snap = app.query_one(QuadraticPane).snapshot
         # With the cache: the prompt once, then one token per step. Without: every logits
         # row recomputes its whole context (p, p+1, ..., p+steps).
         assert snap.with_cache == p + steps
@@ -105,8 +123,9 @@ async def test_second_turn_reuses_the_prefix(make_engine, tmp_path):
         # Everything of turn one that the new prompt repeats came from the cache.
         assert 0 < t2.reused <= first_len
         assert t2.reused + t2.computed == app.view.reply_start  # the second prompt
-        await pilot.press("0")
-        assert "Prefix reuse per turn" in cache_text(app)
+        await open_tab(pilot, app, "0")
+        # The tab redraws from the next view (heavy panes are throttled): wait for it.
+        await wait_for(pilot, lambda: "Prefix reuse per turn" in cache_text(app), "the reuse table")
 
 
 @run_async
@@ -142,7 +161,8 @@ async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_pa
         # The prompt's tail was forgotten, so the reply now starts right after the kept tokens.
         assert app.view.reply_start == keep
         assert [sp.role for sp in app.view.spans] == ["prompt", "generated"]
-        await pilot.press("0")
+        await open_tab(pilot, app, "0")
+        await wait_for(pilot, lambda: "shift 1" in cache_text(app), "the shift in the cache tab")
         gone = b"".join(app.view.shift_pieces[0]).decode()
         body = cache_text(app)
         assert "shift 1" in body and f"forgot {ev.n_discard}" in body
