@@ -61,7 +61,12 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         help="physical batch size: tokens per graph run (default 512)",
     )
     p.add_argument(
-        "-t", "--threads", type=int, default=0, metavar="N", help="CPU threads (default: all cores)"
+        "-t",
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads (default: all cores; the app keeps one for its UI)",
     )
     p.add_argument(
         "-fa",
