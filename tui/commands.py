@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from .cli import read_prompt
 from .engine import (
     Engine,
     EngineConfig,
@@ -114,7 +115,7 @@ def trace_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)  # flags first: a typo should not wait for a model load
     config_from_args(args)
-    text = _read(args)
+    text = read_prompt(args)
     if not text.strip():  # before the model load, like the flags
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
@@ -127,12 +128,6 @@ def trace_main(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
-
-
-def _read(args: argparse.Namespace) -> str:
-    from .cli import read_prompt
-
-    return read_prompt(args)
 
 
 def info_main(args: argparse.Namespace) -> int:
@@ -210,7 +205,7 @@ def verify_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)
     config_from_args(args)
-    text = _read(args)
+    text = read_prompt(args)
     if not text.strip():
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
