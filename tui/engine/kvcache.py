@@ -192,17 +192,51 @@ class KVMirror:
     def shift(self, seq: int, n_keep: int, n_discard: int) -> list[Forgotten]:
         """llama.cpp's context shift on ``seq``: keep the first ``n_keep`` tokens, forget the
         next ``n_discard`` and slide the rest back by ``n_discard`` positions."""
-        toks, pos = self._seq(seq)
-        p0, p1 = pos[n_keep], pos[n_keep + n_discard]
-        gone = [
-            Forgotten(toks[i], pos[i], seq, self.n_shifts)
-            for i in range(n_keep, n_keep + n_discard)
-        ]
-        self.seq_rm(seq, p0, p1)
-        self.seq_add(seq, p1, -1, -(p1 - p0))
-        self.forgotten.extend(gone)
+        pos = self._seq(seq)[1]
+        gone, _ = self.shift_seqs([seq], pos[n_keep], pos[n_keep + n_discard])
+        return gone[seq]
+
+    def shift_seqs(
+        self, seqs: list[int], p0: int, p1: int
+    ) -> tuple[dict[int, list[Forgotten]], list[tuple[int, int]]]:
+        """One context shift for several sequences at once: every sequence forgets positions
+        [p0, p1) and everything after moves back by ``p1 - p0``.
+
+        A cell shared by two sequences has ONE position, and ``llama_memory_seq_add`` moves
+        every cell tagged with the sequence it names, shared or not. Calling it with the same
+        range for each sequence would move a shared cell twice. So sequence by sequence, only
+        the cells no earlier call has moved are moved: the moves are returned as
+        (seq, from_pos) in order, for the engine to make the same calls on llama.cpp."""
+        delta = -(p1 - p0)
+        gone: dict[int, list[Forgotten]] = {}
+        for s in seqs:
+            toks, pos = self._seq(s)
+            gone[s] = [
+                Forgotten(t, p, s, self.n_shifts)
+                for t, p in zip(toks, pos, strict=True)
+                if p0 <= p < p1
+            ]
+        for s in seqs:
+            self.seq_rm(s, p0, p1)
+        moves: list[tuple[int, int]] = []
+        moved: set[int] = set()
+        for s in seqs:
+            mine = [c for c in self.cells if s in c.seqs and c.pos >= p1]
+            fresh = [c.pos for c in mine if not c.seqs & moved]
+            if fresh:
+                lo = min(fresh)
+                if any(c.seqs & moved for c in mine if c.pos >= lo):
+                    raise ValueError(
+                        f"sequence {s} interleaves cells it shares with cells of its own past "
+                        f"position {lo}: one seq_add per sequence cannot shift it"
+                    )
+                self.seq_add(s, lo, -1, delta)
+                moves.append((s, lo))
+            moved.add(s)
+        for s in seqs:
+            self.forgotten.extend(gone[s])
         self.n_shifts += 1
-        return gone
+        return gone, moves
 
     def clear(self) -> None:
         self.cells.clear()

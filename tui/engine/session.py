@@ -130,7 +130,9 @@ class ShiftEvent:
     n_past: int  # sequence length before the shift
     n_keep: int
     n_discard: int
-    forgotten: list[Forgotten]
+    forgotten: list[Forgotten]  # sequence 0's (the main text's) forgotten tokens
+    # After a fork, every sequence's forgotten tokens (shared ones appear under each).
+    by_seq: dict[int, list[Forgotten]] = field(default_factory=dict)
 
 
 @dataclass
@@ -518,9 +520,16 @@ class Engine:
         """Make room the way llama.cpp's context shift does: keep the first n_keep tokens,
         remove the oldest half of the rest (``llama_memory_seq_rm``) and move the newer half
         back to close the gap (``llama_memory_seq_add``; llama.cpp re-rotates their keys at
-        the next decode). None, with ``stop_reason`` set, when it cannot."""
+        the next decode). None, with ``stop_reason`` set, when it cannot.
+
+        After a fork every sequence in the cache is shifted, with seq_rm + seq_add per seq_id.
+        They all drop the SAME positions (half of the longest one's rest): the cells they
+        share have one position each, so they can only move if every sequence moves them by
+        the same amount (see :meth:`KVMirror.shift_seqs`)."""
         mem = llama_cpp.llama_get_memory(self.ctx)
-        n_past = self.n_past
+        seqs = self.seq_ids
+        longest = max(seqs, key=self.kv.count)
+        n_past = self.kv.count(longest)
         n_keep = self.keep_count()
         n_discard = (n_past - n_keep) // 2
         if not llama_cpp.llama_memory_can_shift(mem):
@@ -529,13 +538,28 @@ class Engine:
         if n_discard < 1:
             self.stop_reason = f"context full (--keep {n_keep} leaves nothing to drop)"
             return None
-        pos = self.kv.positions(0)
+        pos = self.kv.positions(longest)
         p0, p1 = pos[n_keep], pos[n_keep + n_discard]
-        if not llama_cpp.llama_memory_seq_rm(mem, 0, p0, p1):
-            raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
-        llama_cpp.llama_memory_seq_add(mem, 0, p1, -1, -(p1 - p0))
-        gone = self.kv.shift(0, n_keep, n_discard)
-        ev = ShiftEvent(len(self.shifts), len(self.records), n_past, n_keep, n_discard, gone)
+        gone, moves = self.kv.shift_seqs(seqs, p0, p1)
+        for s in seqs:
+            if not llama_cpp.llama_memory_seq_rm(mem, s, p0, p1):
+                raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
+        for s, lo in moves:
+            llama_cpp.llama_memory_seq_add(mem, s, lo, -1, -(p1 - p0))
+        for br in self.branches.values():  # where each fork's own cells start, after the move
+            if br.fork_pos >= p1:
+                br.fork_pos -= p1 - p0
+            elif br.fork_pos > p0:
+                br.fork_pos = p0
+        ev = ShiftEvent(
+            len(self.shifts),
+            len(self.records),
+            n_past,
+            n_keep,
+            n_discard,
+            gone.get(0, []),
+            gone if len(seqs) > 1 else {},
+        )
         self.shifts.append(ev)
         # Remembered logits belonged to contexts that no longer exist; the current row stays
         # valid for the pick it is used for (llama.cpp also samples before it shifts).
@@ -630,18 +654,22 @@ class Engine:
                 picks.append((seq, token))
         if not picks:
             return None
-        if any(self.kv.count(s) + 1 > self.n_ctx for s, _ in picks) or (
-            self.kv.used + len(picks) > self.n_cells
-        ):
-            self.stop_reason = "context full"
+        shift, reason = None, "context full"
+        if self._seqs_full(picks) and self.config.context_full == "shift":
+            shift = self.context_shift()  # every sequence, one window
+            reason = self.stop_reason if shift is None and self.stop_reason else reason
+        if self._seqs_full(picks):
+            self.stop_reason = reason
             for s, _ in picks:
                 if s:
-                    self.branches[s].stop_reason = "context full"
+                    self.branches[s].stop_reason = reason
             return None
         tokens = [BatchToken(t, self.kv.last_pos(s) + 1, (s,), True) for s, t in picks]
         call = DecodeCall(tokens, ubatch_chunks(len(tokens), self.config.n_ubatch))
         ms, extras = self._decode(call)
-        rec = StepRecord(len(self.records), "decode", call, ms, has_logits=True, extras=extras)
+        rec = StepRecord(
+            len(self.records), "decode", call, ms, has_logits=True, extras=extras, shift=shift
+        )
         contexts = []
         for i, (s, t) in enumerate(picks):
             ptr = llama_cpp.llama_get_logits_ith(self.ctx, i)
@@ -663,6 +691,12 @@ class Engine:
         self.records.append(rec)
         self.work.add(rec.index, call.n_tokens, contexts, ms, rec.phase)
         return rec
+
+    def _seqs_full(self, picks: list[tuple[int, int]]) -> bool:
+        """No room for one more token in some sequence (-c) or in the cache's cells."""
+        return any(self.kv.count(s) + 1 > self.n_ctx for s, _ in picks) or (
+            self.kv.used + len(picks) > self.n_cells
+        )
 
     def _seq_stopped(self, seq: int) -> bool:
         if seq == 0:
@@ -715,6 +749,7 @@ class Engine:
         self._logits_by_len.clear()
         self.chain.reseed(self.settings.seed)
         self.stop_reason = None
+        self.work.reset()  # the quadratic-wall counter counts one chat's decode calls
 
     def generate(self, n: int) -> list[StepRecord]:
         """Sample up to ``n`` tokens after a prefill. Each is decoded except the last, which is
