@@ -1,7 +1,9 @@
 """Pane 7, KV cache: one character per cell of the context (``n_ctx`` of them), in use or free.
 
 Used cells are coloured by the sequence they belong to; the cells the last ``llama_decode``
-wrote are lit, so a prefill lights a block and a decode step one cell. Sizes come from the
+wrote are lit, so a prefill lights a block and a decode step one cell. After a context shift,
+lines above the grid say what each shift forgot, and the seam is marked in the grid: the cell
+right after the ``n_keep`` kept ones, where the forgotten tokens used to follow. Sizes come from the
 engine: bytes per token from the model's layer shapes and the cache types, checked against
 the size llama.cpp logged when it allocated the cache."""
 
@@ -11,6 +13,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 
+from ..engine.tokens import display_bytes, escape_controls
 from .common import SEQ_COLORS, LinePane, fmt_bytes
 
 FREE = Style(color="grey30")
@@ -18,6 +21,9 @@ NEW = Style(color="bright_yellow", bold=True)
 NEWEST = Style(color="bright_white", bold=True)
 LABEL = Style(color="grey50")
 LABEL_W = 6
+GAP = Style(color="black", bgcolor="orange1", bold=True)
+GAP_TEXT = Style(color="grey50", strike=True)
+SHIFT_LINES = 3  # the newest shifts listed above the grid (a summary line counts them all)
 
 
 _SEQ_STYLES: dict[int | None, Style] = {}
@@ -32,6 +38,16 @@ def _seq_style(seq: int | None) -> Style:
     return style
 
 
+def _seam_style(seq: int | None) -> Style:
+    """A cell right after a shift's gap: its sequence's colour on the gap's orange."""
+    key = -100 - (seq if seq is not None else 99)
+    style = _SEQ_STYLES.get(key)
+    if style is None:
+        style = _seq_style(seq) + Style(bgcolor="orange1")
+        _SEQ_STYLES[key] = style
+    return style
+
+
 class KVCachePane(LinePane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -40,6 +56,20 @@ class KVCachePane(LinePane):
     @property
     def used(self) -> int:
         return self.view.kv_used if self.view else 0
+
+    @property
+    def legend_rows(self) -> int:
+        """Lines above the grid: a summary of the shifts, then the newest few, one a line."""
+        if self.view is None or not self.view.shifts:
+            return 0
+        return 1 + min(len(self.view.shifts), SHIFT_LINES)
+
+    @property
+    def seam(self) -> int | None:
+        """The position right after the kept tokens: every shift cut there, so the cell that
+        now holds it is where the forgotten tokens used to be."""
+        v = self.view
+        return v.shifts[-1].n_keep if v is not None and v.shifts else None
 
     def relayout(self) -> None:
         width = max(self.size.width - LABEL_W - 1, 8)
@@ -50,12 +80,42 @@ class KVCachePane(LinePane):
     def count_rows(self) -> int:
         if self.view is None:
             return 0
-        return -(-self.view.n_ctx // self.cols)
+        return self.legend_rows + -(-self.view.n_ctx // self.cols)
 
     def follow_row(self) -> int | None:
         if self.view is None:
             return None
-        return max(self.view.kv_used - 1, 0) // self.cols
+        return self.legend_rows + max(self.view.kv_used - 1, 0) // self.cols
+
+    def legend_row(self, row: int) -> list[Segment]:
+        """What the shifts forgot: the total, then per shift the count and the text."""
+        v = self.view
+        assert v is not None
+        shifts = v.shifts
+        if row == 0:
+            total = sum(len(ev.forgotten) for ev in shifts)
+            return [
+                Segment("✂ ", GAP),
+                Segment(
+                    f" {total:,} tokens forgotten in {len(shifts)} context shift"
+                    f"{'s' if len(shifts) > 1 else ''}; ",
+                    LABEL,
+                ),
+                Segment("▐", GAP),
+                Segment(f" marks the seam after the {self.seam} kept cells", LABEL),
+            ]
+        i = len(shifts) - min(len(shifts), SHIFT_LINES) + row - 1
+        ev = shifts[i]
+        pieces = v.shift_pieces[i] if i < len(v.shift_pieces) else ()
+        text = escape_controls(display_bytes(b"".join(pieces))).replace("\n", "↵")
+        others = "".join(
+            f", seq {s}: {len(gone)}" for s, gone in sorted(ev.by_seq.items()) if s != 0
+        )
+        return [
+            Segment(f"shift {ev.index + 1}", Style(color="yellow", bold=True)),
+            Segment(f": forgot {len(ev.forgotten):,}{others} after cell {ev.n_keep} ", LABEL),
+            Segment(text, GAP_TEXT),
+        ]
 
     def _titles(self) -> None:
         v = self.view
@@ -87,6 +147,10 @@ class KVCachePane(LinePane):
     def build_row(self, row: int, width: int) -> list[Segment]:
         v = self.view
         assert v is not None
+        if row < self.legend_rows:
+            return self.legend_row(row)
+        row -= self.legend_rows
+        seam = self.seam
         start = row * self.cols
         segs = [Segment(f"{start:>{LABEL_W - 1}} ", LABEL)]
         a, b = v.new_cells
@@ -104,6 +168,8 @@ class KVCachePane(LinePane):
                 else:
                     style = _seq_style(seqs[0] if seqs else None)
                 ch = "█" if len(seqs) <= 1 else "▓"
+                if cells[i][1] == seam:  # the first token after the forgotten ones
+                    ch, style = "▐", _seam_style(seqs[0] if seqs else None)
             else:
                 style, ch = FREE, "·"
             if style is not run_style and run:
@@ -120,7 +186,7 @@ class KVCachePane(LinePane):
         if v is None:
             return
         col = event.x - LABEL_W
-        row = event.y + int(self.scroll_offset.y)
+        row = event.y + int(self.scroll_offset.y) - self.legend_rows
         if not 0 <= col < self.cols:
             self.tooltip = None
             return
@@ -128,5 +194,7 @@ class KVCachePane(LinePane):
         if i < len(v.kv_cells):
             token, pos, seqs = v.kv_cells[i]
             self.tooltip = f"cell {i}: token {token}, pos {pos}, seq {','.join(map(str, seqs))}"
+            if pos == self.seam:
+                self.tooltip += " · the forgotten tokens were just before this one"
         elif i < v.n_ctx:
             self.tooltip = f"cell {i}: free"

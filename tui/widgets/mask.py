@@ -1,18 +1,25 @@
-"""Pane 8, causal mask: which earlier tokens each token may attend to (the lower triangle).
+"""Pane 8, causal mask: which KV cells each token may attend to.
 
-Query i (a row, top to bottom) may see key j (a column) when j <= i. Each character cell holds
-two query rows (upper and lower half block), so the triangle keeps its shape on a terminal.
-The rows the last ``llama_decode`` computed are lit: a block for a prefill, one row for a
-decode step. When the context is wider than the pane, the mask is down-sampled (one cell
-stands for f keys by f queries) and the title says so; when it is taller, it scrolls."""
+One row per token (a query), one column per KV cell (a key), in cache order. A row sees a cell
+when the cell belongs to the row's sequence and its position is not after the row's: the lower
+triangle for one sequence. After a fork the mask is per sequence, as llama.cpp builds it for a
+batch: a token of seq 1 sees the shared prefix and its own cells, never seq 0's newer ones, so
+the part after the fork becomes a checkerboard of the two sequences (rows coloured by sequence).
+
+Each character cell holds two query rows (upper and lower half block), so the triangle keeps its
+shape on a terminal. The rows the last ``llama_decode`` computed are lit: a block for a prefill,
+one row per sequence for a decode step. When the context is wider than the pane, the mask is
+down-sampled (one cell stands for f keys by f queries) and the title says so; when it is taller,
+it scrolls."""
 
 from __future__ import annotations
 
-from rich.color import Color
+import numpy as np
+from rich.color import Color, blend_rgb
 from rich.segment import Segment
 from rich.style import Style
 
-from .common import LinePane
+from .common import SEQ_COLORS, LinePane
 
 LABEL = Style(color="grey50")
 LABEL_LIT = Style(color="bright_yellow", bold=True)
@@ -28,25 +35,105 @@ COLORS = {
     "partial_lit": Color.parse("#a08a20"),
     "visible_lit": Color.parse("#ffd75f"),
 }
+MASKED, PARTIAL, VISIBLE = 0, 1, 2  # codes in the per-sequence state grid
+_NAMES = ("masked", "partial", "visible")
+SHARED = -1  # row class of tokens several sequences see (the prefix before a fork)
+MIXED = -2  # a down-sampled block of rows from different classes
+
+
+def _seq_color(seq: int, partial: bool) -> Color:
+    rgb = Color.parse(SEQ_COLORS[seq % len(SEQ_COLORS)]).get_truecolor()
+    if partial:
+        rgb = blend_rgb(rgb, Color.parse("#2e2e2e").get_truecolor(), 0.5)
+    return Color.from_triplet(rgb)
+
+
+def row_color(cls: int, state: str) -> Color | None:
+    """The colour of a pixel: lit and masked states as in the one-sequence mask; a visible
+    pixel in the colour of the row's sequence (shared-prefix rows keep the plain green)."""
+    if state in ("none", "masked") or state.endswith("_lit") or cls < 0:
+        return COLORS[state]
+    return _seq_color(cls, state == "partial")
 
 
 _STYLES: dict[tuple[Color | None, Color | None], Style] = {}  # (upper, lower) -> Style, made once
+
+
+def _style(up: Color | None, down: Color | None) -> Style:
+    return _STYLES.get((up, down)) or _STYLES.setdefault((up, down), Style(color=up, bgcolor=down))
+
+
+def seq_mask_grid(
+    pos: np.ndarray, bits: np.ndarray, f: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-sequence causal mask of ``n`` cells, down-sampled by ``f``.
+
+    Cell i holds position ``pos[i]`` and the sequences of bitmask ``bits[i]``; row r (cell r as
+    a query) sees cell c when ``bits[r] & bits[c]`` and ``pos[c] <= pos[r]``. Returns the state
+    of every f×f block (MASKED: no pair visible, VISIBLE: all, PARTIAL: some), and per block
+    row the min and max of the rows' bitmasks (equal when the block is of one class).
+
+    Cost O(n · n/f · log f), never the n×n matrix: for each block of f columns and each row
+    class, a sorted list of the block's visible positions answers every row by bisection."""
+    n = len(pos)
+    nb = -(-n // f)
+    starts = np.arange(0, n, f)
+    seen = np.zeros((n, nb), dtype=np.int32)  # visible cells of column block k for row r
+    sizes = np.diff(np.append(starts, n))
+    classes = {int(m): np.flatnonzero(bits == m) for m in np.unique(bits)}
+    for k, k0 in enumerate(starts):
+        kp, kb = pos[k0 : k0 + f], bits[k0 : k0 + f]
+        for m, rows in classes.items():
+            sp = np.sort(kp[(kb & m) != 0])
+            if sp.size:
+                seen[rows, k] = np.searchsorted(sp, pos[rows], side="right")
+    lo = np.minimum.reduceat(seen, starts, axis=0)
+    hi = np.maximum.reduceat(seen, starts, axis=0)
+    state = np.full(lo.shape, PARTIAL, dtype=np.int8)
+    state[hi == 0] = MASKED
+    state[lo == sizes[None, :]] = VISIBLE
+    return state, np.minimum.reduceat(bits, starts), np.maximum.reduceat(bits, starts)
+
+
+def _class_of(lo: int, hi: int) -> int:
+    if lo != hi:
+        return MIXED
+    if lo & (lo - 1):
+        return SHARED
+    return lo.bit_length() - 1
 
 
 class CausalMaskPane(LinePane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.factor = 1
+        # After a fork: the state of every down-sampled block, and each block row's class.
+        self.grid: np.ndarray | None = None
+        self.row_class: list[int] = []
+
+    @property
+    def per_seq(self) -> bool:
+        """Several sequences hold cells: the mask must be computed per sequence."""
+        return bool(self.view and self.view.seqs)
 
     @property
     def n_rows(self) -> int:
-        """Query rows in the mask: one per token in the context."""
-        return self.view.n_past if self.view else 0
+        """Query rows in the mask: one per token in the context (per cell after a fork)."""
+        if self.view is None:
+            return 0
+        return self.view.kv_used if self.per_seq else self.view.n_past
 
     def relayout(self) -> None:
         n = self.n_rows
         avail = max(self.size.width - LABEL_W - 1, 4)
         self.factor = max(1, -(-n // avail))
+        self.grid, self.row_class = None, []
+        if self.per_seq and n and self.view is not None:
+            cells = self.view.kv_cells
+            pos = np.fromiter((c[1] for c in cells), dtype=np.int64, count=n)
+            bits = np.fromiter((sum(1 << s for s in c[2]) for c in cells), dtype=np.int64, count=n)
+            self.grid, lo, hi = seq_mask_grid(pos, bits, self.factor)
+            self.row_class = [_class_of(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
         super().relayout()
         self._titles()
 
@@ -71,12 +158,23 @@ class CausalMaskPane(LinePane):
             return
         n = self.n_rows
         a, b = v.new_cells
-        self.border_title = f"causal mask · {n}×{n} · query ↓ key → · lit = last llama_decode"
+        if self.per_seq:
+            seqs = " ".join(
+                f"[{SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]}]■[/] seq {sv.seq_id}" for sv in v.seqs
+            )
+            self.border_title = (
+                f"causal mask per sequence · {n}×{n} · query ↓ key (KV cell) → · rows: {seqs} "
+                "[#3fae3f]■[/] shared"
+            )
+        else:
+            self.border_title = f"causal mask · {n}×{n} · query ↓ key → · lit = last llama_decode"
         how = (
             "1 cell = 1 key × 2 queries"
             if self.factor == 1
             else f"down-sampled: 1 cell = {self.factor} keys × {2 * self.factor} queries"
         )
+        if self.per_seq:
+            how = "a row sees its own sequence's cells only · " + how
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
@@ -92,17 +190,36 @@ class CausalMaskPane(LinePane):
         q0, q1 = block_row * f, min(block_row * f + f, n) - 1
         if q0 >= n:
             return "none"
-        k0, k1 = block_col * f, min(block_col * f + f, n) - 1
-        if k1 <= q0:
-            state = "visible"
-        elif k0 > q1:
-            state = "masked"
+        if self.grid is not None:
+            state = _NAMES[self.grid[block_row, block_col]]
         else:
-            state = "partial"
+            k0, k1 = block_col * f, min(block_col * f + f, n) - 1
+            if k1 <= q0:
+                state = "visible"
+            elif k0 > q1:
+                state = "masked"
+            else:
+                state = "partial"
         a, b = self.view.new_cells if self.view else (0, 0)
         if q0 < b and a <= q1:
             state += "_lit"
         return state
+
+    def _class(self, block_row: int) -> int:
+        return self.row_class[block_row] if block_row < len(self.row_class) else SHARED
+
+    def _label(self, row: int, q0: int, lit: bool) -> list[Segment]:
+        if not self.per_seq:
+            return [Segment(f"{q0:>{LABEL_W - 1}} ", LABEL_LIT if lit else LABEL)]
+        # The legend: a half-block per query row, in the colour of the row's sequence.
+        top, bottom = 2 * row, 2 * row + 1
+        up = row_color(self._class(top), "visible")
+        down = row_color(self._class(bottom), "visible") if bottom < self._blocks() else None
+        return [
+            Segment(f"{q0:>{LABEL_W - 2}}", LABEL_LIT if lit else LABEL),
+            Segment("▀", _style(up, down)),
+            Segment(" "),
+        ]
 
     def build_row(self, row: int, width: int) -> list[Segment]:
         v = self.view
@@ -113,14 +230,17 @@ class CausalMaskPane(LinePane):
         q0 = top * f
         q_last = min((bottom + 1) * f, n) - 1
         lit = q0 < b and a <= q_last
-        segs = [Segment(f"{q0:>{LABEL_W - 1}} ", LABEL_LIT if lit else LABEL)]
+        segs = self._label(row, q0, lit)
+        up_cls, down_cls = self._class(top), self._class(bottom)
         run: list[str] = []
         run_style: Style | None = None
         for c in range(self._blocks()):
-            up, down = COLORS[self._pixel(top, c)], COLORS[self._pixel(bottom, c)]
-            style = _STYLES.get((up, down)) or _STYLES.setdefault(
-                (up, down), Style(color=up, bgcolor=down)
-            )
+            if self.grid is None:
+                up, down = COLORS[self._pixel(top, c)], COLORS[self._pixel(bottom, c)]
+            else:
+                up = row_color(up_cls, self._pixel(top, c))
+                down = row_color(down_cls, self._pixel(bottom, c))
+            style = _style(up, down)
             ch = "▀" if up is not None else " "
             if style is not run_style and run:
                 segs.append(Segment("".join(run), run_style))

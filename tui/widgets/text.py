@@ -1,23 +1,30 @@
 """Pane 5, the text: the conversation as the model sees it in its context, joined from the
 token pieces' bytes (a character split over two tokens appears once both have arrived). The
-newest token is marked; ``b`` draws the token boundaries."""
+newest token is marked; ``b`` draws the token boundaries.
+
+After a context shift a marked gap stands where the forgotten tokens were. After a fork the
+shared context is drawn once, then one column per sequence with what it generated since."""
 
 from __future__ import annotations
 
 import codecs
 import re
 
+from rich.console import Group, RenderableType
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..controller import View
-from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
+from ..controller import SeqView, View
+from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
+GAP = Style(color="black", bgcolor="orange1", bold=True)
+FORK = Style(color="grey62", italic=True)
 
 
 def span_text(
@@ -69,6 +76,8 @@ class ConversationPane(VerticalScroll):
         self.view: View | None = None
         self.boundaries = False
         self.plain = ""  # the text as drawn, for tests and screen readers
+        self.columns: dict[int, str] = {}  # after a fork: each sequence's column, as drawn
+        self._pending = b""  # bytes of a character the shared text leaves to the columns
 
     def compose(self) -> ComposeResult:
         yield Static(id="conversation-text")
@@ -77,8 +86,7 @@ class ConversationPane(VerticalScroll):
         self.view = view
         follow = self.scroll_y >= self.max_scroll_y - 1
         text = self.build(view)
-        self.plain = text.plain
-        self.query_one("#conversation-text", Static).update(text)
+        self.query_one("#conversation-text", Static).update(self.render_view(view, text))
         if follow:
             self.call_after_refresh(self.scroll_end, animate=False)
 
@@ -87,8 +95,55 @@ class ConversationPane(VerticalScroll):
         if self.view is not None:
             self.show(self.view)
 
+    def render_view(self, v: View, text: Text) -> RenderableType:
+        """The shared text, and after a fork one column per live sequence beside each other."""
+        self.columns = {}
+        self.plain = text.plain
+        if not v.seqs or not v.tokens:
+            return text
+        table = Table.grid(expand=True, padding=(0, 2))
+        heads, bodies = [], []
+        for sv in v.seqs:
+            table.add_column(ratio=1)
+            head, col = self.column(v, sv)
+            heads.append(head)
+            bodies.append(col)
+            self.columns[sv.seq_id] = col.plain
+            self.plain += f"\n{head.plain}\n{col.plain}"
+        table.add_row(*heads)
+        table.add_row(*bodies)
+        return Group(text, table)
+
+    def column(self, v: View, sv: SeqView) -> tuple[Text, Text]:
+        """One sequence's continuation since the fork. A character split across the fork
+        point is completed here: the bytes the shared text left pending lead each column."""
+        colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
+        state = sv.stop_reason or "generating"
+        head = Text(
+            f"seq {sv.seq_id} · {sv.n_tokens:,} KV cells · {state}", Style(color=colour, bold=True)
+        )
+        pieces = sv.pieces
+        if pieces and self._pending:
+            pieces = (self._pending + pieces[0], *pieces[1:])
+        live = v.activity == "generating" and sv.stop_reason is None
+        style = ROLE_STYLES["generated" if v.raw else "reply"]
+        body, pending = span_text(
+            pieces,
+            0,
+            len(pieces),
+            style,
+            boundaries=self.boundaries,
+            newest=len(pieces) - 1 if live and pieces else None,
+        )
+        if pending:
+            body.append(f"⋯({len(pending)} byte(s) of a character still to come)", DIM)
+        if not pieces:
+            body.append("(nothing yet: → steps every sequence)", DIM)
+        return head, body
+
     def build(self, v: View) -> Text:
         t = Text()
+        self._pending = b""
         # The token just generated is marked while the reply is still being generated.
         newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
         if not v.tokens:
@@ -99,21 +154,51 @@ class ConversationPane(VerticalScroll):
             )
             t.append(hint, DIM)
             return t
+        end = shared_count(v) if v.seqs else len(v.pieces)
+        gap = v.shifts[-1].n_keep if v.shifts else None  # every shift cuts right after n_keep
+        gap_drawn = False
         for sp in v.spans:
+            start, stop = sp.start, min(sp.end, end)
+            if stop <= start:
+                continue
+            has_gap = gap is not None and not gap_drawn and start <= gap < stop
             if sp.role == "template":
+                if has_gap:
+                    t.append_text(gap_marker(v))
+                    gap_drawn = True
                 continue
             style = ROLE_STYLES.get(sp.role, Style())
             if not v.raw:
                 if t:
                     t.append("\n")
                 t.append(f"{ROLE_NAMES.get(sp.role, sp.role)} ▸ ", style + Style(bold=True))
-            body, pending = span_text(
-                v.pieces, sp.start, sp.end, style, boundaries=self.boundaries, newest=newest
+            parts = [(start, gap), (gap, stop)] if has_gap and gap is not None else [(start, stop)]
+            for k, (a, b) in enumerate(parts):
+                if k:
+                    t.append_text(gap_marker(v))
+                    gap_drawn = True
+                body, pending = span_text(
+                    v.pieces, a, b, style, boundaries=self.boundaries, newest=newest
+                )
+                t.append_text(body)
+                if pending and (b == gap or (v.seqs and b == end)):
+                    # Cut by the shift, or completed in the fork's columns (they start with
+                    # these bytes).
+                    self._pending = pending if b == end else b""
+                    t.append("⋯", DIM)
+                elif pending:
+                    t.append("⋯", DIM)
+                    t.append(f"({len(pending)} byte(s) of a character still to come)", DIM)
+        if gap is not None and not gap_drawn:
+            t.append_text(gap_marker(v))
+        if v.seqs:
+            ids = ", ".join(str(sv.seq_id) for sv in v.seqs)
+            t.append(
+                f"\n⑂ forked here: the {end:,} tokens above are KV cells shared by "
+                f"sequences {ids}; each continues in its own column",
+                FORK,
             )
-            t.append_text(body)
-            if pending:
-                t.append("⋯", DIM)
-                t.append(f"({len(pending)} byte(s) of a character still to come)", DIM)
+            return t
         if not v.raw and v.reply_start is not None and not v.reply_tokens:
             t.append("\nmodel ▸ ", ROLE_STYLES["reply"] + Style(bold=True))
         if v.activity == "generating" and v.mode == "step":
@@ -121,3 +206,18 @@ class ConversationPane(VerticalScroll):
         elif v.activity == "done" and v.stop_reason:
             t.append(f"  [{v.stop_reason}]", DIM)
         return t
+
+
+def shared_count(v: View) -> int:
+    """Tokens of sequence 0 that every live sequence still sees: the KV cells tagged with all
+    of their seq_ids. They come first in sequence 0's cell order (they were there before it
+    forked), so they are the first tokens of ``v.tokens``."""
+    live = [sv.seq_id for sv in v.seqs]
+    return sum(1 for _, _, seqs in v.kv_cells if all(s in seqs for s in live))
+
+
+def gap_marker(v: View) -> Text:
+    """Where a context shift cut the text: how many tokens are gone, over how many shifts."""
+    n = sum(len(ev.forgotten) for ev in v.shifts)
+    k = len(v.shifts)
+    return Text(f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ ", GAP)

@@ -1,0 +1,228 @@
+"""After a fork and after a context shift, the panes show what the engine holds (issue 5):
+the text pane's columns, the per-sequence causal mask, the KV grid's forgotten tokens, and a
+work counter that a new chat restarts. Driven by Pilot on the real bundled model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from llama_cpp import Llama
+from rich.console import Console
+
+from tui.app import TokenstepApp
+from tui.controller import SeqView
+from tui.engine import SamplerSettings
+from tui.widgets.kvcache import SHIFT_LINES, KVCachePane
+from tui.widgets.mask import CausalMaskPane, seq_mask_grid
+from tui.widgets.text import ConversationPane
+
+from .test_app import SIZE, make_app, run_async, send, wait_for
+from .test_app_cache import cache_text, open_tab
+
+MESSAGE = "Write one sentence about the sea."
+STEPS = 5
+
+
+def rendered(widget, width: int) -> str:
+    con = Console(width=width, record=True, color_system=None)
+    con.print(widget.content)
+    return con.export_text()
+
+
+def detok(model_path, tokens: list[int]) -> str:
+    """llama-cpp-python's own detokenizer: an oracle we did not write."""
+    llm = Llama(model_path=str(model_path), vocab_only=True, verbose=False)
+    return llm.detokenize(tokens).decode("utf-8")
+
+
+def causal_mask(cells) -> np.ndarray:
+    """The per-sequence mask recomputed from the cells alone: row r sees cell c when they
+    share a sequence and c's position is not after r's."""
+    pos = np.array([c[1] for c in cells])
+    seqs = [set(c[2]) for c in cells]
+    share = np.array([[bool(a & b) for b in seqs] for a in seqs])
+    return share & (pos[None, :] <= pos[:, None])
+
+
+async def forked_app(pilot, app: TokenstepApp) -> None:
+    await send(pilot, app, MESSAGE)
+    await pilot.press("right", "right")
+    await wait_for(pilot, lambda: app.view.reply_tokens == 2, "two steps")
+    await pilot.press("F")
+    await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
+    for _ in range(STEPS):
+        await pilot.press("right")
+    await wait_for(
+        pilot, lambda: all(len(s.pieces) == STEPS for s in app.view.seqs), "the fork's steps"
+    )
+
+
+@run_async
+async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, model_path, tmp_path):
+    app = make_app(make_engine, tmp_path, SamplerSettings(temp=1.0, seed=4))
+    eng = app.controller.engine
+    async with app.run_test(size=SIZE) as pilot:
+        await forked_app(pilot, app)
+        pane = app.query_one(ConversationPane)
+        await wait_for(pilot, lambda: pane.view is app.view and pane.columns, "the columns")
+        v = app.view
+        shared = eng.kv.shared(0, 1)
+        assert shared == v.fork_at
+        texts = {}
+        for sv in v.seqs:
+            mine = eng.kv.tokens(sv.seq_id)
+            assert len(mine) == shared + STEPS == sv.n_tokens
+            texts[sv.seq_id] = detok(model_path, mine[shared:])
+            assert pane.columns[sv.seq_id] == texts[sv.seq_id]
+            assert f"seq {sv.seq_id} · {sv.n_tokens} KV cells · generating" in pane.plain
+        assert texts[0] != texts[1]  # two samplers, two continuations
+        # The shared context is drawn once, above the columns.
+        assert pane.plain.count(MESSAGE) == 1
+        assert f"the {shared} tokens above are KV cells shared by sequences 0, 1" in pane.plain
+        # Side by side: both headers on one line of the drawn pane.
+        screen = rendered(pane.query_one("#conversation-text"), pane.size.width)
+        assert any("seq 0 ·" in line and "seq 1 ·" in line for line in screen.splitlines())
+
+        # A character split across the fork point: the shared text holds its first bytes,
+        # each column completes it (as the one-sequence pane completes it at the next token).
+        euro = "€".encode()
+        split = dataclasses.replace(
+            v,
+            pieces=(*v.pieces[: shared - 1], v.pieces[shared - 1] + euro[:2], *v.pieces[shared:]),
+            seqs=tuple(
+                SeqView(sv.seq_id, (euro[2:] + b"!", *sv.pieces[1:]), sv.n_tokens, None)
+                for sv in v.seqs
+            ),
+        )
+        text = pane.build(split)
+        pane.render_view(split, text)
+        assert "€" not in text.plain and "⋯" in text.plain
+        assert all(col.startswith("€!") for col in pane.columns.values())
+
+
+@run_async
+async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, SamplerSettings(temp=1.0, seed=4))
+    eng = app.controller.engine
+    async with app.run_test(size=SIZE) as pilot:
+        await forked_app(pilot, app)
+        await open_tab(pilot, app, "5")
+        mask = app.query_one(CausalMaskPane)
+        await wait_for(pilot, lambda: mask.view is app.view and mask.grid is not None, "the mask")
+        v = app.view
+        cells = v.kv_cells
+        assert mask.n_rows == len(cells) == eng.kv.used
+        assert mask.factor == 1, "the test wants one pixel per (query, key)"
+        want = causal_mask(cells)
+        got = np.array(
+            [
+                [mask._pixel(r, c).removesuffix("_lit") == "visible" for c in range(len(cells))]
+                for r in range(len(cells))
+            ]
+        )
+        assert np.array_equal(got, want)
+        # The engine's own mask for the rows of the last decode (one token per sequence).
+        batch = [(t.seq_ids[0], t.pos) for t in v.last_records[-1].call.tokens]
+        assert np.array_equal(eng.kv.mask(batch), want[-2:])
+        # Seq 1's newest token: the shared prefix yes, seq 0's cells after the fork never.
+        r = max(i for i, c in enumerate(cells) if c[2] == (1,))
+        for c, (_, _, seqs) in enumerate(cells):
+            state = mask._pixel(r, c)
+            if seqs == (0, 1):
+                assert state.startswith("visible")
+            elif seqs == (0,):
+                assert state.startswith("masked")
+        assert mask._pixel(r, r).endswith("_lit")  # the last decode computed this row
+        assert "seq 1" in str(mask.border_title) and "own sequence" in str(mask.border_subtitle)
+
+
+def test_downsampled_mask_blocks_match_the_full_mask():
+    """Pure rule (a fake layout of cells): when one pane cell stands for f×f (query, key)
+    pairs, it is visible only if all are, masked only if none is."""
+    rng = np.random.default_rng(1)
+    shared = 37
+    pos = list(range(shared))
+    seqs = [(0, 1)] * shared
+    for j in range(50):
+        for s in (0, 1):
+            if rng.random() < 0.8:
+                pos.append(shared + j)
+                seqs.append((s,))
+    cells = [(0, p, s) for p, s in zip(pos, seqs, strict=True)]
+    full = causal_mask(cells)
+    bits = np.array([sum(1 << q for q in s) for s in seqs])
+    for f in (1, 2, 5, 9):
+        grid, lo, hi = seq_mask_grid(np.array(pos), bits, f)
+        n = len(pos)
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                blk = full[i * f : (i + 1) * f, j * f : (j + 1) * f]
+                assert grid[i, j] == (2 if blk.all() else 0 if not blk.any() else 1)
+        assert lo.shape == hi.shape == (-(-n // f),)
+
+
+@run_async
+async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_path, tmp_path):
+    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=48, context_full="shift", n_keep=4)
+    app = TokenstepApp(
+        engine, raw=True, autoplay=True, autosave_dir=tmp_path / "a", close_engine=False
+    )
+    text = "One two three four five six seven eight nine ten eleven twelve"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*text, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
+        await pilot.press("space")
+        await wait_for(pilot, lambda: app.view.mode == "step", "the pause")
+        await open_tab(pilot, app, "4")
+        kv = app.query_one(KVCachePane)
+        await wait_for(pilot, lambda: kv.view is app.view, "the KV pane")
+        v = app.view
+        ev = v.shifts[-1]
+        n_gone = sum(len(e.forgotten) for e in v.shifts)
+        assert n_gone == sum(e.n_discard for e in v.shifts)  # one sequence: the whole window
+        assert kv.legend_rows == 1 + min(len(v.shifts), SHIFT_LINES)
+        head = "".join(s.text for s in kv.build_row(0, 120))
+        assert f"{n_gone} tokens forgotten in {len(v.shifts)} context shift" in head
+        line = "".join(s.text for s in kv.build_row(kv.legend_rows - 1, 120))
+        gone = detok(model_path, [f.token for f in ev.forgotten])
+        assert f"shift {ev.index + 1}: forgot {ev.n_discard} after cell {ev.n_keep}" in line
+        assert gone.replace("\n", "↵")[:30] in line
+        # The seam: the cell now at position n_keep is drawn as the gap's edge, and only it.
+        grid = "".join(
+            s.text
+            for r in range(kv.legend_rows, kv.count_rows())
+            for s in kv.build_row(r, 120)
+            if not s.text.strip().isdigit()
+        )
+        seam_cells = [i for i, c in enumerate(v.kv_cells) if c[1] == ev.n_keep]
+        assert len(seam_cells) == 1 and grid.count("▐") == 1
+        # The text pane: the kept tokens, the gap, then the rest.
+        pane = app.query_one(ConversationPane)
+        await wait_for(pilot, lambda: pane.view is app.view, "the text pane")
+        before, marker, after = pane.plain.partition(" ⟪")
+        assert marker and f"{n_gone} tokens forgotten" in after
+        assert before == detok(model_path, list(v.tokens[: ev.n_keep]))
+        rest = detok(model_path, list(v.tokens[ev.n_keep :]))
+        assert after.split("⟫ ", 1)[1].startswith(rest[:20])
+
+
+@run_async
+async def test_new_chat_restarts_the_work_counter(make_engine, model, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        for _ in range(3):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "the steps")
+        assert app.view.work.with_cache > 0
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: app.view.action == "new", "the new chat")
+        assert app.view.work.with_cache == app.view.work.without_cache == 0
+        await open_tab(pilot, app, "0")
+        await wait_for(pilot, lambda: "token-forward passes" in cache_text(app), "the counter")
+        assert "           0 token-forward passes" in cache_text(app)
+        await send(pilot, app, "Hi")
+        n = app.view.n_past  # the new prompt, computed from scratch
+        await wait_for(pilot, lambda: f"{n:>12,} token-forward" in cache_text(app), "the prefill")
+        assert app.view.work.with_cache == n
