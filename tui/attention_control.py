@@ -198,7 +198,7 @@ class AttentionControl:
         cap = AttentionCapture(old.info.n_layer, [self.layer], census=self.want_census)
         new = Engine(old.model, config, old.settings, [cap])
         # The session keeps its history: step records, prefill turns, context shifts.
-        new.records, new.turns, new.shifts = list(old.records), list(old.turns), list(old.shifts)
+        new.adopt_history(old)
         tokens, stop = old.tokens, old.stop_reason
         if self.c.close_engine:
             old.close()

@@ -160,6 +160,7 @@ class View:
     n_keep: int = 0
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
+    commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
 
     @property
     def kv_used(self) -> int:
@@ -254,6 +255,7 @@ class Controller:
         self._dirty = False
         self._built_at = 0.0
         self._preview_cache: tuple[Any, Any] | None = None
+        self._commands = 0
         self._picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self._started = time.time()
         self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
@@ -385,6 +387,7 @@ class Controller:
         self.s.notice, self.s.notice_level = text, level
 
     def _handle(self, cmd: _Cmd) -> None:
+        self._commands += 1
         self.s.returned_text = None
         handler = getattr(self, f"_do_{cmd.name}")
         handler(*cmd.args)
@@ -777,7 +780,7 @@ class Controller:
     def _write(self, path: str | Path) -> Path:
         rows = session_store.session_rows(
             self.engine,
-            self.engine.records[self.s.records_from :],
+            self.engine.records.dicts(self.s.records_from),
             self._messages_now(),
             raw=self.raw,
             prefix_cache=self.prefix_cache,
@@ -904,6 +907,7 @@ class Controller:
             n_keep=eng.keep_count(),
             fork_at=s.fork_at,
             seqs=self._seq_views(),
+            commands=self._commands,
         )
 
     def _seq_views(self) -> tuple[SeqView, ...]:

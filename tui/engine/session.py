@@ -24,6 +24,7 @@ from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunk
 from .errors import ContextFullError, TokenstepError
 from .kvcache import Forgotten, KVLayout, KVLogReport, KVMirror, parse_kv_log
 from .model import Model
+from .records import RecordLog
 from .sampling import (
     ChainResult,
     SamplerChain,
@@ -261,7 +262,7 @@ class Engine:
             self.type_k,
             self.type_v,
         )
-        self.records: list[StepRecord] = []
+        self.records = RecordLog(self._record_dict)  # the newest in memory, the rest on disk
         self.logits: np.ndarray | None = None
         self._logits_record: int | None = None
         self._logits_by_len: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
@@ -272,6 +273,18 @@ class Engine:
         self.branches: dict[int, Branch] = {}
         self._n_prompt = 0  # length of the first prompt (for --keep -1)
         self._verifier: Verifier | None = None
+
+    def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
+        from .trace import record_to_dict  # trace imports this module
+
+        return record_to_dict(self, rec)
+
+    def adopt_history(self, old: Engine) -> None:
+        """Take over ``old``'s step records, prefill turns and context shifts (a context
+        rebuilt with other parameters continues the same session)."""
+        self.records = old.records
+        self.records.to_dict = self._record_dict
+        self.turns, self.shifts = list(old.turns), list(old.shifts)
 
     def _resolved_flash_attn(self) -> str:
         """What ``-fa auto`` became: llama.cpp logs it when it reserves the graph, or (for a
@@ -465,20 +478,22 @@ class Engine:
         if self.logits is None or self._logits_record is None:
             self._ensure_logits()
         assert self._logits_record is not None
-        prev = self.records[self._logits_record]
+        prev = self.records.get(self._logits_record)  # None: already moved to disk
         if force is not None:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
             token, chain = force, self.preview()
         else:
             token, chain = self.pick()
-        prev.sampled, prev.forced, prev.chain = token, force is not None, chain
-        prev.settings = self.settings.copy()
-        prev.eog = self.vocab.is_eog(token)
-        row = prev.rows.get(0)
-        if row is not None:
-            row.sampled, row.chain, row.eog = token, chain, prev.eog
-        if prev.eog:
+        eog = self.vocab.is_eog(token)
+        if prev is not None:
+            prev.sampled, prev.forced, prev.chain = token, force is not None, chain
+            prev.settings = self.settings.copy()
+            prev.eog = eog
+            row = prev.rows.get(0)
+            if row is not None:
+                row.sampled, row.chain, row.eog = token, chain, eog
+        if eog:
             self.stop_reason = "end of generation"
         return token
 
@@ -632,8 +647,9 @@ class Engine:
             chain = br.chain.run(br.logits, settings, commit=True)
             token = chain.selected
         eog = self.vocab.is_eog(token)
-        if br.record is not None:
-            row = self.records[br.record].rows.get(seq)
+        rec = self.records.get(br.record) if br.record is not None else None
+        if rec is not None:
+            row = rec.rows.get(seq)
             if row is not None:
                 row.sampled, row.chain, row.eog = token, chain, eog
         if eog:
