@@ -132,6 +132,7 @@ class TokenstepApp(App[int]):
         self._apply_timer: Timer | None = None
         self._next_apply = 0.0
         self._returned_seq = 0
+        self._notice_key: tuple[object, ...] | None = None  # what the notice row last drew
         self._tab = "tokens"
 
     @property
@@ -243,7 +244,7 @@ class TokenstepApp(App[int]):
             )
             t.append(f"{pad}{label}{pad}", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
             t.append(gap)
-        strip.update(t)
+        strip.update(t, layout=False)  # always one row
 
     # -- views from the worker -----------------------------------------------------------------
     def _on_view(self, view: View) -> None:
@@ -257,6 +258,15 @@ class TokenstepApp(App[int]):
     def on_view_ready(self, message: ViewReady) -> None:
         """While a reply plays, take views at most ``LIGHT_HZ`` times a second (the worker
         builds the next one only after this one is taken); otherwise draw at once."""
+        latest = self.controller.latest
+        answers = (
+            latest is not None and self.view is not None and latest.commands > self.view.commands
+        )
+        if answers:  # the user pressed a key: show its effect now, not at the next tick
+            if self._apply_timer is not None:
+                self._apply_timer.stop()
+            self._apply_latest()
+            return
         if self._apply_timer is not None:
             return  # the timer takes the newest view when it fires
         wait = self._next_apply - time.monotonic()
@@ -311,9 +321,13 @@ class TokenstepApp(App[int]):
 
     def _notice(self, view: View) -> None:
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
+        key = (view.notice, view.notice_level, view.queued, view.autosave_path, view.last_saved)
+        if key == self._notice_key:
+            return  # unchanged: a redraw would cost a frame for nothing
+        self._notice_key = key
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
-        self.main.query_one("#notice", Static).update(t)
+        self.main.query_one("#notice", Static).update(t, layout=False)  # always one row
         chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.queued:
@@ -370,7 +384,8 @@ class TokenstepApp(App[int]):
         )
 
     def _say(self, text: str, colour: str = "grey85") -> None:
-        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)))
+        self._notice_key = None  # the next view's notice replaces this message
+        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)), layout=False)
 
     # -- actions -------------------------------------------------------------------------------
     def action_toggle_play(self) -> None:
