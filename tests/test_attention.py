@@ -304,3 +304,60 @@ def test_forks_stepped_together_see_only_their_own_tokens(model, attn_engine):
     for s in (0, seq):
         ca = context_attention(eng, 0, s)
         assert ca is not None and ca.tokens == eng.kv.tokens(s) and ca.captured[-1]
+
+
+def test_replayed_asks_capture_what_reading_every_name_captures(model, attn_engine):
+    """The fast ask path (node addresses checked against the last decode of the same graph)
+    must give exactly what the slow path (every node's name read, as the census does) gives,
+    through graph changes: prefill vs step, a rewind, a hole, a context shift, a new layer."""
+    n_layer = model.info.n_layer
+    fast = AttentionCapture(n_layer, [LAYER])
+    slow = AttentionCapture(n_layer, [LAYER], census=True)
+    engs = [attn_engine(fast), attn_engine(slow)]
+    toks = engs[0].vocab.tokenize(SENTENCE)
+
+    def both(act):
+        return [act(e) for e in engs]
+
+    def hole(e):
+        assert llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(e.ctx), 0, 2, 4)
+        e.kv.seq_rm(0, 2, 4)
+
+    recs = [both(lambda e: e.prefill(toks)[-1])]
+    for _ in range(4):
+        recs.append(both(lambda e: e.step()))
+    assert both(lambda e: e.rewind(2)) == [2, 2]
+    for _ in range(3):
+        recs.append(both(lambda e: e.step()))
+    both(hole)
+    recs.append(both(lambda e: e.step()))
+    assert all(both(lambda e: e.context_shift()))
+    for _ in range(2):
+        recs.append(both(lambda e: e.step()))
+    for cap in (fast, slow):
+        cap.set_layers([7, 12])
+    recs.append(both(lambda e: e.prefill(toks[:3])[-1]))
+    for _ in range(3):
+        recs.append(both(lambda e: e.step()))
+        assert fast.copies == 2  # one graph split per captured layer; the cell map costs none
+    for a, b in recs:
+        assert "attention_problems" not in a.extras and "attention_problems" not in b.extras
+        assert a.extras["attention_keys"] == b.extras["attention_keys"]
+        assert sorted(a.extras["attention"]) == sorted(b.extras["attention"])
+        for layer, w in a.extras["attention"].items():
+            np.testing.assert_array_equal(w, b.extras["attention"][layer])
+    assert fast.n_replayed >= 8 and fast.n_learned >= 3  # both paths really ran
+    assert slow.n_replayed == slow.n_learned == 0
+    # The per-sequence key cache, extended step by step, agrees with the mirror.
+    rows = fast.key_rows(engs[0])
+    assert [tuple(k) for k in rows.T.tolist()] == fast.live_keys(engs[0])
+
+
+def test_attention_off_splits_nothing(model, attn_engine):
+    cap = AttentionCapture(model.info.n_layer, [])
+    eng = attn_engine(cap)
+    eng.prefill(eng.vocab.tokenize(SENTENCE))
+    for _ in range(3):
+        eng.step()
+        assert cap.copies == 0  # the cell map is read in the ask phase: no graph split
+    assert cap.live_keys(eng)[-1][0] == eng.n_past - 1

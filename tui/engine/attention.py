@@ -103,6 +103,7 @@ class AttentionCapture(GraphTap):
         self._kidx: list[np.ndarray] = []
         self._kidx_graph = -1
         self._soft: dict[int, list[np.ndarray]] = {}
+        self._key_cache: dict[int, _KeyCache] = {}
 
     def set_layers(self, layers: Iterable[int]) -> None:
         chosen = sorted(set(int(x) for x in layers))
@@ -116,20 +117,26 @@ class AttentionCapture(GraphTap):
         self.wanted = set(self._extra_names) | set(self._soft_names)
 
     # -- which llama.cpp cell holds which token ------------------------------------------------
-    def _remember(self, engine: Engine, call: DecodeCall, cells: list[int]) -> str | None:
-        """Tie the mirror cells this decode appended to the llama.cpp cells it wrote."""
+    def _remember(
+        self, engine: Engine, call: DecodeCall, cells: list[int]
+    ) -> list[tuple[Any, int, int]] | str:
+        """Tie the mirror cells this decode appended to the llama.cpp cells it wrote; returns
+        (cell object, llama.cpp cell, kv_id) of each, or what went wrong."""
         n = call.n_tokens
         new = engine.kv.cells[-n:] if n else []
         if len(new) != n or any(
             c.token != t.id or c.pos != t.pos for c, t in zip(new, call.tokens, strict=True)
         ):
             return "the engine's KV mirror does not end with this batch; cell map lost"
+        fresh = []
         for obj, cell in zip(new, cells, strict=True):
             old = self._by_cell.get(cell)
             if old is not None:  # llama.cpp reused the cell: whatever we knew there is gone
                 self._slots.pop(old, None)
-            self._slots[id(obj)] = (obj, cell, self._next_kv_id)
+            slot = (obj, cell, self._next_kv_id)
+            self._slots[id(obj)] = slot
             self._by_cell[cell] = id(obj)
+            fresh.append(slot)
             self._next_kv_id += 1
         if len(self._slots) > len(engine.kv.cells):  # drop cells the mirror has freed
             live = {id(c) for c in engine.kv.cells}
@@ -137,7 +144,26 @@ class AttentionCapture(GraphTap):
                 _, cell, _ = self._slots.pop(key)
                 if self._by_cell.get(cell) == key:
                     del self._by_cell[cell]
-        return None
+        return fresh
+
+    def key_rows(
+        self, engine: Engine, seq: int = 0, fresh: list[tuple[Any, int, int]] | None = None
+    ) -> np.ndarray:
+        """:meth:`live_keys` as an int64 array (4, n): pos, llama.cpp cell, kv_id, token.
+
+        Kept per sequence and extended in place while the mirror only grows (a decode step
+        appends its tokens), so a step costs O(new tokens), not O(context). Any other edit of
+        the mirror (rewind, shift, fork) gives the sequence a new token list, and the keys are
+        rebuilt from the mirror. ``fresh`` are the slots this decode added (``_remember``)."""
+        ref = engine.kv._seq(seq)  # replaced by the mirror on every edit other than add()
+        ent = self._key_cache.get(seq)
+        if ent is not None and ent.ref is ref:
+            add = [(o.pos, cell, kid, o.token) for o, cell, kid in fresh or () if seq in o.seqs]
+            if ent.n + len(add) == len(ref[0]) and ent.extend(add):
+                return ent.rows
+        rows = np.array(self.live_keys(engine, seq), dtype=np.int64).reshape(-1, 4).T
+        self._key_cache[seq] = _KeyCache(ref, rows)
+        return rows
 
     def live_keys(self, engine: Engine, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
@@ -158,49 +184,50 @@ class AttentionCapture(GraphTap):
 
     hook_prefix = b"cache_k_l"
 
-    def wants(self, name: bytes, ptr: int) -> bool:
-        # The first K store of a graph: SET_ROWS(cache_k_l0 view, Kcur, k_idxs).
-        if self._kidx_graph < self._graph:
+    def peek(self, name: bytes, ptr: int, graph: int) -> bool:
+        # The first K store of a graph: SET_ROWS(cache_k_l0 view, Kcur, k_idxs). k_idxs is a
+        # graph input, so its data is there before the store runs: read it in the ask phase.
+        if self._kidx_graph < graph:
             src = src_ptr(ptr, 1)
-            if src and op_name(ptr) == "SET_ROWS":
-                return bool(self._get_name(src) == K_IDXS_INPUT)
+            if src and op_name(ptr) == "SET_ROWS" and self._get_name(src) == K_IDXS_INPUT:
+                self._kidx.append(read_tensor(src).reshape(-1))
+                self._kidx_graph = graph
+                return True
         return False
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
         layer = self._soft_names.get(name)
         if layer is not None:
             self._soft.setdefault(layer, []).append(read_tensor(ptr))
-            return
-        if name in self._extra_names:
+        else:
             super().on_data(name, ptr, graph)
-            return
-        src = src_ptr(ptr, 1)
-        if src and self._kidx_graph < graph:
-            self._kidx.append(read_tensor(src).reshape(-1))
-            self._kidx_graph = graph
 
     def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         problems: list[str] = []
         cells = np.concatenate(self._kidx) if self._kidx else np.empty(0, np.int64)
+        fresh: list[tuple[Any, int, int]] = []
         if len(cells) != call.n_tokens:
             problems.append(
                 f"saw {len(cells)} KV cell indices for {call.n_tokens} tokens; cell map lost"
             )
         else:
-            lost = self._remember(engine, call, [int(c) for c in cells])
-            if lost:
-                problems.append(lost)
+            got = self._remember(engine, call, cells.tolist())
+            if isinstance(got, str):
+                problems.append(got)
+            else:
+                fresh = got
         if problems:
             self._slots.clear()
             self._by_cell.clear()
+            self._key_cache.clear()
         if self._skipped:
             problems.append("attention not captured: it would exceed the capture memory limit")
         elif self.layers and not problems:
             seqs = sorted({s for t in call.tokens for s in t.seq_ids})
-            got = self._assemble(engine, seqs, call, problems)
-            if got is not None:
-                extras["attention"], extras["attention_keys"] = got
+            att = self._assemble(engine, seqs, fresh, call, problems)
+            if att is not None:
+                extras["attention"], extras["attention_keys"] = att
                 n = call.n_tokens
                 extras["attention_rows"] = {
                     "kv_id": list(range(self._next_kv_id - n, self._next_kv_id))
@@ -211,51 +238,111 @@ class AttentionCapture(GraphTap):
             extras["attention_problems"] = problems
 
     def _assemble(
-        self, engine: Engine, seqs: list[int], call: DecodeCall, problems: list[str]
+        self,
+        engine: Engine,
+        seqs: list[int],
+        fresh: list[tuple[Any, int, int]],
+        call: DecodeCall,
+        problems: list[str],
     ) -> tuple[dict[int, np.ndarray], dict[str, list[Any]]] | None:
         """Key columns: every token the batch's sequences see, by (pos, kv_id). With several
         sequences in one decode (forks stepped together), a row gives exactly 0 to the keys
         of the other sequences: the mask hides them."""
-        keys_by_id: dict[int, tuple[int, int, int, int]] = {}
         key_seqs: dict[int, list[int]] = {}
-        for seq in seqs:
-            try:
-                for k in self.live_keys(engine, seq):
-                    keys_by_id[k[2]] = k
-                    key_seqs.setdefault(k[2], []).append(seq)
-            except KeyError:
-                problems.append(f"a token of sequence {seq} was never seen decoded by the capture")
-                return None
-        keys = sorted(keys_by_id.values(), key=lambda k: (k[0], k[2]))
-        cols = np.array([k[1] for k in keys], dtype=np.int64)
-        out: dict[int, np.ndarray] = {}
+        try:
+            if len(seqs) == 1:
+                keys = self.key_rows(engine, seqs[0], fresh)
+            else:
+                by_id: dict[int, tuple[int, int, int, int]] = {}
+                for seq in seqs:
+                    for k in self.live_keys(engine, seq):
+                        by_id[k[2]] = k
+                        key_seqs.setdefault(k[2], []).append(seq)
+                ordered = sorted(by_id.values(), key=lambda k: (k[0], k[2]))
+                keys = np.array(ordered, dtype=np.int64).reshape(-1, 4).T
+        except KeyError:
+            problems.append(
+                "a token of this batch's sequences was never seen decoded by the capture"
+            )
+            return None
+        cols = keys[1]
+        layers: list[int] = []
+        fulls: list[np.ndarray] = []
         for layer in self.layers:
             parts = self._soft.get(layer, [])
             if not parts:
                 problems.append(f"the graph had no node {SOFTMAX_NODE.format(layer)}")
                 continue
             n_kv = max(p.shape[-1] for p in parts)
-            full = np.concatenate(
-                [np.pad(p[0], ((0, 0), (0, 0), (0, n_kv - p.shape[-1]))) for p in parts], axis=1
-            )
+            if len(parts) == 1:
+                full = parts[0][0]
+            else:
+                full = np.concatenate(
+                    [np.pad(p[0], ((0, 0), (0, 0), (0, n_kv - p.shape[-1]))) for p in parts],
+                    axis=1,
+                )
             if full.shape[1] != call.n_tokens or (len(cols) and cols.max() >= n_kv):
                 problems.append(f"layer {layer}: unexpected shape {full.shape}")
                 continue
-            w = full[:, :, cols]
-            other = np.ones(n_kv, dtype=bool)
-            other[cols] = False
-            outside = float(full[:, :, other].max(initial=0.0))
-            if outside > 0.0:
-                problems.append(f"layer {layer}: weight {outside:.3g} on cells not in the sequence")
-            out[layer] = w
+            layers.append(layer)
+            fulls.append(full)
+        out: dict[int, np.ndarray] = {}
+        if fulls:
+            # All layers at once: (n_layers, n_head, n_tokens, n_kv), one gather of the columns.
+            same = all(f.shape == fulls[0].shape for f in fulls)
+            groups = [np.stack(fulls)] if same else [f[None] for f in fulls]
+            ws = [g[..., cols] for g in groups]
+            picked = [w[i] for w in ws for i in range(len(w))]
+            for layer, full, w in zip(
+                layers, fulls if not same else groups[0], picked, strict=True
+            ):
+                # Every bit of weight is on the mapped cells; the rest is masked: exactly 0.
+                if np.count_nonzero(full) != np.count_nonzero(w):
+                    other = np.ones(full.shape[-1], dtype=bool)
+                    other[cols] = False
+                    outside = float(full[..., other].max(initial=0.0))
+                    problems.append(
+                        f"layer {layer}: weight {outside:.3g} on cells not in the sequence"
+                    )
+                out[layer] = w
         info: dict[str, list[Any]] = {
-            "pos": [k[0] for k in keys],
-            "cell": [k[1] for k in keys],
-            "kv_id": [k[2] for k in keys],
+            "pos": keys[0].tolist(),
+            "cell": keys[1].tolist(),
+            "kv_id": keys[2].tolist(),
         }
         if len(seqs) > 1:
-            info["seqs"] = [key_seqs[k[2]] for k in keys]
+            info["seqs"] = [key_seqs[k] for k in info["kv_id"]]
         return out, info
+
+
+class _KeyCache:
+    """The key rows of one sequence, (4, n) int64, with room to grow at the end."""
+
+    def __init__(self, ref: Any, rows: np.ndarray) -> None:
+        self.ref = ref  # the mirror's token/position lists of the sequence when built
+        self.buf = np.ascontiguousarray(rows)
+        self.n = rows.shape[1]
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self.buf[:, : self.n]
+
+    def extend(self, add: list[tuple[int, int, int, int]]) -> bool:
+        """Append keys that come after every known one; False (unchanged) if they do not."""
+        m = len(add)
+        last = int(self.buf[0, self.n - 1]) if self.n else -(1 << 62)
+        for k in add:
+            if k[0] <= last:
+                return False
+            last = k[0]
+        if self.n + m > self.buf.shape[1]:
+            grown = np.empty((4, max(2 * (self.n + m), 256)), dtype=np.int64)
+            grown[:, : self.n] = self.buf[:, : self.n]
+            self.buf = grown
+        for k in add:
+            self.buf[:, self.n] = k
+            self.n += 1
+        return True
 
 
 @dataclass

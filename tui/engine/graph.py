@@ -13,7 +13,11 @@ calls again with ``ask`` false while the node's data is still in the (reused) co
 - *profile*: answer True for every node so each one runs on its own, and time it. That breaks
   the graph into ~1000 separate runs, so a profiled decode is much slower than a normal one.
 
-Without a GraphTap the context has no callback at all, and decoding costs nothing extra.
+The ask phase runs for every node of every decode, so it is the cost of capture: after the
+first decode of a graph, the tap only compares node addresses with the ones it recorded (see
+:class:`_Plan`), and inputs it needs (the KV cell indices) are read in the ask phase, where
+they cost no graph split. Without a GraphTap the context has no callback at all, and decoding
+costs nothing extra.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import length_hint
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
@@ -70,6 +75,7 @@ class TensorHeader(ctypes.Structure):
 
 
 _OP_OFFSET = TensorHeader.op.offset  # type: ignore[attr-defined]
+_tensor_get = ggml.libggml_base().ggml_backend_tensor_get
 
 
 def _lib() -> ctypes.CDLL:
@@ -103,18 +109,20 @@ def src_ptr(ptr: int, i: int) -> int | None:
 
 def read_tensor(ptr: int) -> np.ndarray:
     """Copy a contiguous tensor out of its backend buffer; shape is ggml's ``ne`` reversed
-    (so ne = [n_kv, n_tokens, n_head, 1] becomes (1, n_head, n_tokens, n_kv))."""
-    lib = _lib()
+    (so ne = [n_kv, n_tokens, n_head, 1] becomes (1, n_head, n_tokens, n_kv)).
+
+    It runs inside the eval callback, between graph splits, so it keeps to a few calls."""
     hdr = TensorHeader.from_address(ptr)
     dtype = _NP_TYPES.get(hdr.type)
     if dtype is None:
         raise ValueError(f"cannot read ggml type {ggml.type_name(hdr.type)}")
-    if not lib.ggml_is_contiguous(ptr):
+    out = np.empty(hdr.ne[::-1], dtype=dtype)
+    # ggml's byte strides nb are those of a C-ordered array of that shape when the tensor is
+    # contiguous; ggml_is_contiguous decides the rare other cases (strides of size-1 dims).
+    if hdr.nb[::-1] != list(out.strides) and not _lib().ggml_is_contiguous(ptr):
         raise ValueError("cannot read a non-contiguous tensor")
-    n = int(lib.ggml_nbytes(ptr))
-    out = np.empty(n // np.dtype(dtype).itemsize, dtype=dtype)
-    lib.ggml_backend_tensor_get(ptr, out.ctypes.data, 0, n)
-    return out.reshape(tuple(int(x) for x in reversed(hdr.ne)))
+    _tensor_get(ptr, out.__array_interface__["data"][0], 0, out.nbytes)
+    return out
 
 
 # -- census --------------------------------------------------------------------------------------
@@ -342,6 +350,29 @@ def profile(nodes: list[NodeSeen], times_ms: list[float], n_layer: int) -> Graph
 
 
 # -- the callback --------------------------------------------------------------------------------
+# What the ask phase did with a node, remembered in a :class:`_Plan` so that the next decode of
+# the same graph can do it again without reading any name.
+_COPY = 1  # answered True: the node's data is copied when it is ready (one extra graph split)
+_PEEK = 2  # read the node's graph inputs right away (``peek``) and answered False (no split)
+
+
+@dataclass
+class _Plan:
+    """The ask phase of one decode, replayed by the next decodes of the same graph.
+
+    ``ptrs`` are the addresses of the nodes asked about, in order, negated for the nodes that
+    needed something (``special`` says what, with the name checked again and the graph index),
+    and ending with a 0 that no node matches. llama.cpp reuses the graph between decodes of the
+    same shape, and when it rebuilds one it builds it in the same memory, in the same order:
+    the same node addresses in the same order are the same graph. A decode whose nodes differ
+    (a prefill after steps, a K shift) falls back to reading names from that node on."""
+
+    key: tuple[Any, ...]  # what the decisions depend on: the wanted names and the hook
+    ptrs: list[int]
+    special: list[tuple[int, bytes, int]]  # (_COPY or _PEEK, node name, graph index)
+    starts: list[int]  # index in ptrs of each ubatch graph's first node
+
+
 class GraphTap:
     """A :class:`~tui.engine.session.DecodeObserver` that installs ``cb_eval``.
 
@@ -351,6 +382,11 @@ class GraphTap:
     graph (ubatch) in :attr:`captured`: ``{name: [array per ubatch]}``. ``flash_attn_off``
     makes the context run without flash attention (needed to see ``kq_soft_max`` nodes); the
     census and profile alone leave the graph as the engine's settings build it.
+
+    The scheduler asks about every node of every graph (~1000 per decode), so that path is kept
+    to a pointer comparison: the first decode of a graph reads each node's name and records
+    what it did (:class:`_Plan`); later decodes of the same graph only check that the node
+    addresses come in the same order. Census and profile read every name each decode.
 
     Only one thread may decode: the callback runs inside ``llama_decode`` on that thread."""
 
@@ -389,6 +425,19 @@ class GraphTap:
         self._get_name = _lib().ggml_get_name
         self._nbytes = _lib().ggml_nbytes
         self._layout_ok: bool | None = None
+        # The node answered True in the ask phase, waiting for its data: (name, graph).
+        self._pending: tuple[bytes, int] | None = None
+        self._plan: _Plan | None = None
+        self._mode = "learn"  # "slow" (census/profile), "learn" or "replay", per decode
+        self._rec: list[int] = []  # learn mode: the plan being recorded
+        self._rec_special: list[tuple[int, bytes, int]] = []
+        self._replay_left: Any = None  # replay mode: the plan's iterator (its length hint)
+        self._ask: Any = self._ask_learn
+        # Decodes that replayed a plan / learned one, and the nodes the last decode answered
+        # True for (each one splits the graph there), for tests and benchmarks.
+        self.n_replayed = 0
+        self.n_learned = 0
+        self.copies = 0
         # Keep the ctypes callback object alive as long as the context may call it.
         self._cfunc = llama_cpp.ggml_backend_sched_eval_callback(self._callback)
 
@@ -405,16 +454,34 @@ class GraphTap:
         self._nodes, self._times = [], []
         self._graph, self._starts = -1, []
         self._bytes, self._skipped = 0, False
+        self._pending = None
+        self.copies = 0
+        if self.census_on or self.profile_on:
+            self._mode, self._ask = "slow", self._ask_slow
+            return
+        plan = self._plan
+        if plan is not None and plan.key == self._plan_key():
+            self._start_replay(plan)
+        else:
+            self._start_learn([], [], [], -1)
 
     def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+        if self._mode == "learn":
+            self._plan = _Plan(self._plan_key(), [*self._rec, 0], self._rec_special, self._starts)
+            self._rec, self._rec_special = [], []
+            self.n_learned += 1
+        elif self._mode == "replay":
+            if length_hint(self._replay_left) != 1:  # fewer nodes than the plan: learn again
+                self._plan = None
+            self.n_replayed += 1
         bounds = [*self._starts, len(self._nodes)]
         graphs = [(bounds[i], bounds[i + 1]) for i in range(len(self._starts))]
         pre = self._starts[0] if self._starts else len(self._nodes)
-        if self.census_on:
+        if self.census_on and self._mode == "slow":
             a, b = graphs[0] if graphs else (0, 0)
             self.last_census = census(self._nodes[a:b], len(graphs), self._nodes[:pre])
             extras["graph"] = self.last_census.to_dict()
-        if self.profile_on and len(self._times) == len(self._nodes):
+        if self.profile_on and self._mode == "slow" and len(self._times) == len(self._nodes):
             parts = [profile(self._nodes[a:b], self._times[a:b], self.n_layer) for a, b in graphs]
             self.last_profile = GraphProfile.combine(parts, sum(self._times[:pre]))
             extras["profile"] = self.last_profile.to_dict()
@@ -422,12 +489,16 @@ class GraphTap:
             extras["graph_errors"] = list(self.errors)
 
     # -- hooks for subclasses --------------------------------------------------------------------
-    # Names starting with this prefix are passed to :meth:`wants` (besides ``wanted``).
+    # Names starting with this prefix are passed to :meth:`peek` (besides ``wanted``).
     hook_prefix: bytes | None = None
 
-    def wants(self, name: bytes, ptr: int) -> bool:
-        """Should a node whose name starts with :attr:`hook_prefix` be handed to
-        :meth:`on_data`? Called in the ask phase and again when its data is ready."""
+    def peek(self, name: bytes, ptr: int, graph: int) -> bool:
+        """Ask phase, for a node whose name starts with :attr:`hook_prefix`: read what is
+        needed now and return True to be called again at this node in later decodes.
+
+        Nothing has run yet from this node on, so those of its sources that are graph inputs
+        (set before the graph runs, freed only after their last consumer) hold their data:
+        reading them here costs no graph split."""
         return False
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
@@ -442,44 +513,88 @@ class GraphTap:
 
     # -- the callback itself ---------------------------------------------------------------------
     def _callback(self, t: int, ask: bool, _user_data: int | None) -> bool:
-        # Runs ~1000 times per decode: keep the common path (a name that is not wanted) short.
         try:
-            name = self._get_name(t)
             if ask:
-                if name == self._head or self._head is None:
-                    self._new_graph(name, t)
-                if self._slow:
-                    return self._ask_slow(name, t)
-                if self._graph < 0:
-                    return False
-                if name in self.wanted or (
-                    self.hook_prefix is not None
-                    and name.startswith(self.hook_prefix)
-                    and self.wants(name, t)
-                ):
-                    return self._admit(t)
-                return False
-            if self.profile_on:
+                return bool(self._ask(t))
+            if self.profile_on and self._mode == "slow":
                 self._times.append((time.perf_counter() - self._t_ask) * 1000.0)
-            if self._graph >= 0 and (
-                name in self.wanted
-                or (
-                    self.hook_prefix is not None
-                    and name.startswith(self.hook_prefix)
-                    and self.wants(name, t)
-                )
-            ):
-                self.on_data(name, t, self._graph)
+            self.copies += 1
+            p = self._pending
+            if p is not None:
+                self._pending = None
+                self.on_data(p[0], t, p[1])
             return True
         except Exception as exc:  # never let an exception cross into C
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return not ask
 
-    @property
-    def _slow(self) -> bool:
-        return self.census_on or self.profile_on
+    def _plan_key(self) -> tuple[Any, ...]:
+        return (frozenset(self.wanted), self.hook_prefix)
 
-    def _new_graph(self, name: bytes, t: int) -> None:
+    def _start_learn(
+        self, rec: list[int], special: list[tuple[int, bytes, int]], starts: list[int], graph: int
+    ) -> None:
+        self._mode, self._ask = "learn", self._ask_learn
+        self._rec, self._rec_special, self._starts, self._graph = rec, special, starts, graph
+
+    def _start_replay(self, plan: _Plan) -> None:
+        self._mode = "replay"
+        self._starts = list(plan.starts)
+        left = iter(plan.ptrs)
+        special = iter(plan.special)
+        self._replay_left = left
+        nxt = left.__next__
+
+        def ask(t: int) -> bool:
+            e = nxt()
+            if t == e:  # the common case: the same node as last time, not needed
+                return False
+            if -t == e:
+                return self._replay_special(t, plan, special)
+            return self._diverge(t, plan, special, 0)
+
+        self._ask = ask
+
+    def _replay_special(self, t: int, plan: _Plan, special: Any) -> bool:
+        action, name, graph = next(special)
+        if self._get_name(t) != name:
+            return self._diverge(t, plan, special, 1)
+        self._graph = graph
+        if action == _COPY:
+            return self._take(name, t)
+        self.peek(name, t, graph)
+        return False
+
+    def _diverge(self, t: int, plan: _Plan, special: Any, consumed: int) -> bool:
+        """This decode's graph differs from the plan from node ``t`` on: keep the part that
+        matched and read names from here (the new plan is recorded as it goes)."""
+        i = len(plan.ptrs) - length_hint(self._replay_left) - 1
+        k = len(plan.special) - length_hint(special) - consumed
+        starts = [s for s in plan.starts if s < i]
+        self._start_learn(plan.ptrs[:i], plan.special[:k], starts, len(starts) - 1)
+        return self._ask_learn(t)
+
+    def _ask_learn(self, t: int) -> bool:
+        name = self._get_name(t)
+        if name == self._head or self._head is None:
+            self._new_graph(name, t, len(self._rec))
+        if self._graph >= 0 and self._layout_ok:
+            if name in self.wanted:
+                self._rec.append(-t)
+                self._rec_special.append((_COPY, name, self._graph))
+                return self._take(name, t)
+            if (
+                self.hook_prefix is not None
+                and name.startswith(self.hook_prefix)
+                and self.peek(name, t, self._graph)
+            ):
+                self._rec.append(-t)
+                self._rec_special.append((_PEEK, name, self._graph))
+                return False
+        self._rec.append(t)
+        return False
+
+    def _new_graph(self, name: bytes, t: int, index: int) -> None:
         """A ubatch graph starts (its first node has the model's input name)."""
         if self._head is None:
             self._head = name
@@ -487,30 +602,31 @@ class GraphTap:
             if not self._layout_ok:
                 self.errors.append("ggml_tensor layout differs from tokenstep's header")
         self._graph += 1
-        self._starts.append(len(self._nodes))
+        self._starts.append(index)
 
-    def _ask_slow(self, name: bytes, t: int) -> bool:
+    def _ask_slow(self, t: int) -> bool:
         """Census and profile: note every node (and in profile mode, run each on its own)."""
+        name = self._get_name(t)
+        if name == self._head or self._head is None:
+            self._new_graph(name, t, len(self._nodes))
         self._nodes.append(NodeSeen(name.decode(errors="replace"), op_name(t)))
+        take = False
+        if self._graph >= 0 and self._layout_ok:
+            if name in self.wanted:
+                take = self._take(name, t)
+            elif self.hook_prefix is not None and name.startswith(self.hook_prefix):
+                self.peek(name, t, self._graph)
         if self.profile_on:
             self._t_ask = time.perf_counter()
             return bool(self._layout_ok)
-        if self._graph < 0:
-            return False
-        want = name in self.wanted or (
-            self.hook_prefix is not None
-            and name.startswith(self.hook_prefix)
-            and self.wants(name, t)
-        )
-        return self._admit(t) if want else False
+        return take
 
-    def _admit(self, t: int) -> bool:
-        """A wanted node: copy it unless the layout check failed or the memory cap is hit."""
-        if not self._layout_ok:
-            return False
+    def _take(self, name: bytes, t: int) -> bool:
+        """A wanted node: copy it unless the memory cap is hit."""
         size = int(self._nbytes(t))
         if self._bytes + size > self.max_bytes:
             self._skipped = True
             return False
         self._bytes += size
+        self._pending = (name, self._graph)
         return True
