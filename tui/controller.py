@@ -16,7 +16,8 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,53 @@ class Tokenized:
     reused: int  # of them already in the KV cache (prefix reuse)
 
 
+TIMELINE_KEEP = 2048  # calls the timeline pane can draw; older ones are only counted
+
+
+@dataclass(frozen=True)
+class TimelineTotals:
+    """Sums over every ``llama_decode`` call of the chat, drawn or not."""
+
+    prefill_calls: int = 0
+    prefill_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_calls: int = 0
+    decode_tokens: int = 0
+    decode_ms: float = 0.0
+
+
+class Timeline:
+    """(phase, n_tokens, decode_ms) per call: the newest ``TIMELINE_KEEP`` as a list the pane
+    draws, and running totals over all of them, so a long session costs O(1) per step."""
+
+    def __init__(self, calls: Iterable[tuple[str, int, float]] = ()) -> None:
+        self.recent: deque[tuple[str, int, float]] = deque(maxlen=TIMELINE_KEEP)
+        self.n = 0
+        self._sums = [0, 0, 0.0, 0, 0, 0.0]
+        self += calls
+
+    def append(self, call: tuple[str, int, float]) -> None:
+        phase, n, ms = call
+        self.recent.append(call)
+        self.n += 1
+        k = 0 if phase == "prefill" else 3
+        self._sums[k] += 1
+        self._sums[k + 1] += n
+        self._sums[k + 2] += ms
+
+    def __iadd__(self, calls: Iterable[tuple[str, int, float]]) -> Timeline:
+        for call in calls:
+            self.append(call)
+        return self
+
+    def __len__(self) -> int:
+        return self.n
+
+    def totals(self) -> TimelineTotals:
+        a = self._sums
+        return TimelineTotals(int(a[0]), int(a[1]), a[2], int(a[3]), int(a[4]), a[5])
+
+
 @dataclass(frozen=True)
 class View:
     """Everything the panes draw, copied out of the engine by the worker thread."""
@@ -129,7 +177,7 @@ class View:
     last_records: tuple[StepRecord, ...]  # the llama_decode calls of the last decoding command
     batch_pieces: tuple[tuple[bytes, ...], ...]  # the pieces of those calls' tokens
     new_cells: tuple[int, int]  # [start, end) of the KV cells those calls wrote
-    timeline: tuple[tuple[str, int, float], ...]  # (phase, n_tokens, decode_ms) per call
+    timeline: tuple[tuple[str, int, float], ...]  # (phase, n_tokens, decode_ms), newest calls
     candidates: tuple[CandidateRow, ...]
     chain: ChainResult | None
     entropy: float | None
@@ -161,6 +209,8 @@ class View:
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
+    timeline_totals: TimelineTotals = TimelineTotals()  # over every call, not only those kept
+    timeline_older: int = 0  # calls before ``timeline[0]`` that are only counted
 
     @property
     def kv_used(self) -> int:
@@ -205,7 +255,7 @@ class _State:
     reply_start: int | None = None
     last_records: tuple[StepRecord, ...] = ()
     new_cells: tuple[int, int] = (0, 0)
-    timeline: list[tuple[str, int, float]] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
     last_pick: Pick | None = None
     tokenized: Tokenized | None = None
     queued: str | None = None
@@ -256,6 +306,8 @@ class Controller:
         self._built_at = 0.0
         self._preview_cache: tuple[Any, Any] | None = None
         self._commands = 0
+        self._pieces_cache: tuple[tuple[int, ...], tuple[bytes, ...]] = ((), ())
+        self._cells_cache: tuple[object, tuple[tuple[int, int, tuple[int, ...]], ...]] = (None, ())
         self._picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self._started = time.time()
         self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
@@ -768,10 +820,14 @@ class Controller:
             spans.append(Span(role, self.s.reply_start, self.engine.n_past))
         return spans
 
-    def _messages_now(self) -> list[Message]:
+    def _messages_now(self, pieces: tuple[bytes, ...] | None = None) -> list[Message]:
         msgs = list(self.s.messages)
         if self.s.reply_start is not None and self._reply_tokens():
-            msgs.append(Message("assistant", self._reply_text()))
+            if pieces is None:
+                text = self._reply_text()
+            else:
+                text = b"".join(pieces[self.s.reply_start :]).decode("utf-8", errors="replace")
+            msgs.append(Message("assistant", text))
         return msgs
 
     def _n_records(self) -> int:
@@ -844,10 +900,36 @@ class Controller:
         if self.on_view is not None:
             self.on_view(view)
 
+    def _pieces(self, tokens: tuple[int, ...]) -> tuple[bytes, ...]:
+        """Each token's bytes. Between two views the context usually grew or shrank at the
+        end, so only the new tail is looked up (a view at 8k tokens stays cheap)."""
+        old, pieces = self._pieces_cache
+        n = min(len(old), len(tokens))
+        if tokens[:n] != old[:n]:  # a shift or a new chat: look everything up again
+            n, pieces = 0, ()
+        pieces = pieces[:n] + tuple(map(self.engine.vocab.piece, tokens[n:]))
+        self._pieces_cache = (tokens, pieces)
+        return pieces
+
+    def _kv_cells(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+        """(token, pos, seq_ids) per used cell. The mirror appends cells for decodes and
+        replaces its list for removals; it edits cells in place only for a fork or a shift,
+        which change ``seq_ids`` or ``n_shifts``. So an unchanged key means: extend."""
+        kv = self.engine.kv
+        key = (id(kv.cells), kv.n_shifts, tuple(kv.seq_ids()))
+        old_key, out = self._cells_cache
+        if key != old_key or len(out) > len(kv.cells):
+            out = ()
+        if len(out) < len(kv.cells):
+            out += tuple((c.token, c.pos, tuple(sorted(c.seqs))) for c in kv.cells[len(out) :])
+        self._cells_cache = (key, out)
+        return out
+
     def _build(self) -> View:
         eng, s = self.engine, self.s
         self._seq += 1
         tokens = tuple(eng.tokens)
+        pieces = self._pieces(tokens)
         candidates, chain, entropy, next_pick = self._candidates()
         return View(
             seq=self._seq,
@@ -858,12 +940,12 @@ class Controller:
             raw=self.raw,
             settings=eng.settings.copy(),
             tokens=tokens,
-            pieces=tuple(eng.vocab.piece(t) for t in tokens),
+            pieces=pieces,
             spans=tuple(_merge(self._spans_now())),
             reply_start=s.reply_start,
             n_ctx=eng.n_ctx,
             n_vocab=eng.info.n_vocab,
-            kv_cells=tuple((c.token, c.pos, tuple(sorted(c.seqs))) for c in eng.kv.cells),
+            kv_cells=self._kv_cells(),
             kv_bytes=eng.kv_bytes_used,
             kv_bytes_per_token=eng.layout.bytes_per_token,
             kv_bytes_allocated=eng.kv_bytes_allocated,
@@ -874,7 +956,9 @@ class Controller:
                 tuple(eng.vocab.piece(t.id) for t in r.call.tokens) for r in s.last_records
             ),
             new_cells=s.new_cells,
-            timeline=tuple(s.timeline),
+            timeline=tuple(s.timeline.recent),
+            timeline_totals=s.timeline.totals(),
+            timeline_older=len(s.timeline) - len(s.timeline.recent),
             candidates=candidates,
             chain=chain,
             entropy=entropy,
@@ -885,7 +969,7 @@ class Controller:
             queued=s.queued,
             notice=s.notice,
             notice_level=s.notice_level,
-            messages=tuple(self._messages_now()),
+            messages=tuple(self._messages_now(pieces)),
             autosave_path=str(self.autosave_path) if self.autosave_path else None,
             last_saved=s.last_saved,
             n_records=self._n_records(),

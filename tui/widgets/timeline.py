@@ -6,6 +6,7 @@ rates are computed separately for prefill and decode from the measured ``llama_d
 
 from __future__ import annotations
 
+import numpy as np
 from rich.style import Style
 from rich.text import Text
 
@@ -23,12 +24,11 @@ class TimelinePane(Pane):
         t = Text(no_wrap=True, overflow="ellipsis")
         if v is None:
             return t
-        pre = [(n, ms) for ph, n, ms in v.timeline if ph == "prefill"]
-        dec = [(n, ms) for ph, n, ms in v.timeline if ph != "prefill"]
-        pn, pms = sum(n for n, _ in pre), sum(ms for _, ms in pre)
-        dn, dms = sum(n for n, _ in dec), sum(ms for _, ms in dec)
+        tot = v.timeline_totals  # over every call of the chat, also those scrolled off
+        pn, pms = tot.prefill_tokens, tot.prefill_ms
+        dn, dms = tot.decode_tokens, tot.decode_ms
         t.append(" prefill ", PREFILL)
-        t.append(f" {_n(len(pre), 'call')}, {_n(pn, 'token')}, {fmt_ms(self, pms)} → ")
+        t.append(f" {_n(tot.prefill_calls, 'call')}, {_n(pn, 'token')}, {fmt_ms(self, pms)} → ")
         t.append(fmt_rate(self, pn, pms), Style(bold=True))
         t.append("\n")
         t.append(" decode  ", Style(color="black", bgcolor="green3", bold=True))
@@ -53,18 +53,21 @@ class TimelinePane(Pane):
         timed = show_timings(self)
         room = width * rows
 
-        def widths(scale: float) -> list[int]:
+        ms_all = np.fromiter((ms for _, _, ms in v.timeline), np.float64, len(v.timeline))
+        prefill = np.fromiter((ph == "prefill" for ph, _, _ in v.timeline), bool, len(v.timeline))
+
+        def widths(scale: float) -> np.ndarray:
             if not timed:
-                return [min(12, width) if ph == "prefill" else 1 for ph, _, _ in v.timeline]
+                return np.where(prefill, min(12, width), 1)
             # Uncapped: a long prefill wraps over several rows, as long as its time says.
-            return [max(1, round(ms / scale)) for _, _, ms in v.timeline]
+            return np.maximum(1, np.rint(ms_all / scale)).astype(np.int64)
 
         scale: float = SCALES[-1]
         for sc in SCALES:
-            if sum(widths(sc)) <= room:
+            if int(widths(sc).sum()) <= room:
                 scale = sc
                 break
-        ws = widths(scale)
+        ws = widths(scale).tolist()
         # Keep the newest calls that fit (whole rows of the pane).
         total, first = 0, len(ws)
         while first > 0 and total + ws[first - 1] <= room:
@@ -94,8 +97,9 @@ class TimelinePane(Pane):
                 body.append(ch, st)
         t.append_text(body)
         note = f"1 column = {scale:g} ms" if timed else "timings hidden (test mode)"
-        if first:
-            note += f" · {first} older calls scrolled off"
+        older = first + v.timeline_older
+        if older:
+            note += f" · {older:,} older calls scrolled off"
         self.border_subtitle = note
         return t
 
