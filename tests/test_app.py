@@ -307,6 +307,7 @@ async def test_split_utf8_is_joined_in_the_text_and_spelled_out_on_the_chips(mak
         await pilot.press("1")
         tokens = app.query_one(TokensPane)
         chips = tokens.chips(v).plain
+        assert "<0xE6><0x97>" in tokens.plain  # as drawn
         assert "<0xE6><0x97>" in chips and "<0xA5>" in chips  # 日 = E6 97 A5, split 2 + 1
         assert text not in chips
         assert f"{len(v.tokens)} tokens, {len(text)} chars" in str(tokens.border_title)

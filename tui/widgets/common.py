@@ -4,7 +4,9 @@ scrolling base class that renders one line at a time (only the visible lines are
 from __future__ import annotations
 
 import math
+from typing import Any, Self, cast
 
+from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -151,7 +153,13 @@ def text_segments(widget: Widget, t: Text) -> list[Segment]:
 
 
 class Pane(Widget):
-    """A pane that draws from the latest :class:`View` (set by the app, read on render)."""
+    """A pane that draws from the latest :class:`View` (set by the app, read on render).
+
+    Subclasses return Rich renderables from ``render`` as usual, but the pane turns them into
+    Strips itself, once per refresh, with Rich's own line renderer: Textual's general path
+    (Rich text to Content, then wrapping) costs several times more, and these panes redraw
+    many times a second while a reply plays. Lines wider than the pane are cropped, never
+    wrapped (the panes lay out their own lines)."""
 
     DEFAULT_CSS = """
     Pane { height: 1fr; }
@@ -160,10 +168,29 @@ class Pane(Widget):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.view: View | None = None
+        self._strips: list[Strip] | None = None
+        self._strips_width = -1
 
     def show(self, view: View) -> None:
         self.view = view
         self.refresh()
+
+    def refresh(self, *regions: Any, **kwargs: Any) -> Self:
+        self._strips = None  # whatever asked for a redraw may change what render() returns
+        return super().refresh(*regions, **kwargs)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        if self._strips is None or self._strips_width != width:
+            console = self.app.console
+            options = console.options.update(width=max(width, 1), height=None, highlight=False)
+            renderable = cast(RenderableType, self.render())  # panes return Rich renderables
+            lines = console.render_lines(renderable, options, pad=True)
+            self._strips = [Strip(line, width) for line in lines]
+            self._strips_width = width
+        if y >= len(self._strips):
+            return Strip.blank(width, self.rich_style)
+        return self._strips[y].apply_style(self.rich_style)
 
 
 class LinePane(ScrollView):

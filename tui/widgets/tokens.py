@@ -6,9 +6,6 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from ..controller import View
 from .common import (
@@ -19,31 +16,32 @@ from .common import (
     is_special,
     piece_text,
 )
+from .flow import Atom, FlowPane, changed_from
 
 SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-MAX_CHIPS = 1500  # the newest ones; older chips are counted, not drawn
 
 
 def chars_of(pieces: tuple[bytes, ...], start: int, end: int) -> int:
     return len(b"".join(pieces[start:end]).decode("utf-8", errors="replace"))
 
 
-class TokensPane(VerticalScroll):
+class TokensPane(FlowPane):
+    """Chips flow into lines incrementally (see :mod:`.flow`): a new token re-wraps only the
+    last line or two, so the pane costs the same at 50 tokens and at 8,000."""
+
     DEFAULT_CSS = """
     TokensPane { height: 1fr; }
-    TokensPane > Static { width: 1fr; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.view: View | None = None
         self.show_ids = False
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="tokens-chips")
+        self._chips: list[Atom] = []
+        self._key: tuple[tuple[object, ...], ...] = ()  # per token: what its chip shows
 
     def toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
+        self._chips, self._key = [], ()
         if self.view is not None:
             self.show(self.view)
 
@@ -63,43 +61,61 @@ class TokensPane(VerticalScroll):
         parts = [f"{ROLE_NAMES.get(r, r)} {nt:,}/{nc:,}" for r, (nt, nc) in roles.items()]
         self.border_subtitle = " · ".join(parts) + " (tokens/chars)" if parts else ""
 
-    def chips(self, v: View) -> Text:
-        t = Text()
+    def _chip_keys(self, v: View) -> tuple[tuple[object, ...], ...]:
+        """What decides each chip's look: token, role, and whether it is the newest reply
+        token (drawn reversed). Equal keys mean an equal chip."""
         role_at = ["template"] * v.n_past
         for sp in v.spans:
-            for i in range(sp.start, min(sp.end, v.n_past)):
-                role_at[i] = sp.role
-        start = max(0, v.n_past - MAX_CHIPS)
-        if start:
-            t.append(f"… {start:,} earlier tokens not drawn …\n", DIM)
+            end = min(sp.end, v.n_past)
+            role_at[sp.start : end] = [sp.role] * (end - sp.start)
         newest = v.n_past - 1
-        for i in range(start, v.n_past):
-            data = v.pieces[i]
-            bg = CHIP_BACKGROUNDS[i % len(CHIP_BACKGROUNDS)]
-            fg = ROLE_STYLES.get(role_at[i], Style())
-            chip = piece_text(data, fg, special=is_special(data))
-            chip.stylize(Style(bgcolor=bg))
-            if i == newest and i >= (v.reply_start if v.reply_start is not None else v.n_past):
-                chip.stylize(Style(reverse=True))
-            if self.show_ids:
-                chip.append(
-                    str(v.tokens[i]).translate(SUBSCRIPT), Style(color="grey70", bgcolor=bg)
-                )
-            t.append_text(chip)
-            t.append(" ")
-            if data.endswith(b"\n"):
-                t.append("\n")
-        return t
+        reply = v.reply_start if v.reply_start is not None else v.n_past
+        return tuple(
+            (tok, role, i == newest and i >= reply)
+            for i, (tok, role) in enumerate(zip(v.tokens, role_at, strict=True))
+        )
+
+    def _chip(self, v: View, i: int, key: tuple[object, ...]) -> Atom:
+        data = v.pieces[i]
+        bg = CHIP_BACKGROUNDS[i % len(CHIP_BACKGROUNDS)]
+        chip = piece_text(data, ROLE_STYLES.get(str(key[1]), Style()), special=is_special(data))
+        chip.stylize(Style(bgcolor=bg))
+        if key[2]:
+            chip.stylize(Style(reverse=True))
+        if self.show_ids:
+            chip.append(str(v.tokens[i]).translate(SUBSCRIPT), Style(color="grey70", bgcolor=bg))
+        chip.append(" ")
+        segs = tuple(s for s in chip.render(self.app.console) if s.text != "\n")
+        return Atom(segs, chip.cell_len, data.endswith(b"\n"))
+
+    def chips(self, v: View) -> Text:
+        """Every chip as one Text (tests read it; the pane itself draws the flowed lines)."""
+        self._update_chips(v)
+        return Text("").join(
+            Text.assemble(*((s.text, s.style or "") for s in a.segments)) for a in self._chips
+        )
+
+    def _update_chips(self, v: View) -> int:
+        keys = self._chip_keys(v)
+        k = changed_from(self._key, keys)
+        self._chips = self._chips[:k] + [self._chip(v, i, keys[i]) for i in range(k, len(keys))]
+        self._key = keys
+        return k
 
     def show(self, view: View) -> None:
         self.view = view
-        follow = self.scroll_y >= self.max_scroll_y - 1
         self.titles(view)
         if not view.tokens:
-            self.query_one("#tokens-chips", Static).update(
-                Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
-            )
-            return
-        self.query_one("#tokens-chips", Static).update(self.chips(view))
-        if follow:
-            self.call_after_refresh(self.scroll_end, animate=False)
+            hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
+            segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
+            self._chips, self._key = [], ()
+            self.flow.update([Atom(segs, hint.cell_len)], 0, self.size.width)
+        else:
+            k = self._update_chips(view)
+            self.flow.update(self._chips, k, self.size.width)
+        self.relayout()
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self.flow.update(self.flow.atoms, 0, self.size.width)
+        super().on_resize()
