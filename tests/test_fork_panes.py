@@ -14,7 +14,7 @@ from tui.app import TokenstepApp
 from tui.controller import SeqView
 from tui.engine import SamplerSettings
 from tui.widgets.kvcache import SHIFT_LINES, KVCachePane
-from tui.widgets.mask import CausalMaskPane, seq_mask_grid
+from tui.widgets.mask import COLORS, CausalMaskPane, seq_mask_grid
 from tui.widgets.text import ConversationPane
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
@@ -75,7 +75,7 @@ async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, mode
             assert len(mine) == shared + STEPS == sv.n_tokens
             texts[sv.seq_id] = detok(model_path, mine[shared:])
             assert pane.columns[sv.seq_id] == texts[sv.seq_id]
-            assert f"seq {sv.seq_id} · {sv.n_tokens} KV cells · generating" in pane.plain
+            assert f"seq {sv.seq_id} · KV {sv.n_tokens} · generating" in pane.plain
         assert texts[0] != texts[1]  # two samplers, two continuations
         # The shared context is drawn once, above the columns.
         assert pane.plain.count(MESSAGE) == 1
@@ -134,7 +134,25 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
             elif seqs == (0,):
                 assert state.startswith("masked")
         assert mask._pixel(r, r).endswith("_lit")  # the last decode computed this row
+        assert_lines_follow_pixels(mask)
         assert "seq 1" in str(mask.border_title) and "own sequence" in str(mask.border_subtitle)
+
+
+def assert_lines_follow_pixels(mask: CausalMaskPane) -> None:
+    """Each drawn line (runs of one style) says, character by character, what ``_pixel``
+    says of its two block rows: masked pixels dark, visible/partial ones coloured."""
+    for row in range(mask.count_rows()):
+        segs = mask.build_row(row, 200)[3 if mask.per_seq else 1 :]  # after the label
+        chars = [(ch, seg.style) for seg in segs for ch in seg.text]
+        assert len(chars) == mask._blocks()
+        for c, (ch, style) in enumerate(chars):
+            up, down = mask._pixel(2 * row, c), mask._pixel(2 * row + 1, c)
+            assert (ch == " ") == (up == "none")
+            assert (style.color is None) == (up == "none")
+            assert (style.bgcolor is None) == (down == "none")
+            for state, color in ((up, style.color), (down, style.bgcolor)):
+                if state.startswith("masked") or state.endswith("_lit"):
+                    assert color == COLORS[state]
 
 
 def test_downsampled_mask_blocks_match_the_full_mask():
@@ -205,6 +223,12 @@ async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_pat
         assert before == detok(model_path, list(v.tokens[: ev.n_keep]))
         rest = detok(model_path, list(v.tokens[ev.n_keep :]))
         assert after.split("⟫ ", 1)[1].startswith(rest[:20])
+        # One sequence: the plain triangle, drawn in runs.
+        await open_tab(pilot, app, "5")
+        mask = app.query_one(CausalMaskPane)
+        await wait_for(pilot, lambda: mask.view is app.view, "the mask")
+        assert not mask.per_seq and mask.n_rows == v.n_past
+        assert_lines_follow_pixels(mask)
 
 
 @run_async

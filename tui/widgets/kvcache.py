@@ -95,14 +95,14 @@ class KVCachePane(LinePane):
         if row == 0:
             total = sum(len(ev.forgotten) for ev in shifts)
             return [
-                Segment("✂ ", GAP),
+                Segment("✂", GAP),
                 Segment(
                     f" {total:,} tokens forgotten in {len(shifts)} context shift"
-                    f"{'s' if len(shifts) > 1 else ''}; ",
+                    f"{'s' if len(shifts) > 1 else ''} · ",
                     LABEL,
                 ),
                 Segment("▐", GAP),
-                Segment(f" marks the seam after the {self.seam} kept cells", LABEL),
+                Segment(f" seam after the {self.seam} kept cells", LABEL),
             ]
         i = len(shifts) - min(len(shifts), SHIFT_LINES) + row - 1
         ev = shifts[i]

@@ -35,7 +35,7 @@ COLORS = {
     "partial_lit": Color.parse("#a08a20"),
     "visible_lit": Color.parse("#ffd75f"),
 }
-MASKED, PARTIAL, VISIBLE = 0, 1, 2  # codes in the per-sequence state grid
+MASKED, PARTIAL, VISIBLE, NONE = 0, 1, 2, 3  # pixel state codes
 _NAMES = ("masked", "partial", "visible")
 SHARED = -1  # row class of tokens several sequences see (the prefix before a fork)
 MIXED = -2  # a down-sampled block of rows from different classes
@@ -110,6 +110,7 @@ class CausalMaskPane(LinePane):
         # After a fork: the state of every down-sampled block, and each block row's class.
         self.grid: np.ndarray | None = None
         self.row_class: list[int] = []
+        self._k0 = self._k1 = np.zeros(0, dtype=np.int64)  # each column block's first/last key
 
     @property
     def per_seq(self) -> bool:
@@ -128,6 +129,8 @@ class CausalMaskPane(LinePane):
         avail = max(self.size.width - LABEL_W - 1, 4)
         self.factor = max(1, -(-n // avail))
         self.grid, self.row_class = None, []
+        k0 = np.arange(0, n, self.factor)
+        self._k0, self._k1 = k0, np.minimum(k0 + self.factor, n) - 1
         if self.per_seq and n and self.view is not None:
             cells = self.view.kv_cells
             pos = np.fromiter((c[1] for c in cells), dtype=np.int64, count=n)
@@ -221,7 +224,33 @@ class CausalMaskPane(LinePane):
             Segment(" "),
         ]
 
+    def _states(self, block_row: int) -> np.ndarray:
+        """The state code of every pixel of one block row (NONE past the last query)."""
+        f, n = self.factor, self.n_rows
+        q0 = block_row * f
+        if q0 >= n:
+            return np.full(len(self._k0), NONE, dtype=np.int8)
+        if self.grid is not None:
+            return self.grid[block_row]
+        q1 = min(q0 + f, n) - 1
+        return np.where(self._k1 <= q0, VISIBLE, np.where(self._k0 > q1, MASKED, PARTIAL))
+
+    def _color(self, code: int, cls: int, lit: bool) -> Color | None:
+        if code == NONE:
+            return None
+        state = _NAMES[code] + ("_lit" if lit else "")
+        return COLORS[state] if self.grid is None else row_color(cls, state)
+
+    def _lit(self, block_row: int) -> bool:
+        a, b = self.view.new_cells if self.view else (0, 0)
+        q0 = block_row * self.factor
+        q1 = min(q0 + self.factor, self.n_rows) - 1
+        return q0 < b and a <= q1
+
     def build_row(self, row: int, width: int) -> list[Segment]:
+        """One line: two block rows. Their pixels change state only near the diagonal (and,
+        after a fork, where the sequences alternate), so the line is a few runs, found with
+        NumPy; each run is one Segment."""
         v = self.view
         assert v is not None
         f, n = self.factor, self.n_rows
@@ -229,24 +258,17 @@ class CausalMaskPane(LinePane):
         a, b = v.new_cells
         q0 = top * f
         q_last = min((bottom + 1) * f, n) - 1
-        lit = q0 < b and a <= q_last
-        segs = self._label(row, q0, lit)
+        segs = self._label(row, q0, q0 < b and a <= q_last)
+        up_s, down_s = self._states(top), self._states(bottom)
+        if not len(up_s):
+            return segs
+        key = up_s.astype(np.int16) * 4 + down_s
+        cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
+        starts, ends = [0, *cuts.tolist()], [*cuts.tolist(), len(key)]
         up_cls, down_cls = self._class(top), self._class(bottom)
-        run: list[str] = []
-        run_style: Style | None = None
-        for c in range(self._blocks()):
-            if self.grid is None:
-                up, down = COLORS[self._pixel(top, c)], COLORS[self._pixel(bottom, c)]
-            else:
-                up = row_color(up_cls, self._pixel(top, c))
-                down = row_color(down_cls, self._pixel(bottom, c))
-            style = _style(up, down)
-            ch = "▀" if up is not None else " "
-            if style is not run_style and run:
-                segs.append(Segment("".join(run), run_style))
-                run = []
-            run_style = style
-            run.append(ch)
-        if run:
-            segs.append(Segment("".join(run), run_style))
+        up_lit, down_lit = self._lit(top), self._lit(bottom)
+        for s0, s1 in zip(starts, ends, strict=True):
+            up = self._color(int(up_s[s0]), up_cls, up_lit)
+            down = self._color(int(down_s[s0]), down_cls, down_lit)
+            segs.append(Segment(("▀" if up is not None else " ") * (s1 - s0), _style(up, down)))
         return segs

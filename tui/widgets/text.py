@@ -120,7 +120,7 @@ class ConversationPane(VerticalScroll):
         colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
         state = sv.stop_reason or "generating"
         head = Text(
-            f"seq {sv.seq_id} · {sv.n_tokens:,} KV cells · {state}", Style(color=colour, bold=True)
+            f"seq {sv.seq_id} · KV {sv.n_tokens:,} · {state}", Style(color=colour, bold=True)
         )
         pieces = sv.pieces
         if pieces and self._pending:
@@ -194,7 +194,7 @@ class ConversationPane(VerticalScroll):
         if v.seqs:
             ids = ", ".join(str(sv.seq_id) for sv in v.seqs)
             t.append(
-                f"\n⑂ forked here: the {end:,} tokens above are KV cells shared by "
+                f"\n── forked here: the {end:,} tokens above are KV cells shared by "
                 f"sequences {ids}; each continues in its own column",
                 FORK,
             )
