@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -51,8 +52,9 @@ from .widgets.tokens import TokensPane
 
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34
-LIGHT_HZ = 12  # header, pipeline, logits while a reply plays
-HEAVY_HZ = 6  # text, tokens, KV grid, mask, timeline, batch while a reply plays
+LIGHT_HZ = 10  # header, pipeline, logits while a reply plays
+HEAVY_HZ = 5  # text, tokens, KV grid, mask, timeline, batch while a reply plays
+GIL_SWITCH_S = 0.0005  # see on_mount
 TABS_SHORT = (
     ("tokens", "1 tok"),
     ("batch", "2 bat"),
@@ -133,6 +135,7 @@ class TokenstepApp(App[int]):
         self._next_apply = 0.0
         self._returned_seq = 0
         self._notice_key: tuple[object, ...] | None = None  # what the notice row last drew
+        self._switch_interval = sys.getswitchinterval()
         self._tab = "tokens"
 
     @property
@@ -175,6 +178,11 @@ class TokenstepApp(App[int]):
         yield Static(id="too-small")
 
     def on_mount(self) -> None:
+        # The decode thread gives up the GIL inside every llama.cpp call and must win it back
+        # afterwards; while this thread is drawing it can wait a whole switch interval for
+        # it, several times per token. 5 ms (Python's default) is half a decode step here.
+        self._switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(GIL_SWITCH_S)
         self.main.query_one("#pipeline").border_title = "pipeline · the loop"
         self.main.query_one("#logits").border_title = "logits → sampler"
         self.main.query_one("#conversation").border_title = "text"
@@ -192,6 +200,7 @@ class TokenstepApp(App[int]):
 
     def on_unmount(self) -> None:
         self.controller.stop()
+        sys.setswitchinterval(self._switch_interval)
 
     def on_resize(self, event: events.Resize) -> None:
         self._size_classes(event.size.width, event.size.height)
@@ -290,10 +299,17 @@ class TokenstepApp(App[int]):
         self._notice(view)
         self._keybar()
         now = time.monotonic()
-        if self._playing() and now - self._last_heavy < 1.0 / HEAVY_HZ:
-            if self._heavy_timer is None:
-                self._heavy_timer = self.set_timer(1.0 / HEAVY_HZ, self._flush_heavy)
+        # While playing, the heavy panes redraw on every other light tick, in the same frame
+        # (a separate timer would cost a frame of its own). Half a tick of slack keeps the
+        # cadence when a tick comes a little early.
+        due = self._last_heavy + 1.0 / HEAVY_HZ - 0.5 / LIGHT_HZ
+        if self._playing() and now < due:
+            if self._heavy_timer is None:  # in case no further view comes
+                self._heavy_timer = self.set_timer(2.0 / HEAVY_HZ, self._flush_heavy)
         else:
+            if self._heavy_timer is not None:
+                self._heavy_timer.stop()
+                self._heavy_timer = None
             self._draw_heavy()
         if view.returned_text and view.seq > self._returned_seq:
             self._returned_seq = view.seq
