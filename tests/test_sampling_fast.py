@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tui.engine import SamplerSettings
 from tui.engine.sampling import entropy_bits, softmax, top_k_by_logit, top_stats
 
 
@@ -46,3 +47,27 @@ def test_nan_falls_back_to_a_full_sort():
     x = np.arange(1000, dtype=np.float32)
     x[5] = np.nan
     assert list(top_k_by_logit(x, 3)) == list(np.argsort(-x, kind="stable")[:3])
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SamplerSettings(temp=0.8),
+        SamplerSettings(temp=1.0, top_k=0, top_p=1.0, min_p=0.0),
+        SamplerSettings(temp=0.7, top_k=0, top_p=0.9, min_p=0.0),
+        SamplerSettings(temp=0.7, top_k=5, top_p=0.5, min_p=0.2),
+        SamplerSettings(temp=0.0),
+    ],
+)
+def test_batched_cut_by_and_p_final_equal_the_per_token_answers(make_engine, settings):
+    """The trace (and the record log's spill) use the batched forms for the top candidates."""
+    eng = make_engine(settings)
+    eng.prefill(eng.vocab.tokenize("Once upon a time", add_special=True))
+    for _ in range(12):
+        eng.step()
+    for rec in list(eng.records)[:-1]:  # the last one has no pick yet
+        chain = rec.chain
+        assert chain is not None
+        ids = [c.id for c in rec.top] + [0, 5, 100, eng.info.n_vocab - 1]
+        assert chain.cut_by_many(ids) == [chain.cut_by(t) for t in ids]
+        assert chain.p_final_many(ids) == [chain.p_final(t) for t in ids]

@@ -94,6 +94,35 @@ class ChainResult:
         hit = np.nonzero(self.final_ids == token)[0]
         return float(self.final_p[hit[0]]) if hit.size else 0.0
 
+    def p_final_many(self, tokens: list[int]) -> list[float]:
+        """:meth:`p_final` for several tokens in one pass over the survivors."""
+        if self.final_ids.size <= 64:
+            found = dict(zip(self.final_ids.tolist(), self.final_p.tolist(), strict=True))
+            return [float(found.get(t, 0.0)) for t in tokens]
+        p = np.zeros(self.n_vocab, dtype=np.float64)
+        p[self.final_ids] = self.final_p
+        return p[np.asarray(tokens, dtype=np.int64)].tolist()  # type: ignore[no-any-return]
+
+    def cut_by_many(self, tokens: list[int]) -> list[str | None]:
+        """:meth:`cut_by` for several tokens: one membership mask per stage (a scatter over
+        the vocabulary is cheaper than comparing each token with 49k survivors)."""
+        ids = np.asarray(tokens, dtype=np.int64)
+        out: list[str | None] = [None] * len(tokens)
+        alive = np.ones(len(tokens), dtype=bool)
+        member = np.zeros(self.n_vocab, dtype=bool)
+        before = self.n_vocab
+        for st in self.stages:
+            if st.survivors.size == before:
+                continue  # survivors only shrink: a stage that kept them all cut nothing
+            before = st.survivors.size
+            member[:] = False
+            member[st.survivors] = True
+            inside = member[ids]
+            for j in np.nonzero(alive & ~inside)[0].tolist():
+                out[j] = st.name
+            alive &= inside
+        return out
+
     def cut_by(self, token: int) -> str | None:
         """Name of the stage that removed ``token`` (None if it survived)."""
         if token in self.cut_at:

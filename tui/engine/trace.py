@@ -45,16 +45,19 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
     }
     if rec.has_logits:
         chain = rec.chain
+        ids = [c.id for c in rec.top]
+        p_final = chain.p_final_many(ids) if chain else [None] * len(ids)
+        cut_by = chain.cut_by_many(ids) if chain else [None] * len(ids)
         d["top"] = [
             {
                 "id": c.id,
                 "piece": display_bytes(c.piece),
                 "logit": round(c.logit, 5),
                 "p": round(c.p, 6),
-                "p_final": round(chain.p_final(c.id), 6) if chain else None,
-                "cut_by": chain.cut_by(c.id) if chain else None,
+                "p_final": round(pf, 6) if pf is not None else None,
+                "cut_by": cb,
             }
-            for c in rec.top
+            for c, pf, cb in zip(rec.top, p_final, cut_by, strict=True)
         ]
         d["entropy_bits"] = round(rec.entropy, 4)
         if chain is not None:
