@@ -4,9 +4,12 @@ long context, at several context lengths, to show the cost follows the cells dra
 A frame is every visible line through the pane's own ``render_line`` (what Textual calls when it
 paints), after the pane has taken the new state (``show`` / ``update_from``). The KV and mask
 panes get a View built by the app's controller (see ``_views``).
-The heatmap needs captured attention rows for every token; a capture of 8,192 rows would be a
-dense (n_head, n, n) array, so the pane is fed a one-head ContextAttention of the right shape
-with causal rows (each row sums to 1): the drawing cost depends on the shape only.
+The heatmap needs captured attention rows for every token; capturing 8,192 of them takes
+minutes, so each row is made the way a decode step leaves it: one array (n_head, 1, keys) per
+step, causal, summing to 1 (one random row repeated over the 9 heads as a broadcast view, so
+the mean over heads reads 9 heads' worth of data). The ContextAttention is built by the same
+function ``context_attention`` uses (one lookup per row), timed as "build"; the first frame
+after it lays out the visible rows ("first frame"), later frames reuse them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from textual.app import App, ComposeResult
 
 from tui.controller import Controller, View
 from tui.engine import Engine, EngineConfig, Model
-from tui.engine.attention import ContextAttention
+from tui.engine.attention import ContextAttention, RowSource, rows_from_sources
 from tui.widgets.attention import AttentionPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.mask import CausalMaskPane
@@ -61,13 +64,28 @@ def _views(model: Model) -> dict[int, View]:
     return out
 
 
-def _attention(n: int) -> ContextAttention:
+N_HEAD = 9  # SmolLM2's query heads
+
+
+def _sources(n: int) -> dict[int, RowSource]:
+    """kv_id -> row source, as AttentionCapture keeps them after n decode steps."""
     rng = np.random.default_rng(0)
-    w = np.zeros((1, n, n), dtype=np.float32)
+    out: dict[int, RowSource] = {}
     for i in range(n):
         r = rng.random(i + 1, dtype=np.float32)
-        w[0, i, : i + 1] = r / r.sum()
-    return ContextAttention(0, list(range(n)), [0] * n, w, np.ones(n, dtype=bool))
+        w = np.broadcast_to((r / r.sum())[None, None, :], (N_HEAD, 1, i + 1))
+        out[i] = (w, 0, np.arange(i + 1, dtype=np.int64))
+    return out
+
+
+def _attention(n: int, src: dict[int, RowSource]) -> tuple[ContextAttention, float]:
+    """The heatmap's data for the first n tokens, and the ms it took to build."""
+    keys = np.stack([np.arange(n), np.arange(n), np.arange(n), np.zeros(n, dtype=np.int64)])
+    t0 = time.perf_counter()
+    att = rows_from_sources(0, keys, src, n)
+    ms = (time.perf_counter() - t0) * 1000.0
+    assert att is not None
+    return att, ms
 
 
 def _frame_ms(pane: object, height: int, reps: int = 7) -> float:
@@ -82,7 +100,13 @@ def _frame_ms(pane: object, height: int, reps: int = 7) -> float:
 
 
 async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) -> dict:
-    res: dict[str, dict[int, float]] = {"kv": {}, "mask": {}, "att": {}, "att_update": {}}
+    res: dict[str, dict[int, float]] = {
+        "kv": {},
+        "mask": {},
+        "att": {},
+        "att_update": {},
+        "att_first": {},
+    }
     app = _Host()
     async with app.run_test(size=SIZE) as pilot:
         for name in ("kv", "mask", "att"):
@@ -98,6 +122,12 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
                 else:
                     pane.show(views[n])  # type: ignore[attr-defined]
                 await pilot.pause()
+                if name == "att":  # Textual drew it already: time frames from new data
+                    firsts = []
+                    for _ in range(5):
+                        pane._recompute()  # type: ignore[attr-defined]
+                        firsts.append(_frame_ms(pane, h, reps=1))
+                    res["att_first"][n] = median(firsts)
                 res[name][n] = _frame_ms(pane, h)
             pane.display = False
     return res
@@ -105,7 +135,9 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
 
 def run(model: Model) -> list[Row]:
     views = _views(model)
-    atts = {n: _attention(n) for n in LENGTHS}
+    src = _sources(LENGTHS[-1])
+    built = {n: _attention(n, src) for n in LENGTHS}
+    atts = {n: a for n, (a, _) in built.items()}
     res = asyncio.run(_measure(views, atts))
     rows = []
     big = LENGTHS[-1]
@@ -115,16 +147,24 @@ def run(model: Model) -> list[Row]:
         growth = t[big] / t[LENGTHS[0]] if t[LENGTHS[0]] > 0 else float("nan")
         series = ", ".join(f"{n}: {t[n]:.2f}" for n in LENGTHS)
         detail = f"ms by context {series}; x{growth:.1f} for x{big // LENGTHS[0]} tokens"
+        met = t[big] < 10.0 and growth < 2.0
         if key == "att":
+            first = res["att_first"]
+            build = {n: ms for n, (_, ms) in built.items()}
             detail += (
-                f"; update_from (mean over heads, O(n²)) at {big}: {res['att_update'][big]:.0f} ms"
+                "; data build (a lookup per row) "
+                + ", ".join(f"{n}: {build[n]:.1f}" for n in LENGTHS)
+                + " ms; first frame after new data (lays out the visible rows) "
+                + ", ".join(f"{n}: {first[n]:.1f}" for n in LENGTHS)
+                + f" ms; update_from at {big}: {res['att_update'][big]:.2f} ms"
             )
+            met = met and first[big] < 10.0
         rows.append(
             Row(
                 f"4. {label} frame, {big} tokens",
                 f"{t[big]:.2f} ms",
                 "< 10 ms, ~flat in n",
-                t[big] < 10.0 and growth < 2.0,
+                met,
                 detail,
             )
         )

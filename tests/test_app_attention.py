@@ -60,8 +60,9 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
         # → picks head 0 (from the mean): the drawn matrix becomes that head's weights.
         await pilot.press("right")
         await wait_for(pilot, lambda: pane.head == 0, "head 0")
-        np.testing.assert_allclose(pane._matrix, w1[0])
-        assert not np.allclose(pane._matrix, w1.mean(axis=0), atol=1e-3)
+        drawn = np.stack([pane.row_weights(i) for i in range(pane.n_rows)])
+        np.testing.assert_allclose(drawn, w1[0])
+        assert not np.allclose(drawn, w1.mean(axis=0), atol=1e-3)
 
         # The cursor on " it": the ranked list is that row of head 0, highest first.
         it = next(i for i, p in enumerate(app.view.pieces) if p == b" it")

@@ -10,6 +10,7 @@ from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError
 from tui.engine.attention import (
     AttentionCapture,
     context_attention,
+    find_capture,
     parse_layers,
     top_attended,
 )
@@ -361,3 +362,56 @@ def test_attention_off_splits_nothing(model, attn_engine):
         eng.step()
         assert cap.copies == 0  # the cell map is read in the ask phase: no graph split
     assert cap.live_keys(eng)[-1][0] == eng.n_past - 1
+
+
+def _dense_from_records(eng: Engine, layer: int) -> np.ndarray:
+    """Oracle: the whole (n_head, n, n) matrix straight from the step records' extras, each
+    row from the record that decoded that token, columns matched by kv_id (NaN: no row)."""
+    ids = [k[2] for k in find_capture(eng).live_keys(eng)]  # type: ignore[union-attr]
+    col = {k: i for i, k in enumerate(ids)}
+    n = len(ids)
+    out = np.full((model_heads := 9, n, n), np.nan, dtype=np.float32)
+    for rec in eng.records:
+        att = rec.extras.get("attention")
+        if not att or layer not in att:
+            continue
+        keys = rec.extras["attention_keys"]["kv_id"]
+        for i, kv_id in enumerate(rec.extras["attention_rows"]["kv_id"]):
+            if kv_id not in col:
+                continue
+            row = np.zeros((model_heads, n), dtype=np.float32)
+            for j, k in enumerate(keys):
+                if k in col:
+                    row[:, col[k]] = att[layer][:, i, j]
+            out[:, col[kv_id], :] = row
+    return out
+
+
+def test_rows_are_laid_out_on_demand_like_the_dense_matrix(model, attn_engine):
+    """The heatmap's rows (built per row, nothing n × n) equal the dense matrix assembled
+    from the records, through a rewind, a hole and a layer that was off for some tokens."""
+    cap = AttentionCapture(model.info.n_layer, [LAYER])
+    eng = attn_engine(cap)
+    eng.prefill(eng.vocab.tokenize(SENTENCE))
+    for _ in range(4):
+        eng.step()
+    eng.rewind(2)
+    eng.step()
+    assert llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(eng.ctx), 0, 2, 4)
+    eng.kv.seq_rm(0, 2, 4)
+    eng.step()
+    cap.set_layers([3])  # two tokens decoded without layer LAYER: rows not captured
+    eng.step()
+    eng.step()
+    cap.set_layers([LAYER])
+    eng.step()
+    ca = context_attention(eng, LAYER)
+    assert ca is not None
+    want = _dense_from_records(eng, LAYER)
+    n = len(ca.positions)
+    assert list(ca.captured) == [not np.isnan(want[0, i, 0]) for i in range(n)]
+    assert ca.captured.sum() == n - 2
+    for i in range(n):
+        for h in (0, 8):
+            np.testing.assert_array_equal(ca.row(i, h), want[h, i])  # the model's own weights
+        np.testing.assert_allclose(ca.row(i, None), want[:, i].mean(axis=0), rtol=1e-6)

@@ -17,7 +17,6 @@ Nothing here imports Textual or Rich.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,6 @@ from .engine.session import Engine
 
 if TYPE_CHECKING:
     from .controller import Controller
-
-PLAYING_HZ = 2  # whole-context attention rebuilds per second while a reply plays
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,6 @@ class AttentionControl:
             elif self.on:
                 cap.set_layers([self.layer])
         self._cache: tuple[Any, ContextAttention | None] | None = None
-        self._built_at = 0.0
 
     @property
     def engine(self) -> Engine:
@@ -221,35 +217,20 @@ class AttentionControl:
             s.timeline += [(r.phase, r.call.n_tokens, r.decode_ms) for r in new]
         self._cache = None
 
-    def _fresh_prefix(self, now: float) -> bool:
-        """The cached matrix is recent and still describes a prefix of the context."""
-        if self._cache is None or self._cache[1] is None:
-            return False
-        if now - self._built_at >= 1.0 / PLAYING_HZ:
-            return False
-        att = self._cache[1]
-        return bool(att.layer == self.layer and self.engine.tokens[: len(att.tokens)] == att.tokens)
-
     # -- the view ---------------------------------------------------------------------------------
     def view(self) -> AttentionView:
         eng = self.engine
         cap = self.capture
         att = None
-        playing = self.c.s.mode == "autoplay" and self.c.s.activity == "generating"
         if self.want_matrix and self.on and cap is not None:
+            # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the context
+            # changed; the pane lays out only the rows it draws.
             key = (len(eng.records), eng.n_past, self.layer, tuple(eng.tokens[-1:]))
-            now = time.monotonic()
             if self._cache is not None and self._cache[0] == key:
-                att = self._cache[1]
-            elif playing and self._fresh_prefix(now):
-                # Assembling the whole matrix is O(n²) in Python; while a reply plays it is
-                # rebuilt at most PLAYING_HZ times a second and the pane lags a few tokens.
-                assert self._cache is not None
                 att = self._cache[1]
             else:
                 att = context_attention(eng, self.layer)
                 self._cache = (key, att)
-                self._built_at = now
         census = profile = None
         if self.want_census:
             for rec in reversed(eng.records):
@@ -262,8 +243,6 @@ class AttentionControl:
             status = "no weights captured yet: send a message"
         else:
             status = f"captured from kq_soft_max-{self.layer} · a turns capture off"
-            if playing:
-                status += f" · while playing, redrawn {PLAYING_HZ}×/s"
         return AttentionView(
             on=self.on,
             installed=cap is not None,

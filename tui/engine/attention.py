@@ -22,7 +22,6 @@ each row is exactly 0 on the other sequences' tokens.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -104,6 +103,8 @@ class AttentionCapture(GraphTap):
         self._kidx_graph = -1
         self._soft: dict[int, list[np.ndarray]] = {}
         self._key_cache: dict[int, _KeyCache] = {}
+        # layer -> kv_id of a query token -> where its row of weights is (see context_attention)
+        self.row_sources: dict[int, dict[int, RowSource]] = {}
 
     def set_layers(self, layers: Iterable[int]) -> None:
         chosen = sorted(set(int(x) for x in layers))
@@ -164,6 +165,11 @@ class AttentionCapture(GraphTap):
         rows = np.array(self.live_keys(engine, seq), dtype=np.int64).reshape(-1, 4).T
         self._key_cache[seq] = _KeyCache(ref, rows)
         return rows
+
+    @property
+    def next_kv_id(self) -> int:
+        """The kv_id the next cell write gets (every id handed out so far is below it)."""
+        return self._next_kv_id
 
     def live_keys(self, engine: Engine, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
@@ -227,11 +233,11 @@ class AttentionCapture(GraphTap):
             seqs = sorted({s for t in call.tokens for s in t.seq_ids})
             att = self._assemble(engine, seqs, fresh, call, problems)
             if att is not None:
-                extras["attention"], extras["attention_keys"] = att
+                extras["attention"], extras["attention_keys"], key_ids = att
                 n = call.n_tokens
-                extras["attention_rows"] = {
-                    "kv_id": list(range(self._next_kv_id - n, self._next_kv_id))
-                }
+                rows = range(self._next_kv_id - n, self._next_kv_id)
+                extras["attention_rows"] = {"kv_id": list(rows)}
+                self._note_rows(extras["attention"], rows, key_ids)
                 if len(seqs) > 1:
                     extras["attention_rows"]["seq"] = [list(t.seq_ids) for t in call.tokens]
         if problems:
@@ -244,7 +250,7 @@ class AttentionCapture(GraphTap):
         fresh: list[tuple[Any, int, int]],
         call: DecodeCall,
         problems: list[str],
-    ) -> tuple[dict[int, np.ndarray], dict[str, list[Any]]] | None:
+    ) -> tuple[dict[int, np.ndarray], dict[str, list[Any]], np.ndarray] | None:
         """Key columns: every token the batch's sequences see, by (pos, kv_id). With several
         sequences in one decode (forks stepped together), a row gives exactly 0 to the keys
         of the other sequences: the mask hides them."""
@@ -312,7 +318,18 @@ class AttentionCapture(GraphTap):
         }
         if len(seqs) > 1:
             info["seqs"] = [key_seqs[k] for k in info["kv_id"]]
-        return out, info
+        return out, info, keys[2]
+
+    def _note_rows(self, att: dict[int, np.ndarray], rows: range, key_ids: np.ndarray) -> None:
+        """Remember where each query row's weights are, per layer; forget rows of tokens that
+        are gone once they outnumber the live ones (amortized O(1) per token)."""
+        for layer, w in att.items():
+            src = self.row_sources.setdefault(layer, {})
+            for r, kv_id in enumerate(rows):
+                src[kv_id] = (w, r, key_ids)
+            if len(src) > 2 * len(self._slots) + 256:
+                live = {slot[2] for slot in self._slots.values()}
+                self.row_sources[layer] = {k: v for k, v in src.items() if k in live}
 
 
 class _KeyCache:
@@ -345,31 +362,97 @@ class _KeyCache:
         return True
 
 
-@dataclass
+# Where one query row's weights live: (the decode's weights for that layer, shape (n_head,
+# n_rows, n_keys), the row in it, the kv_id of each of its key columns).
+RowSource = tuple[np.ndarray, int, np.ndarray]
+
+
 class ContextAttention:
-    """One layer's attention over the whole current context, assembled from step records.
+    """One layer's attention over the whole current context, row by row.
 
     Rows and columns are the sequence's tokens in position order. Row i comes from the decode
     that computed token i (a prefill block, or one step); rows never captured (attention was
     off, or another layer was chosen then) are NaN and ``captured[i]`` is False. A row
     computed while tokens existed that have since gone (rewind, context shift) keeps only the
-    weights on tokens still there, so it sums to less than 1."""
+    weights on tokens still there, so it sums to less than 1.
 
-    layer: int
-    positions: list[int]
-    tokens: list[int]
-    weights: np.ndarray  # (n_head, n, n)
-    captured: np.ndarray  # (n,) bool
+    Nothing n × n is built: each row points at the decode's own array and is laid out over the
+    current columns when asked for (:meth:`row`), so the pane pays for the rows it draws.
+    ``weights`` and :meth:`head` build the dense matrix for small contexts and tests. Made
+    from a dense ``weights`` array (n_head, n, n) instead of ``sources``, it reads that."""
 
-    @property
-    def n_head(self) -> int:
-        return int(self.weights.shape[0])
+    def __init__(
+        self,
+        layer: int,
+        positions: list[int],
+        tokens: list[int],
+        weights: np.ndarray | None = None,
+        captured: np.ndarray | None = None,
+        *,
+        sources: list[RowSource | None] | None = None,
+        key_ids: np.ndarray | None = None,
+        id_bound: int | None = None,
+    ) -> None:
+        self.layer = layer
+        self.positions = positions
+        self.tokens = tokens
+        n = len(positions)
+        self._dense = weights
+        self._sources = sources
+        self._cols: np.ndarray | None = None  # kv_id -> current column (-1: gone)
+        if weights is not None:
+            self.n_head = int(weights.shape[0])
+            self.captured = (
+                np.asarray(captured, dtype=bool)
+                if captured is not None
+                else ~np.isnan(weights[0, :, 0])
+            )
+            return
+        if sources is None or key_ids is None:
+            raise ValueError("ContextAttention needs dense weights or row sources and key ids")
+        self.captured = np.fromiter((s is not None for s in sources), dtype=bool, count=n)
+        first = next((s for s in sources if s is not None), None)
+        self.n_head = int(first[0].shape[0]) if first is not None else 0
+        ids = np.asarray(key_ids, dtype=np.int64)
+        # kv_ids are handed out in order, so every id a row names is below id_bound.
+        bound = int(ids.max(initial=-1)) + 1 if id_bound is None else id_bound
+        self._cols = np.full(bound, -1, dtype=np.int64)
+        self._cols[ids] = np.arange(n)
+
+    def row(self, i: int, head: int | None) -> np.ndarray:
+        """Query row ``i`` over the current keys (n,), float32: head ``head`` or the mean over
+        heads for None. NaN when the row was not captured; 0 where the decode gave no weight
+        or the key did not exist yet."""
+        n = len(self.positions)
+        if self._dense is not None:
+            w = self._dense[:, i, :]
+            return np.asarray(w[head] if head is not None else w.mean(axis=0))
+        assert self._sources is not None and self._cols is not None
+        src = self._sources[i]
+        if src is None:
+            return np.full(n, np.nan, dtype=np.float32)
+        arr, r, ids = src
+        vals = arr[head, r] if head is not None else arr[:, r].mean(axis=0)
+        cols = self._cols[ids]
+        keep = cols >= 0
+        out = np.zeros(n, dtype=np.float32)
+        out[cols[keep]] = vals[keep]
+        return out
 
     def head(self, h: int | None) -> np.ndarray:
-        """(n, n) weights of head ``h``, or the mean over heads for None."""
-        if h is None:
-            return np.asarray(self.weights.mean(axis=0))
-        return np.asarray(self.weights[h])
+        """(n, n) weights of head ``h``, or the mean over heads for None (dense: O(n²))."""
+        if self._dense is not None:
+            return np.asarray(self._dense.mean(axis=0) if h is None else self._dense[h])
+        n = len(self.positions)
+        return np.stack([self.row(i, h) for i in range(n)]) if n else np.zeros((0, 0), np.float32)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """(n_head, n, n), built on first use from the rows (dense: O(n_head·n²))."""
+        if self._dense is None:
+            self._dense = np.stack([self.head(h) for h in range(self.n_head)])
+            self._sources = None
+        return self._dense
 
 
 def find_capture(engine: Engine) -> AttentionCapture | None:
@@ -380,43 +463,40 @@ def find_capture(engine: Engine) -> AttentionCapture | None:
 
 
 def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttention | None:
-    """Rows for every token now in sequence ``seq``, each from the latest record that decoded
-    it, matched token for token by ``kv_id``. None without a capture or any row of ``layer``.
+    """Rows for every token now in sequence ``seq``, each from the decode that computed it,
+    matched token for token by ``kv_id``. None without a capture or any row of ``layer``.
 
-    Reads only Python objects (records, the mirror); call it on the thread that owns the
-    engine, as everything else."""
+    O(n) in the context (a lookup per row), nothing n × n. Call it on the thread that owns
+    the engine, as everything else."""
     cap = find_capture(engine)
     if cap is None:
         return None
     try:
-        keys = cap.live_keys(engine, seq)
+        keys = cap.key_rows(engine, seq)
     except KeyError:
         return None
-    index = {k[2]: i for i, k in enumerate(keys)}
-    n = len(keys)
-    w: np.ndarray | None = None
-    captured = np.zeros(n, dtype=bool)
-    for rec in engine.records:
-        att = rec.extras.get("attention")
-        if not att or layer not in att:
-            continue
-        a = att[layer]
-        if w is None:
-            w = np.full((a.shape[0], n, n), np.nan, dtype=np.float32)
-        kcols = [index.get(k) for k in rec.extras["attention_keys"]["kv_id"]]
-        keep = np.array([c is not None for c in kcols], dtype=bool)
-        dst = np.array([c for c in kcols if c is not None], dtype=np.int64)
-        for i, kv_id in enumerate(rec.extras["attention_rows"]["kv_id"]):
-            r = index.get(kv_id)
-            if r is None:
-                continue
-            row = np.zeros((a.shape[0], n), dtype=np.float32)
-            row[:, dst] = a[:, i, keep]
-            w[:, r, :] = row
-            captured[r] = True
-    if w is None:
+    return rows_from_sources(layer, keys, cap.row_sources.get(layer, {}), cap.next_kv_id)
+
+
+def rows_from_sources(
+    layer: int, keys: np.ndarray, src: dict[int, RowSource], id_bound: int
+) -> ContextAttention | None:
+    """The :class:`ContextAttention` for key rows ``keys`` (4, n: pos, cell, kv_id, token)
+    from the per-row sources ``src`` (kv_id -> RowSource). One dict lookup per row."""
+    if not src:
         return None
-    return ContextAttention(layer, [k[0] for k in keys], [k[3] for k in keys], w, captured)
+    get = src.get
+    sources = [get(k) for k in keys[2].tolist()]
+    if not any(s is not None for s in sources):
+        return None
+    return ContextAttention(
+        layer,
+        keys[0].tolist(),
+        keys[3].tolist(),
+        sources=sources,
+        key_ids=keys[2],
+        id_bound=id_bound,
+    )
 
 
 def top_attended(

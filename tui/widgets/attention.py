@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from rich.color import Color
@@ -37,7 +38,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -61,6 +62,7 @@ BAR = Style(color="#e9c46a")
 _STOPS = [(0.0, (16, 24, 40)), (0.25, (29, 78, 137)), (0.5, (42, 157, 143)),
           (0.75, (233, 196, 106)), (1.0, (255, 243, 176))]  # fmt: skip
 _LEVELS = 32
+_CACHED_ROWS = 256  # rows (weights, cell sums, drawn lines) kept between frames
 
 
 def _ramp(v: float) -> tuple[int, int, int]:
@@ -74,6 +76,18 @@ def _ramp(v: float) -> tuple[int, int, int]:
 
 
 _CELL_STYLES = [Style(bgcolor=Color.from_rgb(*_ramp(i / (_LEVELS - 1)))) for i in range(_LEVELS)]
+
+
+class _Palette:
+    """The pane's styles combined with its base style once, not once per segment."""
+
+    def __init__(self, base: Style) -> None:
+        self.base = base
+        self.cells = [base + s for s in _CELL_STYLES]
+        self.label = base + LABEL
+        self.label_cursor = base + LABEL_CURSOR
+        self.not_captured = base + NOT_CAPTURED
+        self.masked = base + MASKED
 
 
 def _label(piece: bytes, width: int) -> str:
@@ -145,7 +159,14 @@ class AttentionPane(ScrollView, can_focus=True):
         self.scale = "row"
         self.status = ""
         self._follow = True  # the cursor stays on the newest token until moved by hand
-        self._matrix: np.ndarray | None = None
+        # Rows of the current (att, head) laid out over the keys, and their cell sums for the
+        # current aggregation: built for the rows drawn, reused by the next frames.
+        self._rows: dict[int, np.ndarray] = {}
+        self._sums: dict[tuple[int, int], np.ndarray] = {}
+        self._strips: dict[tuple[Any, ...], Strip] = {}  # body lines before the pane's style
+        self._frame_size: Size | None = None  # set while Textual renders a frame
+        self._frame_style: Style | None = None
+        self._palette: _Palette | None = None
         # ranked() for (cursor, k) on the current matrix: a frame asks for it once per line
         self._ranked: tuple[tuple[int, int], list[tuple[int, bytes, float]]] | None = None
 
@@ -158,6 +179,9 @@ class AttentionPane(ScrollView, can_focus=True):
         n_layer: int,
         status: str = "",
     ) -> None:
+        # The worker sends the same object while nothing changed.
+        same = att is self.att and list(pieces) == self.pieces
+        head = self.head
         self.att = att
         self.pieces = list(pieces)
         self.n_layer = n_layer
@@ -169,20 +193,29 @@ class AttentionPane(ScrollView, can_focus=True):
         n = self.n_rows
         if self._follow or self.cursor >= n:
             self.cursor = max(n - 1, 0)
-        self._recompute()
+        self._recompute(clear=not (same and self.head == head))
 
     @property
     def n_rows(self) -> int:
         return len(self.att.positions) if self.att is not None else 0
 
+    def row_weights(self, i: int) -> np.ndarray:
+        """Query row ``i`` as drawn: the selected head's weights (or their mean) per key."""
+        got = self._rows.get(i)
+        if got is None:
+            assert self.att is not None
+            if len(self._rows) > _CACHED_ROWS:
+                self._rows.clear()
+            got = self._rows[i] = self.att.row(i, self.head)
+        return got
+
     def ranked(self, k: int = TOP_K) -> list[tuple[int, bytes, float]]:
         """(key index, piece, weight) the cursor token attends to most, highest first."""
-        m = self._matrix
-        if m is None or not self.n_rows or not self.att or not self.att.captured[self.cursor]:
+        if not self.n_rows or not self.att or not self.att.captured[self.cursor]:
             return []
         if self._ranked is not None and self._ranked[0] == (self.cursor, k):
             return self._ranked[1]
-        row = m[self.cursor]
+        row = self.row_weights(self.cursor)
         out = [
             (i, self._piece(i), w) for i, w in top_attended(row, k, upto=self.cursor + 1) if w > 0.0
         ]
@@ -238,31 +271,43 @@ class AttentionPane(ScrollView, can_focus=True):
             self.move_cursor(row)
 
     # -- layout ----------------------------------------------------------------------------------
+    # ``self.size`` walks the DOM each time: a frame reads it once (render_lines) and the
+    # layout below is plain arithmetic on it.
+    def _pane_size(self) -> Size:
+        return self._frame_size or self.size
+
+    @staticmethod
+    def _footer_h_for(height: int) -> int:
+        return TOP_K + 1 if height >= HEADER_H + TOP_K + 4 else 1
+
     @property
     def footer_h(self) -> int:
-        h = self.size.height
-        return TOP_K + 1 if h >= HEADER_H + TOP_K + 4 else 1
+        return self._footer_h_for(self._pane_size().height)
 
     @property
     def body_h(self) -> int:
-        return max(self.size.height - HEADER_H - self.footer_h, 0)
+        h = self._pane_size().height
+        return max(h - HEADER_H - self._footer_h_for(h), 0)
 
     @property
     def grid_w(self) -> int:
-        return max(self.size.width - LABEL_W - 1, 1)
+        return max(self._pane_size().width - LABEL_W - 1, 1)
 
-    def _cells(self) -> tuple[int, int]:
+    def _cells(self, width: int | None = None) -> tuple[int, int]:
         """(cell width in characters, keys per cell). Keys per cell > 1 means aggregated."""
         n = max(self.n_rows, 1)
-        w = self.grid_w
+        w = max((self._pane_size().width if width is None else width) - LABEL_W - 1, 1)
         for cw in (3, 2, 1):
             if n * cw <= w:
                 return cw, 1
         return 1, math.ceil(n / w)
 
-    def _recompute(self) -> None:
-        self._matrix = self.att.head(self.head) if self.att is not None else None
-        self._ranked = None
+    def _recompute(self, clear: bool = True) -> None:
+        if clear:
+            self._rows.clear()
+            self._sums.clear()
+            self._strips.clear()
+            self._ranked = None
         self.virtual_size = Size(self.size.width, self.n_rows + HEADER_H + self.footer_h)
         self._titles()
         self.refresh()
@@ -320,26 +365,48 @@ class AttentionPane(ScrollView, can_focus=True):
             return self.pieces[i]
         return b""
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._frame_size, self._frame_style = self.size, self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._frame_size = self._frame_style = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        if self.att is None or self._matrix is None:
+        size = self._pane_size()
+        width, height = size.width, size.height
+        footer_h = self._footer_h_for(height)
+        body_h = max(height - HEADER_H - footer_h, 0)
+        style = self._frame_style or self.rich_style
+        if self.att is None:
             segs = (
                 [Segment(self.status or "no attention captured yet", NOT_CAPTURED)]
                 if y == 0
                 else []
             )
         elif y < HEADER_H:
-            segs = self._header_line(y)
-        elif y < HEADER_H + self.body_h:
+            segs = self._header_line(y, self._cells(width))
+        elif y < HEADER_H + body_h:
             row = int(self.scroll_offset.y) + y - HEADER_H
-            segs = self._row_line(row) if row < self.n_rows else []
+            if row < self.n_rows:
+                cells = self._cells(width)
+                key = (row, row == self.cursor, self.scale, width, cells, style)
+                strip = self._strips.get(key)
+                if strip is None:
+                    segs = self._row_line(row, cells, style)
+                    strip = Strip(segs).crop(0, width).extend_cell_length(width, style)
+                    if len(self._strips) > _CACHED_ROWS:
+                        self._strips.clear()
+                    self._strips[key] = strip
+                return strip
+            segs = []
         else:
-            segs = self._footer_line(y - HEADER_H - self.body_h)
+            segs = self._footer_line(y - HEADER_H - body_h, footer_h)
         strip = Strip(segs).crop(0, width).extend_cell_length(width)
-        return strip.apply_style(self.rich_style)
+        return strip.apply_style(style)
 
-    def _header_line(self, y: int) -> list[Segment]:
-        cw, f = self._cells()
+    def _header_line(self, y: int, cells: tuple[int, int]) -> list[Segment]:
+        cw, f = cells
         segs = [Segment(" " * LABEL_W)]
         n = self.n_rows
         if f == 1:
@@ -359,53 +426,70 @@ class AttentionPane(ScrollView, can_focus=True):
             segs.append(Segment(f"↑ key index · {f} keys per cell", DIM))
         return segs
 
-    def _row_line(self, row: int) -> list[Segment]:
-        assert self.att is not None and self._matrix is not None
+    def _row_line(self, row: int, cells: tuple[int, int], base: Style) -> list[Segment]:
+        """One body line, its styles already combined with the pane's ``base`` style (what
+        ``Strip.apply_style(base)`` would do, without a second pass over the segments)."""
+        assert self.att is not None
+        pal = self._palette_for(base)
         pos = self.att.positions[row]
         lab = f"{pos:>4} {_label(self._piece(row), LABEL_W - 6):<{LABEL_W - 6}} "
         is_cursor = row == self.cursor
-        segs = [Segment(lab, LABEL_CURSOR if is_cursor else LABEL)]
+        segs = [Segment(lab, pal.label_cursor if is_cursor else pal.label)]
         if not self.att.captured[row]:
-            segs.append(Segment(" not captured (attention was off for this token)", NOT_CAPTURED))
+            text = " not captured (attention was off for this token)"
+            segs.append(Segment(text, pal.not_captured))
             return segs
-        cw, f = self._cells()
-        w = self._matrix[row]
-        n = len(w)
+        cw, f = cells
+        n = self.n_rows
         ranks = {i: r for r, (i, _, _) in enumerate(self.ranked(TOP_K), 1)} if is_cursor else {}
         n_cells = math.ceil(n / f)
-        sums = np.add.reduceat(np.nan_to_num(w), np.arange(0, n, f)) if f > 1 else w
+        sums = self._cell_sums(row, f)
         seen = math.ceil((row + 1) / f)  # cells holding at least one visible key
         top = float(np.nanmax(sums[:seen])) if self.scale == "row" else 1.0
         top = top if top > 0 else 1.0
-        # Cells of one style in a row become one Segment (fewer objects to style per frame).
-        run: list[str] = []
-        run_style: Style | None = None
+        # Colour level per cell (float64, as float(cell) / top would give), then one Segment
+        # per run of cells with the same level; a ranked cell is a run of its own.
+        v = np.nan_to_num(sums[:seen].astype(np.float64)) / top
+        levels = np.minimum((v * (_LEVELS - 1) + 0.5).astype(np.int64), _LEVELS - 1)
+        cuts = set((np.flatnonzero(levels[1:] != levels[:-1]) + 1).tolist())
+        if f == 1:
+            for k in ranks:
+                if k < seen:
+                    cuts.update((k, k + 1))
+        bounds = [0, *sorted(c for c in cuts if 0 < c < seen), seen]
+        lv = levels.tolist()
         blank = " " * cw
-        for c in range(n_cells):
-            k0 = c * f
-            if k0 > row:  # every key in this cell and after is in the future of this query
-                if run:
-                    segs.append(Segment("".join(run), run_style))
-                segs.append(Segment("·".center(cw) * (n_cells - c), MASKED))
-                return segs
-            v = float(sums[c]) / top
-            level = min(int(v * (_LEVELS - 1) + 0.5), _LEVELS - 1)
-            style = _CELL_STYLES[level]
-            text = blank
-            rank = ranks.get(k0) if f == 1 else None
+        for a, b in zip(bounds, bounds[1:], strict=False):
+            level = lv[a]
+            rank = ranks.get(a) if f == 1 and b == a + 1 else None
             if rank is not None:
-                text = str(rank).center(cw)
-                style = style + (RANK if level >= _LEVELS // 2 else RANK_ON_DARK)
-            if style is not run_style and run:
-                segs.append(Segment("".join(run), run_style))
-                run = []
-            run_style = style
-            run.append(text)
-        if run:
-            segs.append(Segment("".join(run), run_style))
+                style = _CELL_STYLES[level] + (RANK if level >= _LEVELS // 2 else RANK_ON_DARK)
+                segs.append(Segment(str(rank).center(cw), base + style))
+            else:
+                segs.append(Segment(blank * (b - a), pal.cells[level]))
+        if seen < n_cells:  # every key from here on is in the future of this query
+            segs.append(Segment("·".center(cw) * (n_cells - seen), pal.masked))
         return segs
 
-    def _footer_line(self, i: int) -> list[Segment]:
+    def _palette_for(self, base: Style) -> _Palette:
+        pal = self._palette
+        if pal is None or pal.base != base:
+            pal = self._palette = _Palette(base)
+        return pal
+
+    def _cell_sums(self, row: int, f: int) -> np.ndarray:
+        """Row ``row`` summed over each run of ``f`` keys (one cell each), kept per frame."""
+        got = self._sums.get((row, f))
+        if got is None:
+            w = self.row_weights(row)
+            # A drawn row is a captured one: no NaN in it.
+            got = np.add.reduceat(w, np.arange(0, len(w), f)) if f > 1 else w
+            if len(self._sums) > _CACHED_ROWS:
+                self._sums.clear()
+            self._sums[(row, f)] = got
+        return got
+
+    def _footer_line(self, i: int, footer_h: int) -> list[Segment]:
         if self.att is None or not self.n_rows:
             return []
         c = self.cursor
@@ -418,7 +502,7 @@ class AttentionPane(ScrollView, can_focus=True):
                 Segment(f"▶ {piece} ", TITLE),
                 Segment(f"(pos {self.att.positions[c]}) → ", DIM),
             ]
-            if self.footer_h == 1:  # no room for a list: one line
+            if footer_h == 1:  # no room for a list: one line
                 items = "  ".join(f"{_label(p, 10)} {w:.3f}" for _, p, w in ranked)
                 return [*head, Segment(items, LABEL)]
             return [*head, Segment("attends most to:", DIM)]
