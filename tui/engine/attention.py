@@ -272,6 +272,8 @@ class AttentionCapture(GraphTap):
             )
             return None
         cols = keys[1]
+        top_col = int(cols.max()) if len(cols) else -1
+        n_tokens = call.n_tokens
         layers: list[int] = []
         fulls: list[np.ndarray] = []
         for layer in self.layers:
@@ -279,38 +281,40 @@ class AttentionCapture(GraphTap):
             if not parts:
                 problems.append(f"the graph had no node {SOFTMAX_NODE.format(layer)}")
                 continue
-            n_kv = max(p.shape[-1] for p in parts)
             if len(parts) == 1:
                 full = parts[0][0]
+                n_kv = full.shape[-1]
             else:
+                n_kv = max(p.shape[-1] for p in parts)
                 full = np.concatenate(
                     [np.pad(p[0], ((0, 0), (0, 0), (0, n_kv - p.shape[-1]))) for p in parts],
                     axis=1,
                 )
-            if full.shape[1] != call.n_tokens or (len(cols) and cols.max() >= n_kv):
+            if full.shape[1] != n_tokens or top_col >= n_kv:
                 problems.append(f"layer {layer}: unexpected shape {full.shape}")
                 continue
             layers.append(layer)
             fulls.append(full)
         out: dict[int, np.ndarray] = {}
         if fulls:
-            # All layers at once: (n_layers, n_head, n_tokens, n_kv), one gather of the columns.
+            # All layers at once, (n_layers, n_head, n_tokens, n_kv): one gather of the
+            # columns, one count. Every bit of weight must be on the mapped cells (the rest is
+            # masked: exactly 0), so the gather keeps every nonzero weight.
             same = all(f.shape == fulls[0].shape for f in fulls)
             groups = [np.stack(fulls)] if same else [f[None] for f in fulls]
-            ws = [g[..., cols] for g in groups]
-            picked = [w[i] for w in ws for i in range(len(w))]
-            for layer, full, w in zip(
-                layers, fulls if not same else groups[0], picked, strict=True
-            ):
-                # Every bit of weight is on the mapped cells; the rest is masked: exactly 0.
-                if np.count_nonzero(full) != np.count_nonzero(w):
-                    other = np.ones(full.shape[-1], dtype=bool)
-                    other[cols] = False
-                    outside = float(full[..., other].max(initial=0.0))
-                    problems.append(
-                        f"layer {layer}: weight {outside:.3g} on cells not in the sequence"
-                    )
-                out[layer] = w
+            for g in groups:
+                w = g[..., cols]
+                lost = np.count_nonzero(g, axis=(1, 2, 3)) != np.count_nonzero(w, axis=(1, 2, 3))
+                for i in range(len(g)):
+                    layer = layers[len(out)]
+                    if lost[i]:
+                        other = np.ones(g.shape[-1], dtype=bool)
+                        other[cols] = False
+                        outside = float(g[i][..., other].max(initial=0.0))
+                        problems.append(
+                            f"layer {layer}: weight {outside:.3g} on cells not in the sequence"
+                        )
+                    out[layer] = w[i]
         info: dict[str, list[Any]] = {
             "pos": keys[0].tolist(),
             "cell": keys[1].tolist(),
