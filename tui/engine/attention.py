@@ -300,7 +300,9 @@ class AttentionCapture(GraphTap):
             # All layers at once, (n_layers, n_head, n_tokens, n_kv): one gather of the
             # columns, one count. Every bit of weight must be on the mapped cells (the rest is
             # masked: exactly 0), so the gather keeps every nonzero weight.
-            same = all(f.shape == fulls[0].shape for f in fulls)
+            # (Stacking copies: only small ones, a step's; a prefill's stay one per layer.)
+            small = len(fulls) > 1 and fulls[0].size * len(fulls) <= 1 << 20
+            same = small and all(f.shape == fulls[0].shape for f in fulls)
             groups = [np.stack(fulls)] if same else [f[None] for f in fulls]
             for g in groups:
                 w = g[..., cols]
