@@ -438,8 +438,12 @@ class GraphTap:
         self.n_replayed = 0
         self.n_learned = 0
         self.copies = 0
+        # Replay mode: the plan's ``__next__``, read by the callback's first lines.
+        self._replay_next: list[Any] = [None]
+        self._replay_plan: _Plan | None = None
+        self._replay_special_it: Any = None
         # Keep the ctypes callback object alive as long as the context may call it.
-        self._cfunc = llama_cpp.ggml_backend_sched_eval_callback(self._callback)
+        self._cfunc = llama_cpp.ggml_backend_sched_eval_callback(self._make_callback())
 
     # -- DecodeObserver --------------------------------------------------------------------------
     def configure(self, params: llama_cpp.llama_context_params) -> None:
@@ -457,6 +461,7 @@ class GraphTap:
         self._pending = None
         self.copies = 0
         if self.census_on or self.profile_on:
+            self._replay_next[0] = None
             self._mode, self._ask = "slow", self._ask_slow
             return
         plan = self._plan
@@ -471,6 +476,7 @@ class GraphTap:
             self._rec, self._rec_special = [], []
             self.n_learned += 1
         elif self._mode == "replay":
+            self._replay_next[0] = None
             if length_hint(self._replay_left) != 1:  # fewer nodes than the plan: learn again
                 self._plan = None
             self.n_replayed += 1
@@ -512,6 +518,28 @@ class GraphTap:
             arrs.append(data)
 
     # -- the callback itself ---------------------------------------------------------------------
+    def _make_callback(self) -> Any:
+        """The function llama.cpp calls. Its first lines are the whole cost of a replayed ask
+        (~1000 per decode): one call for the expected address and one comparison."""
+        replay_next = self._replay_next
+        other = self._callback
+
+        def callback(t: int, ask: bool, user_data: int | None) -> bool:
+            if ask:
+                nxt = replay_next[0]
+                if nxt is not None:
+                    try:
+                        e = nxt()
+                        if t == e:  # the same node as in the plan, and not needed
+                            return False
+                        return self._replay_miss(t, e)
+                    except Exception as exc:  # never let an exception cross into C
+                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                        return False
+            return other(t, ask, user_data)
+
+        return callback
+
     def _callback(self, t: int, ask: bool, _user_data: int | None) -> bool:
         try:
             if ask:
@@ -534,26 +562,26 @@ class GraphTap:
     def _start_learn(
         self, rec: list[int], special: list[tuple[int, bytes, int]], starts: list[int], graph: int
     ) -> None:
+        self._replay_next[0] = None
         self._mode, self._ask = "learn", self._ask_learn
         self._rec, self._rec_special, self._starts, self._graph = rec, special, starts, graph
 
     def _start_replay(self, plan: _Plan) -> None:
         self._mode = "replay"
         self._starts = list(plan.starts)
-        left = iter(plan.ptrs)
-        special = iter(plan.special)
-        self._replay_left = left
-        nxt = left.__next__
+        self._replay_left = iter(plan.ptrs)
+        self._replay_plan = plan
+        self._replay_special_it = iter(plan.special)
+        self._replay_next[0] = self._replay_left.__next__
 
-        def ask(t: int) -> bool:
-            e = nxt()
-            if t == e:  # the common case: the same node as last time, not needed
-                return False
-            if -t == e:
-                return self._replay_special(t, plan, special)
-            return self._diverge(t, plan, special, 0)
-
-        self._ask = ask
+    def _replay_miss(self, t: int, e: int) -> bool:
+        """Replay, at a node the plan marks as needed (``-t == e``) or at one it does not
+        know (the graph changed)."""
+        plan, special = self._replay_plan, self._replay_special_it
+        assert plan is not None
+        if -t == e:
+            return self._replay_special(t, plan, special)
+        return self._diverge(t, plan, special, 0)
 
     def _replay_special(self, t: int, plan: _Plan, special: Any) -> bool:
         action, name, graph = next(special)
