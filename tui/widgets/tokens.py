@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from ..controller import View
+from ..controller import Span, View
 from .common import (
     CHIP_BACKGROUNDS,
     DIM,
@@ -18,6 +18,7 @@ from .common import (
 )
 from .flow import Atom, FlowPane, changed_from
 
+ChipKey = tuple[int, str, bool]  # token, role, drawn as the newest
 SUBSCRIPT = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
@@ -37,11 +38,13 @@ class TokensPane(FlowPane):
         super().__init__(id=id, classes=classes)
         self.show_ids = False
         self._chips: list[Atom] = []
-        self._key: tuple[tuple[object, ...], ...] = ()  # per token: what its chip shows
+        self._key: tuple[ChipKey, ...] = ()  # per token: what its chip shows
+        self._spans: tuple[Span, ...] = ()
+        self._newest = 0
 
     def toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
-        self._chips, self._key = [], ()
+        self._chips, self._key, self._spans, self._newest = [], (), (), 0
         if self.view is not None:
             self.show(self.view)
 
@@ -61,24 +64,31 @@ class TokensPane(FlowPane):
         parts = [f"{ROLE_NAMES.get(r, r)} {nt:,}/{nc:,}" for r, (nt, nc) in roles.items()]
         self.border_subtitle = " · ".join(parts) + " (tokens/chars)" if parts else ""
 
-    def _chip_keys(self, v: View) -> tuple[tuple[object, ...], ...]:
+    def _chip_keys(self, v: View) -> tuple[tuple[ChipKey, ...], int]:
         """What decides each chip's look: token, role, and whether it is the newest reply
-        token (drawn reversed). Equal keys mean an equal chip."""
-        role_at = ["template"] * v.n_past
-        for sp in v.spans:
-            end = min(sp.end, v.n_past)
-            role_at[sp.start : end] = [sp.role] * (end - sp.start)
+        token (drawn reversed); equal keys mean an equal chip. Also the first index that may
+        differ from the previous view: only chips from there on are looked at again."""
+        old = self._key
+        k = changed_from(tuple(key[0] for key in old), v.tokens) if old else 0
         newest = v.n_past - 1
+        # The reversed "newest" chip moves: both the old one and the new one are redrawn.
+        k = max(0, min(k, _spans_changed_at(self._spans, v.spans), self._newest, newest))
         reply = v.reply_start if v.reply_start is not None else v.n_past
-        return tuple(
-            (tok, role, i == newest and i >= reply)
-            for i, (tok, role) in enumerate(zip(v.tokens, role_at, strict=True))
+        role_at = ["template"] * (v.n_past - k)
+        for sp in v.spans:
+            lo, hi = max(sp.start, k), min(sp.end, v.n_past)
+            if hi > lo:
+                role_at[lo - k : hi - k] = [sp.role] * (hi - lo)
+        tail = tuple(
+            (v.tokens[i], role_at[i - k], i == newest and i >= reply) for i in range(k, v.n_past)
         )
+        self._spans, self._newest = v.spans, newest
+        return old[:k] + tail, k
 
-    def _chip(self, v: View, i: int, key: tuple[object, ...]) -> Atom:
+    def _chip(self, v: View, i: int, key: ChipKey) -> Atom:
         data = v.pieces[i]
         bg = CHIP_BACKGROUNDS[i % len(CHIP_BACKGROUNDS)]
-        chip = piece_text(data, ROLE_STYLES.get(str(key[1]), Style()), special=is_special(data))
+        chip = piece_text(data, ROLE_STYLES.get(key[1], Style()), special=is_special(data))
         chip.stylize(Style(bgcolor=bg))
         if key[2]:
             chip.stylize(Style(reverse=True))
@@ -96,8 +106,8 @@ class TokensPane(FlowPane):
         )
 
     def _update_chips(self, v: View) -> int:
-        keys = self._chip_keys(v)
-        k = changed_from(self._key, keys)
+        keys, k = self._chip_keys(v)
+        k = k + changed_from(self._key[k:], keys[k:])
         self._chips = self._chips[:k] + [self._chip(v, i, keys[i]) for i in range(k, len(keys))]
         self._key = keys
         return k
@@ -108,7 +118,7 @@ class TokensPane(FlowPane):
         if not view.tokens:
             hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
             segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
-            self._chips, self._key = [], ()
+            self._chips, self._key, self._spans, self._newest = [], (), (), 0
             self.flow.update([Atom(segs, hint.cell_len)], 0, self.size.width)
         else:
             k = self._update_chips(view)
@@ -119,3 +129,18 @@ class TokensPane(FlowPane):
         if self.view is not None:
             self.flow.update(self.flow.atoms, 0, self.size.width)
         super().on_resize()
+
+
+def _spans_changed_at(old: tuple[Span, ...], new: tuple[Span, ...]) -> int:
+    """The first token whose span (role) may differ between two views' span lists."""
+    for a, b in zip(old, new, strict=False):
+        if a == b:
+            continue
+        if (a.role, a.start) == (b.role, b.start):
+            return min(a.end, b.end)  # the same span, grown or shrunk
+        return min(a.start, b.start)
+    if len(old) == len(new):
+        return 1 << 62
+    shorter = old if len(old) < len(new) else new
+    longer = new if shorter is old else old
+    return longer[len(shorter)].start
