@@ -6,7 +6,8 @@ main.svg       the main screen after a real chat turn (greedy), KV cache pane sh
 step-mode.svg  step mode mid-reply with the sampler cutting candidates (top-p, min-p)
 help.svg       the help screen
 cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix reuse,
-               context shift (-c 64 --context-full shift --keep 4), fork (tab 0)
+               context shift (-c 64 --context-full shift --keep 4; tab 4 and the text's gap),
+               fork (tab 0, and the text pane's one column per sequence)
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
 
@@ -145,14 +146,22 @@ async def cache_prefix(model: Model) -> None:
 
 
 async def cache_shift(model: Model) -> None:
-    app = cache_app(model, autoplay=True, raw=True, n_ctx=64, context_full="shift", n_keep=4)
+    app = cache_app(model, autoplay=False, raw=True, n_ctx=64, context_full="shift", n_keep=4)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"The days of the week are Monday, Tuesday,", "enter")
-        await wait_for(pilot, lambda: app.view is not None and len(app.view.shifts) >= 1)
-        await pilot.press("space")  # pause right after the shift
-        await wait_for(pilot, lambda: app.view.mode == "step")
-        await pilot.press("0")
-        await show_section(app, pilot, "#c-shift")
+        await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+        if app.focused is not None and app.focused.id == "chat":
+            await pilot.press("escape")  # from the prompt box to the controls
+        while not app.view.shifts:  # step until the context is full and shifts once
+            n = app.view.n_records
+            await pilot.press("right")
+            await wait_for(
+                pilot, lambda n=n: app.view.n_records > n or app.view.activity != "generating"
+            )
+            if app.view.activity != "generating":
+                raise SystemExit("screenshots: the reply ended before the context filled")
+        await pilot.press("4")  # the KV grid: what the shift forgot, and the seam
+        await pilot.pause(0.5)
         save(app, "cache-shift.svg")
 
 

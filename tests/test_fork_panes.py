@@ -201,7 +201,7 @@ async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_pat
         assert n_gone == sum(e.n_discard for e in v.shifts)  # one sequence: the whole window
         assert kv.legend_rows == 1 + min(len(v.shifts), SHIFT_LINES)
         head = "".join(s.text for s in kv.build_row(0, 120))
-        assert f"{n_gone} tokens forgotten in {len(v.shifts)} context shift" in head
+        assert f"{n_gone} tokens forgotten · {len(v.shifts)} shift" in head
         line = "".join(s.text for s in kv.build_row(kv.legend_rows - 1, 120))
         gone = detok(model_path, [f.token for f in ev.forgotten])
         assert f"shift {ev.index + 1}: forgot {ev.n_discard} after cell {ev.n_keep}" in line

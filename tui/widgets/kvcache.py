@@ -97,12 +97,12 @@ class KVCachePane(LinePane):
             return [
                 Segment("✂", GAP),
                 Segment(
-                    f" {total:,} tokens forgotten in {len(shifts)} context shift"
+                    f" {total:,} tokens forgotten · {len(shifts)} shift"
                     f"{'s' if len(shifts) > 1 else ''} · ",
                     LABEL,
                 ),
                 Segment("▐", GAP),
-                Segment(f" seam after the {self.seam} kept cells", LABEL),
+                Segment(f" seam after the {self.seam} kept", LABEL),
             ]
         i = len(shifts) - min(len(shifts), SHIFT_LINES) + row - 1
         ev = shifts[i]
