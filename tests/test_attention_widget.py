@@ -141,3 +141,46 @@ async def test_pronoun_attends_to_its_referent_on_the_real_model(model):
         (k, piece, w), *_ = pane.ranked()
         assert piece == b" cat" and w > 0.5
         assert "1. ␣cat" in "\n".join(_text(pane))
+
+
+class _CountingRows(ContextAttention):
+    """Widget-test data: row sources as a capture keeps them; counts the rows laid out."""
+
+    def __init__(self, n: int) -> None:
+        rng = np.random.default_rng(1)
+        sources = []
+        for i in range(n):
+            r = rng.random(i + 1).astype(np.float32)
+            sources.append(((r / r.sum())[None, None, :], 0, np.arange(i + 1)))
+        super().__init__(
+            0, list(range(n)), list(range(n)), sources=sources, key_ids=np.arange(n), id_bound=n
+        )
+        self.laid_out: list[int] = []
+
+    def row(self, i: int, head: int | None) -> np.ndarray:
+        self.laid_out.append(i)
+        return super().row(i, head)
+
+
+@run_async
+async def test_a_long_context_lays_out_only_the_rows_on_screen_and_reuses_them():
+    n = 3000
+    att = _CountingRows(n)
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(AttentionPane)
+        pane.update_from(att, [b"x"] * n, n_layer=4)
+        await pilot.pause()
+        first = _text(pane)
+        drawn = set(att.laid_out)
+        # The rows of the screen (before and after it follows the newest token), not n.
+        assert len(drawn) <= 2 * pane.body_h + 1
+        assert set(range(n - pane.body_h, n)) <= drawn
+        att.laid_out.clear()
+        pane.refresh()
+        assert _text(pane) == first and att.laid_out == []  # the next frame reuses them
+        # The same data made dense (rows laid out over every key) draws the same picture.
+        dense = ContextAttention(0, att.positions, att.tokens, att.weights[:, :, :], att.captured)
+        pane.update_from(dense, [b"x"] * n, n_layer=4)
+        await pilot.pause()
+        assert _text(pane) == first
