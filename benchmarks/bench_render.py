@@ -67,22 +67,26 @@ def _views(model: Model) -> dict[int, View]:
 N_HEAD = 9  # SmolLM2's query heads
 
 
-def _sources(n: int) -> dict[int, RowSource]:
-    """kv_id -> row source, as AttentionCapture keeps them after n decode steps."""
+def _sources(n: int) -> tuple[dict[int, RowSource], np.ndarray]:
+    """kv_id -> row source, as AttentionCapture keeps them after n decode steps, and the key
+    rows (pos, cell, kv_id, token): each step's key ids are the start of one id buffer."""
     rng = np.random.default_rng(0)
+    keys = np.stack([np.arange(n), np.arange(n), np.arange(n), np.zeros(n, dtype=np.int64)])
     out: dict[int, RowSource] = {}
     for i in range(n):
         r = rng.random(i + 1, dtype=np.float32)
         w = np.broadcast_to((r / r.sum())[None, None, :], (N_HEAD, 1, i + 1))
-        out[i] = (w, 0, np.arange(i + 1, dtype=np.int64))
-    return out
+        out[i] = (w, 0, keys[2, : i + 1])
+    return out, keys
 
 
-def _attention(n: int, src: dict[int, RowSource]) -> tuple[ContextAttention, float]:
+def _attention(
+    n: int, src: tuple[dict[int, RowSource], np.ndarray]
+) -> tuple[ContextAttention, float]:
     """The heatmap's data for the first n tokens, and the ms it took to build."""
-    keys = np.stack([np.arange(n), np.arange(n), np.arange(n), np.zeros(n, dtype=np.int64)])
+    rows, keys = src
     t0 = time.perf_counter()
-    att = rows_from_sources(0, keys, src, n)
+    att = rows_from_sources(0, keys[:, :n], rows, n)
     ms = (time.perf_counter() - t0) * 1000.0
     assert att is not None
     return att, ms

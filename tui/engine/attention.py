@@ -419,11 +419,19 @@ class ContextAttention:
         self.captured = np.fromiter((s is not None for s in sources), dtype=bool, count=n)
         first = next((s for s in sources if s is not None), None)
         self.n_head = int(first[0].shape[0]) if first is not None else 0
-        ids = np.asarray(key_ids, dtype=np.int64)
-        # kv_ids are handed out in order, so every id a row names is below id_bound.
-        bound = int(ids.max(initial=-1)) + 1 if id_bound is None else id_bound
-        self._cols = np.full(bound, -1, dtype=np.int64)
-        self._cols[ids] = np.arange(n)
+        self._key_ids = np.asarray(key_ids, dtype=np.int64)
+        self._key_addr = _addr(self._key_ids)
+        self._id_bound = id_bound
+
+    def _columns(self) -> np.ndarray:
+        """kv_id -> current column (-1: gone), built on first use."""
+        if self._cols is None:
+            ids = self._key_ids
+            # kv_ids are handed out in order, so every id a row names is below id_bound.
+            bound = int(ids.max(initial=-1)) + 1 if self._id_bound is None else self._id_bound
+            self._cols = np.full(bound, -1, dtype=np.int64)
+            self._cols[ids] = np.arange(len(ids))
+        return self._cols
 
     def row(self, i: int, head: int | None) -> np.ndarray:
         """Query row ``i`` over the current keys (n,), float32: head ``head`` or the mean over
@@ -433,15 +441,21 @@ class ContextAttention:
         if self._dense is not None:
             w = self._dense[:, i, :]
             return np.asarray(w[head] if head is not None else w.mean(axis=0))
-        assert self._sources is not None and self._cols is not None
+        assert self._sources is not None
         src = self._sources[i]
         if src is None:
             return np.full(n, np.nan, dtype=np.float32)
         arr, r, ids = src
         vals = arr[head, r] if head is not None else arr[:, r].mean(axis=0)
-        cols = self._cols[ids]
-        keep = cols >= 0
         out = np.zeros(n, dtype=np.float32)
+        m = len(ids)
+        if m <= n and ids.strides == self._key_ids.strides and _addr(ids) == self._key_addr:
+            # The decode's key ids are the start of the same, append-only id buffer as the
+            # current keys: column j is key j, no lookup needed.
+            out[:m] = vals
+            return out
+        cols = self._columns()[ids]
+        keep = cols >= 0
         out[cols[keep]] = vals[keep]
         return out
 
@@ -459,6 +473,10 @@ class ContextAttention:
             self._dense = np.stack([self.head(h) for h in range(self.n_head)])
             self._sources = None
         return self._dense
+
+
+def _addr(a: np.ndarray) -> int:
+    return int(a.__array_interface__["data"][0])
 
 
 def find_capture(engine: Engine) -> AttentionCapture | None:
@@ -508,7 +526,16 @@ def rows_from_sources(
 def top_attended(
     row: np.ndarray, k: int = 5, *, upto: int | None = None
 ) -> list[tuple[int, float]]:
-    """The ``k`` key columns a query row gives most weight to, as (column, weight)."""
+    """The ``k`` key columns a query row gives most weight to, as (column, weight); equal
+    weights in column order. O(n): a partition finds the k-th weight, only the columns at or
+    above it are sorted."""
     r = np.nan_to_num(np.asarray(row[: upto if upto is not None else len(row)], dtype=np.float64))
-    order = np.argsort(-r, kind="stable")[:k]
+    if k <= 0 or not len(r):
+        return []
+    if k < len(r):
+        kth = np.partition(r, len(r) - k)[len(r) - k]
+        cand = np.flatnonzero(r >= kth)  # k or more (ties), in column order
+    else:
+        cand = np.arange(len(r))
+    order = cand[np.argsort(-r[cand], kind="stable")][:k]
     return [(int(i), float(r[i])) for i in order]
