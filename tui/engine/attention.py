@@ -163,8 +163,8 @@ class AttentionCapture(GraphTap):
             if ent.n + len(add) == len(ref[0]) and ent.extend(add):
                 return ent.rows
         rows = np.array(self.live_keys(engine, seq), dtype=np.int64).reshape(-1, 4).T
-        self._key_cache[seq] = _KeyCache(ref, rows)
-        return rows
+        ent = self._key_cache[seq] = _KeyCache(ref, rows)
+        return ent.rows
 
     @property
     def next_kv_id(self) -> int:
@@ -317,11 +317,11 @@ class AttentionCapture(GraphTap):
                             f"layer {layer}: weight {outside:.3g} on cells not in the sequence"
                         )
                     out[layer] = w[i]
-        info: dict[str, list[Any]] = {
-            "pos": keys[0].tolist(),
-            "cell": keys[1].tolist(),
-            "kv_id": keys[2].tolist(),
-        }
+        if len(seqs) == 1:
+            pos, cell, kv_id = (lst.copy() for lst in self._key_cache[seqs[0]].lists)
+        else:
+            pos, cell, kv_id = keys[0].tolist(), keys[1].tolist(), keys[2].tolist()
+        info: dict[str, list[Any]] = {"pos": pos, "cell": cell, "kv_id": kv_id}
         if len(seqs) > 1:
             info["seqs"] = [key_seqs[k] for k in info["kv_id"]]
         return out, info, keys[2]
@@ -339,12 +339,19 @@ class AttentionCapture(GraphTap):
 
 
 class _KeyCache:
-    """The key rows of one sequence, (4, n) int64, with room to grow at the end."""
+    """The key rows of one sequence, (4, n) int64, with room to grow at the end; and pos,
+    cell and kv_id as Python lists too. Each step's record gets copies of those lists: a copy
+    shares the int objects, so n keys cost 8 bytes a list per record, not a new int each."""
 
     def __init__(self, ref: Any, rows: np.ndarray) -> None:
         self.ref = ref  # the mirror's token/position lists of the sequence when built
-        self.buf = np.ascontiguousarray(rows)
+        self.buf = np.array(rows, dtype=np.int64, order="C")
         self.n = rows.shape[1]
+        self.lists: tuple[list[int], list[int], list[int]] = (
+            self.buf[0].tolist(),
+            self.buf[1].tolist(),
+            self.buf[2].tolist(),
+        )
 
     @property
     def rows(self) -> np.ndarray:
@@ -365,6 +372,8 @@ class _KeyCache:
         for k in add:
             self.buf[:, self.n] = k
             self.n += 1
+            for lst, v in zip(self.lists, k, strict=False):
+                lst.append(v)
         return True
 
 
