@@ -14,7 +14,7 @@ from tui.app import TokenstepApp
 from tui.controller import SeqView
 from tui.engine import SamplerSettings
 from tui.widgets.kvcache import SHIFT_LINES, KVCachePane
-from tui.widgets.mask import COLORS, CausalMaskPane, seq_mask_grid
+from tui.widgets.mask import COLORS, CausalMaskPane, seq_mask_blocks, seq_mask_grid
 from tui.widgets.text import ConversationPane
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
@@ -24,9 +24,9 @@ MESSAGE = "Write one sentence about the sea."
 STEPS = 5
 
 
-def rendered(widget, width: int) -> str:
+def rendered(renderable, width: int) -> str:
     con = Console(width=width, record=True, color_system=None)
-    con.print(widget.content)
+    con.print(renderable)
     return con.export_text()
 
 
@@ -81,7 +81,7 @@ async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, mode
         assert pane.plain.count(MESSAGE) == 1
         assert f"the {shared} tokens above are KV cells shared by sequences 0, 1" in pane.plain
         # Side by side: both headers on one line of the drawn pane.
-        screen = rendered(pane.query_one("#conversation-text"), pane.size.width)
+        screen = rendered(pane.render_view(v, pane.build(v)), pane.size.width)
         assert any("seq 0 ·" in line and "seq 1 ·" in line for line in screen.splitlines())
 
         # A character split across the fork point: the shared text holds its first bytes,
@@ -113,7 +113,7 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
         v = app.view
         cells = v.kv_cells
         assert mask.n_rows == len(cells) == eng.kv.used
-        assert mask.factor == 1, "the test wants one pixel per (query, key)"
+        assert mask.factor == 1 and mask.older == 0, "the test wants a pixel per (query, key)"
         want = causal_mask(cells)
         got = np.array(
             [
@@ -144,7 +144,7 @@ def assert_lines_follow_pixels(mask: CausalMaskPane) -> None:
     for row in range(mask.count_rows()):
         segs = mask.build_row(row, 200)[3 if mask.per_seq else 1 :]  # after the label
         chars = [(ch, seg.style) for seg in segs for ch in seg.text]
-        assert len(chars) == mask._blocks()
+        assert len(chars) == mask.n_cols
         for c, (ch, style) in enumerate(chars):
             up, down = mask._pixel(2 * row, c), mask._pixel(2 * row + 1, c)
             assert (ch == " ") == (up == "none")
@@ -171,13 +171,21 @@ def test_downsampled_mask_blocks_match_the_full_mask():
     full = causal_mask(cells)
     bits = np.array([sum(1 << q for q in s) for s in seqs])
     for f in (1, 2, 5, 9):
-        grid, lo, hi = seq_mask_grid(np.array(pos), bits, f)
-        n = len(pos)
+        grid = seq_mask_grid(np.array(pos), bits, f)
         for i in range(grid.shape[0]):
             for j in range(grid.shape[1]):
                 blk = full[i * f : (i + 1) * f, j * f : (j + 1) * f]
                 assert grid[i, j] == (2 if blk.all() else 0 if not blk.any() else 1)
-        assert lo.shape == hi.shape == (-(-n // f),)
+    # The pane's layout after a fork when the cells outnumber its columns: the first column
+    # stands for the oldest cells, the newest have a column each.
+    n = len(pos)
+    cols = np.concatenate(([0], np.arange(n - 30, n)))
+    grid = seq_mask_blocks(np.array(pos), bits, np.arange(n), cols)
+    ends = [*cols[1:], n]
+    for r in range(n):
+        for j, (a, b) in enumerate(zip(cols, ends, strict=True)):
+            blk = full[r, a:b]
+            assert grid[r, j] == (2 if blk.all() else 0 if not blk.any() else 1)
 
 
 @run_async

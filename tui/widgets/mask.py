@@ -18,6 +18,7 @@ import numpy as np
 from rich.color import Color, blend_rgb
 from rich.segment import Segment
 from rich.style import Style
+from textual.strip import Strip
 
 from .common import SEQ_COLORS, LinePane
 
@@ -48,12 +49,21 @@ def _seq_color(seq: int, partial: bool) -> Color:
     return Color.from_triplet(rgb)
 
 
+_ROW_COLORS: dict[tuple[int, str], Color | None] = {}
+
+
 def row_color(cls: int, state: str) -> Color | None:
     """The colour of a pixel: lit and masked states as in the one-sequence mask; a visible
     pixel in the colour of the row's sequence (shared-prefix rows keep the plain green)."""
+    got = _ROW_COLORS.get((cls, state), False)
+    if got is not False:
+        return got  # type: ignore[return-value]
     if state in ("none", "masked") or state.endswith("_lit") or cls < 0:
-        return COLORS[state]
-    return _seq_color(cls, state == "partial")
+        color = COLORS[state]
+    else:
+        color = _seq_color(cls, state == "partial")
+    _ROW_COLORS[(cls, state)] = color
+    return color
 
 
 _STYLES: dict[tuple[Color | None, Color | None], Style] = {}  # (upper, lower) -> Style, made once
@@ -63,36 +73,48 @@ def _style(up: Color | None, down: Color | None) -> Style:
     return _STYLES.get((up, down)) or _STYLES.setdefault((up, down), Style(color=up, bgcolor=down))
 
 
-def seq_mask_grid(
-    pos: np.ndarray, bits: np.ndarray, f: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-sequence causal mask of ``n`` cells, down-sampled by ``f``.
+def seq_mask_blocks(
+    pos: np.ndarray, bits: np.ndarray, row_starts: np.ndarray, col_starts: np.ndarray
+) -> np.ndarray:
+    """The per-sequence causal mask of ``n`` cells, gathered into blocks.
 
     Cell i holds position ``pos[i]`` and the sequences of bitmask ``bits[i]``; row r (cell r as
-    a query) sees cell c when ``bits[r] & bits[c]`` and ``pos[c] <= pos[r]``. Returns the state
-    of every f×f block (MASKED: no pair visible, VISIBLE: all, PARTIAL: some), and per block
-    row the min and max of the rows' bitmasks (equal when the block is of one class).
+    a query) sees cell c when ``bits[r] & bits[c]`` and ``pos[c] <= pos[r]``. Blocks of rows
+    and of columns start at ``row_starts`` / ``col_starts``. Returns each block's state:
+    MASKED (no pair visible), VISIBLE (all) or PARTIAL (some).
 
-    Cost O(n · n/f · log f), never the n×n matrix: for each block of f columns and each row
-    class, a sorted list of the block's visible positions answers every row by bisection."""
+    Cost O(n · blocks · log), never the n×n matrix: for each column block and each row class,
+    a sorted list of the block's visible positions answers every row by bisection."""
     n = len(pos)
-    nb = -(-n // f)
-    starts = np.arange(0, n, f)
-    seen = np.zeros((n, nb), dtype=np.int32)  # visible cells of column block k for row r
-    sizes = np.diff(np.append(starts, n))
+    col_ends = np.append(col_starts[1:], n)
+    seen = np.zeros((n, len(col_starts)), dtype=np.int32)  # visible cells of block k for row r
+    sizes = col_ends - col_starts
+    one = np.flatnonzero(sizes == 1)  # one-cell columns: the mask itself, in one NumPy step
+    c = col_starts[one]
+    seen[:, one] = ((bits[:, None] & bits[c][None, :]) != 0) & (pos[c][None, :] <= pos[:, None])
     classes = {int(m): np.flatnonzero(bits == m) for m in np.unique(bits)}
-    for k, k0 in enumerate(starts):
-        kp, kb = pos[k0 : k0 + f], bits[k0 : k0 + f]
+    for k in np.flatnonzero(sizes > 1).tolist():
+        k0, k1 = int(col_starts[k]), int(col_ends[k])
+        kp, kb = pos[k0:k1], bits[k0:k1]
         for m, rows in classes.items():
             sp = np.sort(kp[(kb & m) != 0])
             if sp.size:
                 seen[rows, k] = np.searchsorted(sp, pos[rows], side="right")
-    lo = np.minimum.reduceat(seen, starts, axis=0)
-    hi = np.maximum.reduceat(seen, starts, axis=0)
+    if len(row_starts) == n:  # one row a block
+        lo = hi = seen
+    else:
+        lo = np.minimum.reduceat(seen, row_starts, axis=0)
+        hi = np.maximum.reduceat(seen, row_starts, axis=0)
     state = np.full(lo.shape, PARTIAL, dtype=np.int8)
     state[hi == 0] = MASKED
     state[lo == sizes[None, :]] = VISIBLE
-    return state, np.minimum.reduceat(bits, starts), np.maximum.reduceat(bits, starts)
+    return state
+
+
+def seq_mask_grid(pos: np.ndarray, bits: np.ndarray, f: int) -> np.ndarray:
+    """The per-sequence mask down-sampled by ``f`` both ways (f keys by f queries a block)."""
+    starts = np.arange(0, len(pos), f)
+    return seq_mask_blocks(pos, bits, starts, starts)
 
 
 def _class_of(lo: int, hi: int) -> int:
@@ -111,6 +133,8 @@ class CausalMaskPane(LinePane):
         self.grid: np.ndarray | None = None
         self.row_class: list[int] = []
         self._k0 = self._k1 = np.zeros(0, dtype=np.int64)  # each column block's first/last key
+        self.n_cols = 0  # pixel columns
+        self.older = 0  # after a fork, when wider than the pane: cells in the first column
 
     @property
     def per_seq(self) -> bool:
@@ -128,19 +152,30 @@ class CausalMaskPane(LinePane):
         n = self.n_rows
         avail = max(self.size.width - LABEL_W - 1, 4)
         self.factor = max(1, -(-n // avail))
-        self.grid, self.row_class = None, []
+        self.grid, self.row_class, self.older = None, [], 0
         k0 = np.arange(0, n, self.factor)
         self._k0, self._k1 = k0, np.minimum(k0 + self.factor, n) - 1
+        self.n_cols = len(k0)
         if self.per_seq and n and self.view is not None:
+            # One pixel per (query, key): down-sampling would blend the sequences' alternating
+            # cells into one grey. When the cells are more than the pane is wide, the newest
+            # keep a column each and the first column stands for all the older ones.
+            self.factor = 1
+            self.older = n - avail + 1 if n > avail else 0
+            cols = np.arange(self.older, n) if self.older else np.arange(n)
+            if self.older:
+                cols = np.concatenate(([0], cols[1:]))
+            self.n_cols = len(cols)
             cells = self.view.kv_cells
             pos = np.fromiter((c[1] for c in cells), dtype=np.int64, count=n)
             bits = np.fromiter((sum(1 << s for s in c[2]) for c in cells), dtype=np.int64, count=n)
-            self.grid, lo, hi = seq_mask_grid(pos, bits, self.factor)
-            self.row_class = [_class_of(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+            self.grid = seq_mask_blocks(pos, bits, np.arange(n), cols)
+            self.row_class = [_class_of(b, b) for b in bits.tolist()]
         super().relayout()
         self._titles()
 
     def _blocks(self) -> int:
+        """Blocks of query rows (one per row when not down-sampled)."""
         return -(-self.n_rows // self.factor)
 
     def count_rows(self) -> int:
@@ -166,8 +201,8 @@ class CausalMaskPane(LinePane):
                 f"[{SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]}]■[/] seq {sv.seq_id}" for sv in v.seqs
             )
             self.border_title = (
-                f"causal mask per sequence · {n}×{n} · query ↓ key (KV cell) → · rows: {seqs} "
-                "[#3fae3f]■[/] shared"
+                f"causal mask per sequence · {n}×{n} · query ↓ key (KV cell) → · rows: {seqs}"
+                " · unmarked: shared prefix"
             )
         else:
             self.border_title = f"causal mask · {n}×{n} · query ↓ key → · lit = last llama_decode"
@@ -178,6 +213,8 @@ class CausalMaskPane(LinePane):
         )
         if self.per_seq:
             how = "a row sees its own sequence's cells only · " + how
+            if self.older:
+                how += f" · first column: the {self.older:,} oldest cells"
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
@@ -211,13 +248,17 @@ class CausalMaskPane(LinePane):
     def _class(self, block_row: int) -> int:
         return self.row_class[block_row] if block_row < len(self.row_class) else SHARED
 
+    def _marker(self, block_row: int) -> Color | None:
+        """The legend colour of a row: its sequence's; none for the shared prefix."""
+        cls = self._class(block_row) if block_row < self._blocks() else SHARED
+        return None if cls < 0 else row_color(cls, "visible")
+
     def _label(self, row: int, q0: int, lit: bool) -> list[Segment]:
         if not self.per_seq:
             return [Segment(f"{q0:>{LABEL_W - 1}} ", LABEL_LIT if lit else LABEL)]
         # The legend: a half-block per query row, in the colour of the row's sequence.
         top, bottom = 2 * row, 2 * row + 1
-        up = row_color(self._class(top), "visible")
-        down = row_color(self._class(bottom), "visible") if bottom < self._blocks() else None
+        up, down = self._marker(top), self._marker(bottom)
         return [
             Segment(f"{q0:>{LABEL_W - 2}}", LABEL_LIT if lit else LABEL),
             Segment("▀", _style(up, down)),
@@ -229,7 +270,7 @@ class CausalMaskPane(LinePane):
         f, n = self.factor, self.n_rows
         q0 = block_row * f
         if q0 >= n:
-            return np.full(len(self._k0), NONE, dtype=np.int8)
+            return np.full(self.n_cols, NONE, dtype=np.int8)
         if self.grid is not None:
             return self.grid[block_row]
         q1 = min(q0 + f, n) - 1
@@ -247,10 +288,28 @@ class CausalMaskPane(LinePane):
         q1 = min(q0 + self.factor, self.n_rows) - 1
         return q0 < b and a <= q1
 
-    def build_row(self, row: int, width: int) -> list[Segment]:
+    def render_line(self, y: int) -> Strip:
+        """After a fork a line alternates between the sequences' colours: ~one Segment per
+        cell. Its styles then come already combined with the pane's (a few per line), so the
+        strip needs no per-Segment ``apply_style`` pass."""
+        if self.grid is None:
+            return super().render_line(y)
+        width = self.size.width
+        row = y + int(self.scroll_offset.y)
+        base = self.rich_style
+        if self.view is None or row >= self.count_rows():
+            return Strip.blank(width, base)
+        segs = self.build_row(row, width, base)
+        used = sum(len(seg.text) for seg in segs[:3]) + self.n_cols  # one cell a character
+        if used < width:
+            segs.append(Segment(" " * (width - used), base))
+        strip = Strip(segs, max(used, width))
+        return strip.crop(0, width) if used > width else strip
+
+    def build_row(self, row: int, width: int, base: Style | None = None) -> list[Segment]:
         """One line: two block rows. Their pixels change state only near the diagonal (and,
         after a fork, where the sequences alternate), so the line is a few runs, found with
-        NumPy; each run is one Segment."""
+        NumPy; each run is one Segment. ``base``: the pane's style, folded into each."""
         v = self.view
         assert v is not None
         f, n = self.factor, self.n_rows
@@ -259,16 +318,22 @@ class CausalMaskPane(LinePane):
         q0 = top * f
         q_last = min((bottom + 1) * f, n) - 1
         segs = self._label(row, q0, q0 < b and a <= q_last)
+        if base is not None:
+            segs = [Segment(seg.text, base + seg.style if seg.style else base) for seg in segs]
         up_s, down_s = self._states(top), self._states(bottom)
         if not len(up_s):
             return segs
         key = up_s.astype(np.int16) * 4 + down_s
-        cuts = np.flatnonzero(key[1:] != key[:-1]) + 1
-        starts, ends = [0, *cuts.tolist()], [*cuts.tolist(), len(key)]
+        starts = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1))
+        lengths = np.diff(np.append(starts, len(key))).tolist()
+        keys = key[starts].tolist()
         up_cls, down_cls = self._class(top), self._class(bottom)
         up_lit, down_lit = self._lit(top), self._lit(bottom)
-        for s0, s1 in zip(starts, ends, strict=True):
-            up = self._color(int(up_s[s0]), up_cls, up_lit)
-            down = self._color(int(down_s[s0]), down_cls, down_lit)
-            segs.append(Segment(("▀" if up is not None else " ") * (s1 - s0), _style(up, down)))
+        looks: dict[int, tuple[str, Style]] = {}  # a few distinct pixels a line, styled once
+        for k in set(keys):
+            up = self._color(k // 4, up_cls, up_lit)
+            down = self._color(k % 4, down_cls, down_lit)
+            st = _style(up, down)
+            looks[k] = ("▀" if up is not None else " ", base + st if base is not None else st)
+        segs += [Segment(looks[k][0] * n, looks[k][1]) for k, n in zip(keys, lengths, strict=True)]
         return segs
