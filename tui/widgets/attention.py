@@ -10,6 +10,10 @@ The cursor selects a query token; the footer ranks the keys it attends to most, 
 weights. Rows scroll; when the keys do not fit the width they are aggregated (one cell sums
 the weight of several neighbouring keys) and the subtitle says so.
 
+A frame costs what it draws: only the rows on screen (and the cursor's) are laid out over the
+keys (``ContextAttention.row``), and those rows, their cell sums and their lines are kept until
+the data, the head or the size changes.
+
 API for the app (the pane never touches the engine):
 
 - ``update_from(att, pieces, n_layer=..., status=...)``: ``att`` is a
