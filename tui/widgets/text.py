@@ -11,15 +11,15 @@ import codecs
 import re
 
 from rich.console import Group, RenderableType
+from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from ..controller import SeqView, View
 from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
+from .flow import Atom, FlowPane, changed_from
+from .text_flow import TextFlow, plain_of
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
@@ -65,30 +65,64 @@ def _append_with_hex(t: Text, chunk: str, style: Style) -> None:
             t.append(part, style + HEX_STYLE if part.startswith("<0x") else style)
 
 
-class ConversationPane(VerticalScroll):
+class ConversationPane(FlowPane):
+    """The text drawn line by line. Outside a fork its atoms come from :class:`TextFlow`,
+    which rebuilds only what changed; after a fork (and for the empty-context hint) the Rich
+    builder below lays out the columns and its lines are drawn as they are."""
+
     DEFAULT_CSS = """
     ConversationPane { height: 1fr; }
-    ConversationPane > Static { width: 1fr; }
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.view: View | None = None
         self.boundaries = False
-        self.plain = ""  # the text as drawn, for tests and screen readers
         self.columns: dict[int, str] = {}  # after a fork: each sequence's column, as drawn
         self._pending = b""  # bytes of a character the shared text leaves to the columns
+        self._text = TextFlow()
+        self._atoms: list[Atom] = []
+        self._plain: str | None = None  # set by the Rich builder; else derived from atoms
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="conversation-text")
+    @property
+    def plain(self) -> str:
+        """The text as drawn, for tests and screen readers."""
+        if self._plain is None:
+            self._plain = plain_of(self._atoms)
+        return self._plain
+
+    @plain.setter
+    def plain(self, value: str) -> None:
+        self._plain = value
 
     def show(self, view: View) -> None:
         self.view = view
-        follow = self.scroll_y >= self.max_scroll_y - 1
-        text = self.build(view)
-        self.query_one("#conversation-text", Static).update(self.render_view(view, text))
-        if follow:
-            self.call_after_refresh(self.scroll_end, animate=False)
+        width = max(self.size.width, 1)
+        if view.seqs or not view.tokens:
+            self._text.reset()
+            renderable = self.render_view(view, self.build(view))  # sets self.plain
+            console = self.app.console
+            options = console.options.update(width=width, height=None, highlight=False)
+            lines = console.render_lines(renderable, options, pad=False)
+            atoms = [Atom(tuple(line), Segment.get_line_length(line), True) for line in lines]
+            k = 0
+        else:
+            self.columns = {}
+            atoms = self._text.atoms(
+                view,
+                boundaries=self.boundaries,
+                newest_style=NEWEST,
+                boundary_styles=BOUNDARY_STYLES,
+            )
+            self._plain = None
+            k = changed_from(tuple(self._atoms), tuple(atoms))
+        self._atoms = atoms
+        self.flow.update(atoms, k, width)
+        self.relayout()
+
+    def on_resize(self) -> None:
+        if self.view is not None:
+            self.show(self.view)
+        super().on_resize()
 
     def toggle_boundaries(self) -> None:
         self.boundaries = not self.boundaries

@@ -1,0 +1,88 @@
+"""The text pane rebuilds only what changed (tui/widgets/text_flow.py). After every kind of
+change, its text must equal what the full Rich builder draws for the same view, and its lines
+must equal the lines a fresh pane wraps."""
+
+from __future__ import annotations
+
+from tui.engine import SamplerSettings
+from tui.widgets.flow import FlowLines
+from tui.widgets.text import ConversationPane
+from tui.widgets.text_flow import TextFlow
+
+from .test_app import SIZE, make_app, run_async, send, wait_for
+
+
+def _lines(pane: ConversationPane) -> list[list[tuple[str, object]]]:
+    return [[(s.text, s.style) for s in line] for line in pane.flow.lines]
+
+
+def _check(pane: ConversationPane) -> None:
+    v = pane.view
+    assert v is not None
+    assert pane.plain == pane.build(v).plain  # the same text as the Rich builder
+    incremental = _lines(pane)
+    kept = (pane._text, pane.flow, pane._atoms)
+    pane._text, pane.flow, pane._atoms = TextFlow(), FlowLines(), []
+    pane.show(v)
+    fresh = _lines(pane)
+    pane._text, pane.flow, pane._atoms = kept
+    assert incremental == fresh
+
+
+async def _steps(pilot, app, pane: ConversationPane, n: int) -> None:
+    for _ in range(n):
+        want = app.view.n_past + 1
+        await pilot.press("right")
+        await wait_for(
+            pilot, lambda w=want: pane.view is not None and pane.view.n_past == w, "a step"
+        )
+        _check(pane)
+
+
+@run_async
+async def test_chat_text_is_rebuilt_incrementally(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Name three rivers in Europe.")
+        pane = app.query_one(ConversationPane)
+        _check(pane)
+        await _steps(pilot, app, pane, 12)
+        want = app.view.n_past - 4
+        for _ in range(4):
+            await pilot.press("left")
+        await wait_for(pilot, lambda: pane.view.n_past == want, "the rewind")
+        _check(pane)
+        await pilot.press("b")  # token boundaries on
+        _check(pane)
+        await _steps(pilot, app, pane, 3)
+        await pilot.press("b")
+        await pilot.press("i")
+        await send(pilot, app, "And one in Asia.")
+        await wait_for(pilot, lambda: pane.view is app.view, "the second turn drawn")
+        _check(pane)
+        await _steps(pilot, app, pane, 3)
+
+
+@run_async
+async def test_raw_text_with_split_characters_and_a_context_shift(make_engine, tmp_path):
+    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=48, context_full="shift")
+    from tui.app import TokenstepApp
+
+    app = TokenstepApp(
+        engine, raw=True, autosave_dir=tmp_path / "a", close_engine=False, autoplay=False
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "日本語のテキスト。東京は")  # pieces split characters' bytes
+        pane = app.query_one(ConversationPane)
+        _check(pane)
+        assert "日本語のテキスト" in pane.plain
+        for _ in range(50):  # past the 48-token context: a shift, then a gap marker
+            want = app.view.n_past + 1 if not app.view.shifts else None
+            await pilot.press("right")
+            await wait_for(
+                pilot,
+                lambda w=want: pane.view is app.view and (w is None or pane.view.n_past >= w - 30),
+                "a step",
+            )
+            _check(pane)
+        assert app.view.shifts and "tokens forgotten" in pane.plain

@@ -1,0 +1,221 @@
+"""The conversation text as flowing atoms, rebuilt only where it changed.
+
+The text pane shows the whole context. Rebuilding and re-wrapping all of it for every frame
+costs O(context) per frame, which at a few thousand tokens takes longer than a decode step.
+Here each span of the conversation (a message, the reply) is a :class:`_Block` that keeps
+its atoms, one per word: a new word starts at a piece that begins with a space, and a newline
+ends a line. When tokens are appended (or the newest-token marker moves), a block redoes only
+its last word onwards, resuming the UTF-8 decoder from the state saved at that word's start.
+:class:`~tui.widgets.flow.FlowLines` then re-wraps only from the first new atom.
+
+The output must equal what ``ConversationPane.build`` draws with Rich for the same view (the
+tests compare the two); that builder is still used after a fork, for the side-by-side columns.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+
+from ..controller import View
+from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
+from .flow import Atom
+
+_HEX = re.compile(r"(<0x[0-9A-F]{2}>)")
+
+
+@dataclass
+class _Block:
+    """One span's text: atoms per word, and where each word starts (token index and the
+    decoder's state there) so appending tokens redoes only the last word."""
+
+    key: tuple[Any, ...]  # what the block's look depends on besides its tokens
+    tokens: tuple[int, ...] = ()
+    newest: int | None = None  # index in the block of the marked token
+    atoms: list[Atom] = field(default_factory=list)
+    starts: list[tuple[int, Any]] = field(default_factory=list)  # per atom: token, decoder
+    pending: bytes = b""  # bytes of an unfinished character at the end
+    changed_at: int = 0  # index of the first atom the last update rebuilt
+
+
+class TextFlow:
+    """Builds the pane's atoms for a view, reusing every block and atom that did not change."""
+
+    def __init__(self) -> None:
+        self._blocks: dict[tuple[Any, ...], _Block] = {}
+
+    def reset(self) -> None:
+        self._blocks = {}
+
+    def atoms(
+        self, v: View, *, boundaries: bool, newest_style: Style, boundary_styles: tuple[Style, ...]
+    ) -> list[Atom]:
+        out: list[Atom] = []
+        newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
+        gap = v.shifts[-1].n_keep if v.shifts else None
+        gap_drawn = False
+        used: dict[tuple[Any, ...], _Block] = {}
+        first = True
+        for sp in v.spans:
+            start, stop = sp.start, min(sp.end, v.n_past)
+            if stop <= start:
+                continue
+            has_gap = gap is not None and not gap_drawn and start <= gap < stop
+            if sp.role == "template":
+                if has_gap:
+                    out.append(gap_atom(v))
+                    gap_drawn = True
+                continue
+            style = ROLE_STYLES.get(sp.role, Style())
+            if not v.raw:
+                if not first:
+                    out.append(Atom((), 0, True))  # the newline before the next message
+                head = f"{ROLE_NAMES.get(sp.role, sp.role)} ▸ "
+                out.append(Atom((Segment(head, style + Style(bold=True)),), cell_len(head)))
+            first = False
+            parts = [(start, gap), (gap, stop)] if has_gap and gap is not None else [(start, stop)]
+            for k, (a, b) in enumerate(parts):
+                if k:
+                    out.append(gap_atom(v))
+                    gap_drawn = True
+                key = (sp.role, a, boundaries, v.raw)
+                block = self._blocks.get(key) or _Block(key)
+                mark = newest - a if newest is not None and a <= newest < b else None
+                _update(
+                    block,
+                    v.tokens[a:b],
+                    v.pieces,
+                    a,
+                    style,
+                    mark,
+                    boundaries,
+                    newest_style,
+                    boundary_styles,
+                )
+                used[key] = block
+                out.extend(block.atoms)
+                if block.pending:
+                    out.append(Atom((Segment("⋯", DIM),), 1))
+                    if b != gap:
+                        note = f"({len(block.pending)} byte(s) of a character still to come)"
+                        out.append(Atom((Segment(note, DIM),), cell_len(note)))
+        self._blocks = used
+        if gap is not None and not gap_drawn:
+            out.append(gap_atom(v))
+        if not v.raw and v.reply_start is not None and not v.reply_tokens:
+            out.append(Atom((), 0, True))
+            head = "model ▸ "
+            out.append(
+                Atom((Segment(head, ROLE_STYLES["reply"] + Style(bold=True)),), cell_len(head))
+            )
+        if v.activity == "generating" and v.mode == "step":
+            out.append(Atom((Segment("▌", Style(color="bright_yellow")),), 1))
+        elif v.activity == "done" and v.stop_reason:
+            tail = f"[{v.stop_reason}]"  # after two spaces that stay on the text's line
+            out.append(Atom((Segment("  ", DIM),), 2))
+            out.append(Atom((Segment(tail, DIM),), cell_len(tail)))
+        return out
+
+
+def gap_atom(v: View) -> Atom:
+    """Where a context shift cut the text (the same words as ``text.gap_marker``)."""
+    n = sum(len(ev.forgotten) for ev in v.shifts)
+    k = len(v.shifts)
+    text = f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ "
+    gap = Style(color="black", bgcolor="orange1", bold=True)
+    return Atom((Segment(text, gap),), cell_len(text))
+
+
+def plain_of(atoms: list[Atom]) -> str:
+    return "".join("".join(s.text for s in a.segments) + ("\n" if a.brk else "") for a in atoms)
+
+
+def _update(
+    block: _Block,
+    tokens: tuple[int, ...],
+    pieces: tuple[bytes, ...],
+    offset: int,
+    style: Style,
+    newest: int | None,
+    boundaries: bool,
+    newest_style: Style,
+    boundary_styles: tuple[Style, ...],
+) -> None:
+    """Bring ``block`` up to ``tokens`` (the view's tokens [offset, offset + len))."""
+    old = block.tokens
+    n = min(len(old), len(tokens))
+    k = n if old[:n] == tokens[:n] else next(i for i in range(n) if old[i] != tokens[i])
+    for m in (block.newest, newest):
+        if m is not None:
+            k = min(k, m)
+    # Redo from the word that holds token k: drop that word and everything after it. A token
+    # with a newline inside starts several atoms; redo from the first of them.
+    starts = block.starts
+    j = len(starts)
+    while j > 0 and starts[j - 1][0] > k:
+        j -= 1
+    if j > 0:
+        j -= 1
+        while j > 0 and starts[j - 1][0] == starts[j][0]:
+            j -= 1
+        tok, state = starts[j]
+    else:
+        tok, state = 0, None
+    del block.atoms[j:]
+    del block.starts[j:]
+    block.changed_at = j
+    dec = codecs.getincrementaldecoder("utf-8")(errors="tokenstep-hex")
+    if state is not None:
+        dec.setstate(state)
+    word: list[Segment] = []
+    word_w = 0
+    word_start: tuple[int, Any] | None = None
+
+    def close(brk: bool) -> None:
+        nonlocal word, word_w, word_start
+        if word or brk:
+            assert word_start is not None
+            block.atoms.append(Atom(tuple(word), word_w, brk))
+            block.starts.append(word_start)
+        word, word_w, word_start = [], 0, None
+
+    for i in range(tok, len(tokens)):
+        state_here = dec.getstate()
+        chunk = dec.decode(pieces[offset + i], final=False)
+        st = style
+        if boundaries:
+            st = st + boundary_styles[i % 2]
+        if i == newest:
+            st = st + newest_style
+        chunk = literal(chunk, keep_newlines=True)
+        if chunk[:1] == " " and word:
+            close(False)  # a piece that begins with a space begins a new word
+        lines = chunk.split("\n")
+        for li, line in enumerate(lines):
+            if li:  # a newline ends the word and the line
+                if word_start is None:
+                    word_start = (i, state_here)
+                if boundaries:
+                    word.append(Segment("↵", st))
+                    word_w += 1
+                close(True)
+            if not line:
+                continue
+            if word_start is None:
+                word_start = (i, state_here)
+            for part in _HEX.split(line) if "<0x" in line else (line,):
+                if part:
+                    word.append(Segment(part, st + HEX_STYLE if part.startswith("<0x") else st))
+                    word_w += cell_len(part)
+        if not chunk and word_start is None and dec.getstate()[0]:
+            word_start = (i, state_here)  # a character's first bytes: the word starts here
+    close(False)
+    block.pending, _ = dec.getstate()
+    block.tokens = tokens
+    block.newest = newest
