@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import llama_cpp
 import numpy as np
 from llama_cpp import Llama
 from rich.console import Console
@@ -258,3 +259,47 @@ async def test_new_chat_restarts_the_work_counter(make_engine, model, tmp_path):
         n = app.view.n_past  # the new prompt, computed from scratch
         await wait_for(pilot, lambda: f"{n:>12,} token-forward" in cache_text(app), "the prefill")
         assert app.view.work.with_cache == n
+
+
+@run_async
+async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, tmp_path):
+    """-c 64 --context-full shift, then a fork: when the context fills, one shift makes room
+    in both sequences; the KV grid counts what each forgot and llama.cpp agrees per seq."""
+    engine = make_engine(
+        SamplerSettings(temp=1.0, seed=3), n_ctx=64, context_full="shift", n_keep=4
+    )
+    app = TokenstepApp(engine, raw=True, autosave_dir=tmp_path / "a", close_engine=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Here is a long list of random English words, one per line:", "enter")
+        await wait_for(
+            pilot, lambda: app.view is not None and app.view.activity == "generating", "the prefill"
+        )
+        if app.focused is not None and app.focused.id == "chat":
+            await pilot.press("escape")
+        await pilot.press("F")
+        await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
+        while not app.view.shifts and app.view.activity == "generating":
+            n = app.view.n_records
+            await pilot.press("right")
+            await wait_for(
+                pilot,
+                lambda n=n: app.view.n_records > n or app.view.activity != "generating",
+                "a step",
+            )
+        v = app.view
+        assert v.shifts, f"no shift: {v.stop_reason}"
+        ev = v.shifts[0]
+        assert set(ev.by_seq) == {0, 1} and not v.kv_problems
+        assert all(sv.n_tokens == 64 - ev.n_discard + 1 for sv in v.seqs)  # shifted, then fed
+        mem = llama_cpp.llama_get_memory(engine.ctx)
+        for sv in v.seqs:
+            pos = engine.kv.positions(sv.seq_id)
+            assert pos == list(range(sv.n_tokens))
+            assert llama_cpp.llama_memory_seq_pos_max(mem, sv.seq_id) == pos[-1]
+        await open_tab(pilot, app, "4")
+        kv = app.query_one(KVCachePane)
+        await wait_for(pilot, lambda: kv.view is app.view, "the KV pane")
+        line = "".join(s.text for s in kv.build_row(1, 120))
+        assert (
+            f"forgot {len(ev.by_seq[0])}, seq 1: {len(ev.by_seq[1])} after cell {ev.n_keep}" in line
+        )
