@@ -110,6 +110,7 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
         "att": {},
         "att_update": {},
         "att_first": {},
+        "att_first_best": {},
     }
     app = _Host()
     async with app.run_test(size=SIZE) as pilot:
@@ -126,13 +127,20 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
                 else:
                     pane.show(views[n])  # type: ignore[attr-defined]
                 await pilot.pause()
-                if name == "att":  # Textual drew it already: time frames from new data
-                    firsts = []
-                    for _ in range(5):
-                        pane._recompute()  # type: ignore[attr-defined]
-                        firsts.append(_frame_ms(pane, h, reps=1))
-                    res["att_first"][n] = median(firsts)
                 res[name][n] = _frame_ms(pane, h)
+            if name == "att":
+                # The first frame after new data lays out the visible rows (Textual drew
+                # them already, so the pane's row caches are dropped first). Lengths take
+                # turns, so a busy neighbour slows them alike.
+                firsts: dict[int, list[float]] = {n: [] for n in views}
+                for _ in range(9):
+                    for n in views:
+                        pane.update_from(atts[n], views[n].pieces, n_layer=30)  # type: ignore[attr-defined]
+                        await pilot.pause()
+                        pane._recompute()  # type: ignore[attr-defined]
+                        firsts[n].append(_frame_ms(pane, h, reps=1))
+                res["att_first"] = {n: median(v) for n, v in firsts.items()}
+                res["att_first_best"] = {n: min(v) for n, v in firsts.items()}
             pane.display = False
     return res
 
@@ -158,8 +166,10 @@ def run(model: Model) -> list[Row]:
             detail += (
                 "; data build (a lookup per row) "
                 + ", ".join(f"{n}: {build[n]:.1f}" for n in LENGTHS)
-                + " ms; first frame after new data (lays out the visible rows) "
-                + ", ".join(f"{n}: {first[n]:.1f}" for n in LENGTHS)
+                + " ms; first frame after new data (lays out the visible rows), median (best) "
+                + ", ".join(
+                    f"{n}: {first[n]:.1f} ({res['att_first_best'][n]:.1f})" for n in LENGTHS
+                )
                 + f" ms; update_from at {big}: {res['att_update'][big]:.2f} ms"
             )
             met = met and first[big] < 10.0

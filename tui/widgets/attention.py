@@ -168,6 +168,7 @@ class AttentionPane(ScrollView, can_focus=True):
         self._rows: dict[int, np.ndarray] = {}
         self._sums: dict[tuple[int, int], np.ndarray] = {}
         self._strips: dict[tuple[Any, ...], Strip] = {}  # body lines before the pane's style
+        self._run_cache: dict[tuple[int, int, str], tuple[list[int], list[int]]] = {}
         self._frame_size: Size | None = None  # set while Textual renders a frame
         self._frame_style: Style | None = None
         self._palette: _Palette | None = None
@@ -311,6 +312,7 @@ class AttentionPane(ScrollView, can_focus=True):
             self._rows.clear()
             self._sums.clear()
             self._strips.clear()
+            self._run_cache.clear()
             self._ranked = None
         self.virtual_size = Size(self.size.width, self.n_rows + HEADER_H + self.footer_h)
         self._titles()
@@ -444,24 +446,17 @@ class AttentionPane(ScrollView, can_focus=True):
             segs.append(Segment(text, pal.not_captured))
             return segs
         cw, f = cells
-        n = self.n_rows
+        n_cells = math.ceil(self.n_rows / f)
         ranks = {i: r for r, (i, _, _) in enumerate(self.ranked(TOP_K), 1)} if is_cursor else {}
-        n_cells = math.ceil(n / f)
-        sums = self._cell_sums(row, f)
-        seen = math.ceil((row + 1) / f)  # cells holding at least one visible key
-        top = float(np.nanmax(sums[:seen])) if self.scale == "row" else 1.0
-        top = top if top > 0 else 1.0
-        # Colour level per cell (float64, as float(cell) / top would give), then one Segment
-        # per run of cells with the same level; a ranked cell is a run of its own.
-        v = np.nan_to_num(sums[:seen].astype(np.float64)) / top
-        levels = np.minimum((v * (_LEVELS - 1) + 0.5).astype(np.int64), _LEVELS - 1)
-        cuts = set((np.flatnonzero(levels[1:] != levels[:-1]) + 1).tolist())
-        if f == 1:
+        lv, cuts = self._runs(row, f)
+        seen = len(lv)  # cells holding at least one visible key
+        if ranks and f == 1:  # a ranked cell is a run of its own
+            more = set(cuts)
             for k in ranks:
                 if k < seen:
-                    cuts.update((k, k + 1))
-        bounds = [0, *sorted(c for c in cuts if 0 < c < seen), seen]
-        lv = levels.tolist()
+                    more.update((k, k + 1))
+            cuts = sorted(c for c in more if 0 < c < seen)
+        bounds = [0, *cuts, seen]
         blank = " " * cw
         for a, b in zip(bounds, bounds[1:], strict=False):
             level = lv[a]
@@ -474,6 +469,45 @@ class AttentionPane(ScrollView, can_focus=True):
         if seen < n_cells:  # every key from here on is in the future of this query
             segs.append(Segment("·".center(cw) * (n_cells - seen), pal.masked))
         return segs
+
+    def _runs(self, row: int, f: int) -> tuple[list[int], list[int]]:
+        """The colour level of each cell of ``row`` up to its last visible key, and where a
+        new level starts: for all the rows on screen at once (one NumPy pass, not one each)."""
+        key = (row, f, self.scale)
+        got = self._run_cache.get(key)
+        if got is not None:
+            return got
+        assert self.att is not None
+        top_row, n = int(self.scroll_offset.y), self.n_rows
+        rows = [row] + [
+            r
+            for r in range(top_row, min(top_row + self.body_h, n))
+            if r != row and self.att.captured[r] and (r, f, self.scale) not in self._run_cache
+        ]
+        sums = np.stack([self._cell_sums(r, f) for r in rows])  # (rows, cells), float32
+        seen = (np.array(rows) + f) // f  # ceil((row + 1) / f)
+        inside = np.arange(sums.shape[1])[None, :] < seen[:, None]
+        if self.scale == "row":  # the row's largest visible cell is the top colour
+            top = np.max(np.where(inside, np.nan_to_num(sums, nan=-np.inf), -np.inf), axis=1)
+            top = top.astype(np.float64)
+            top[~(top > 0)] = 1.0
+        else:
+            top = np.ones(len(rows))
+        # Colour level per cell, in float64 as float(cell) / top gives it.
+        v = np.nan_to_num(sums.astype(np.float64)) / top[:, None]
+        levels = np.minimum((v * (_LEVELS - 1) + 0.5).astype(np.int64), _LEVELS - 1)
+        change = (levels[:, 1:] != levels[:, :-1]) & inside[:, 1:]
+        which, at = np.nonzero(change)
+        split = np.searchsorted(which, np.arange(len(rows) + 1)).tolist()
+        at_list = (at + 1).tolist()
+        if len(self._run_cache) > _CACHED_ROWS:
+            self._run_cache.clear()
+        for j, r in enumerate(rows):
+            self._run_cache[(r, f, self.scale)] = (
+                levels[j, : seen[j]].tolist(),
+                at_list[split[j] : split[j + 1]],
+            )
+        return self._run_cache[key]
 
     def _palette_for(self, base: Style) -> _Palette:
         pal = self._palette
