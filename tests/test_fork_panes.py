@@ -262,7 +262,7 @@ async def test_new_chat_restarts_the_work_counter(make_engine, model, tmp_path):
 
 
 @run_async
-async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, tmp_path):
+async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, model_path, tmp_path):
     """-c 64 --context-full shift, then a fork: when the context fills, one shift makes room
     in both sequences; the KV grid counts what each forgot and llama.cpp agrees per seq."""
     engine = make_engine(
@@ -303,3 +303,13 @@ async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, tmp_pat
         assert (
             f"forgot {len(ev.by_seq[0])}, seq 1: {len(ev.by_seq[1])} after cell {ev.n_keep}" in line
         )
+        # The text pane: each column strikes what the shift took from it, then the rest.
+        pane = app.query_one(ConversationPane)
+        await wait_for(pilot, lambda: pane.view is app.view and pane.columns, "the columns")
+        shared = engine.kv.shared(0, 1)
+        for sv in v.seqs:
+            gone = len(sv.pieces) - (sv.n_tokens - shared)
+            assert gone > 0  # the fork came before the window: its columns lost tokens too
+            col = pane.columns[sv.seq_id]
+            assert f" ⟪{gone} forgotten⟫ " in col
+            assert col.endswith(detok(model_path, engine.kv.tokens(sv.seq_id)[shared:]))

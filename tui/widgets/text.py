@@ -24,6 +24,7 @@ from .text_flow import TextFlow, plain_of
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
 GAP = Style(color="black", bgcolor="orange1", bold=True)
+FORGOTTEN = Style(color="grey50", strike=True)
 FORK = Style(color="grey62", italic=True)
 
 
@@ -79,6 +80,7 @@ class ConversationPane(FlowPane):
         self.boundaries = False
         self.columns: dict[int, str] = {}  # after a fork: each sequence's column, as drawn
         self._pending = b""  # bytes of a character the shared text leaves to the columns
+        self._shared = 0  # after a fork: tokens every sequence still shares
         self._text = TextFlow()
         self._atoms: list[Atom] = []
         self._plain: str | None = None  # set by the Rich builder; else derived from atoms
@@ -161,14 +163,23 @@ class ConversationPane(FlowPane):
             pieces = (self._pending + pieces[0], *pieces[1:])
         live = v.activity == "generating" and sv.stop_reason is None
         style = ROLE_STYLES["generated" if v.raw else "reply"]
-        body, pending = span_text(
+        # A shift after the fork may have cut into the column: its first tokens are then no
+        # longer in the cache (the sequence holds the shared cells plus fewer of its own).
+        gone = max(0, len(pieces) - (sv.n_tokens - self._shared))
+        body = Text()
+        if gone:
+            lost, _ = span_text(pieces, 0, gone, FORGOTTEN, boundaries=False, newest=None)
+            body.append_text(lost)
+            body.append(f" ⟪{gone:,} forgotten⟫ ", GAP)
+        rest, pending = span_text(
             pieces,
-            0,
+            gone,
             len(pieces),
             style,
             boundaries=self.boundaries,
             newest=len(pieces) - 1 if live and pieces else None,
         )
+        body.append_text(rest)
         if pending:
             body.append(f"⋯({len(pending)} byte(s) of a character still to come)", DIM)
         if not pieces:
@@ -189,6 +200,7 @@ class ConversationPane(FlowPane):
             t.append(hint, DIM)
             return t
         end = shared_count(v) if v.seqs else len(v.pieces)
+        self._shared = end
         gap = v.shifts[-1].n_keep if v.shifts else None  # every shift cuts right after n_keep
         gap_drawn = False
         for sp in v.spans:
