@@ -137,6 +137,22 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
         assert mask._pixel(r, r).endswith("_lit")  # the last decode computed this row
         assert_lines_follow_pixels(mask)
         assert "seq 1" in str(mask.border_title) and "own sequence" in str(mask.border_subtitle)
+        # More cells than the pane is wide (a fake layout on the real pane): the newest cells
+        # keep a column each, the first column stands for the older ones.
+        cells = fork_layout(shared=150, steps=120)
+        mask.show(dataclasses.replace(v, kv_cells=tuple(cells), new_cells=(0, 0)))
+        await pilot.pause()
+        n, w = len(cells), mask.n_cols
+        assert mask.factor == 1 and mask.older == n - w + 1 > 0
+        assert f"first column: the {mask.older:,} oldest cells" in str(mask.border_subtitle)
+        full = causal_mask(cells)
+        for r in range(n):
+            for j in range(w):
+                a, b = (0, mask.older) if j == 0 else (mask.older + j - 1, mask.older + j)
+                blk = full[r, a:b]
+                want = "visible" if blk.all() else "masked" if not blk.any() else "partial"
+                assert mask._pixel(r, j) == want
+        assert_lines_follow_pixels(mask)
 
 
 def assert_lines_follow_pixels(mask: CausalMaskPane) -> None:
@@ -154,6 +170,18 @@ def assert_lines_follow_pixels(mask: CausalMaskPane) -> None:
             for state, color in ((up, style.color), (down, style.bgcolor)):
                 if state.startswith("masked") or state.endswith("_lit"):
                     assert color == COLORS[state]
+
+
+def fork_layout(shared: int, steps: int, seed: int = 1) -> list[tuple[int, int, tuple]]:
+    """Cells as a fork leaves them: a shared prefix, then each step one cell per sequence
+    (sometimes only one of them)."""
+    rng = np.random.default_rng(seed)
+    cells = [(0, p, (0, 1)) for p in range(shared)]
+    for j in range(steps):
+        for s in (0, 1):
+            if rng.random() < 0.8:
+                cells.append((0, shared + j, (s,)))
+    return cells
 
 
 def test_downsampled_mask_blocks_match_the_full_mask():

@@ -162,9 +162,7 @@ class CausalMaskPane(LinePane):
             # keep a column each and the first column stands for all the older ones.
             self.factor = 1
             self.older = n - avail + 1 if n > avail else 0
-            cols = np.arange(self.older, n) if self.older else np.arange(n)
-            if self.older:
-                cols = np.concatenate(([0], cols[1:]))
+            cols = np.concatenate(([0], np.arange(self.older, n))) if self.older else np.arange(n)
             self.n_cols = len(cols)
             cells = self.view.kv_cells
             pos = np.fromiter((c[1] for c in cells), dtype=np.int64, count=n)
