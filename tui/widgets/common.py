@@ -179,14 +179,23 @@ class Pane(Widget):
         self._strips = None  # whatever asked for a redraw may change what render() returns
         return super().refresh(*regions, **kwargs)
 
+    def render_rows(self, width: int) -> list[list[Segment]] | None:
+        """A pane may build its rows as segments itself (cheaper than Rich text); None means
+        "draw ``render()``"."""
+        return None
+
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width
         if self._strips is None or self._strips_width != width:
-            console = self.app.console
-            options = console.options.update(width=max(width, 1), height=None, highlight=False)
-            renderable = cast(RenderableType, self.render())  # panes return Rich renderables
-            lines = console.render_lines(renderable, options, pad=True)
-            self._strips = [Strip(line, width) for line in lines]
+            rows = self.render_rows(width)
+            if rows is not None:
+                self._strips = [Strip(row).crop_extend(0, width, None) for row in rows]
+            else:
+                console = self.app.console
+                options = console.options.update(width=max(width, 1), height=None, highlight=False)
+                renderable = cast(RenderableType, self.render())  # Rich renderables
+                lines = console.render_lines(renderable, options, pad=True)
+                self._strips = [Strip(line, width) for line in lines]
             self._strips_width = width
         if y >= len(self._strips):
             return Strip.blank(width, self.rich_style)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
@@ -16,6 +17,7 @@ from ..controller import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
 
 CURSOR = Style(bgcolor="grey30")
+MARKER = Style(color="bright_yellow", bold=True)
 NEXT = Style(color="bright_green", bold=True)
 CUT = Style(color="red")
 BAR = Style(color="bright_green")
@@ -115,11 +117,7 @@ class LogitsPane(Pane):
             return t
         t.append_text(self.chain_line(v))
         t.append("\n")
-        show_id = width >= 44
-        show_logit = width >= 52
-        piece_w = 12 if width >= 50 else 9
-        fixed = 2 + piece_w + 6 * show_id + 7 * show_logit + 14 + 1 + 7
-        bar_w = max(3, min(12, width - fixed))
+        show_id, show_logit, piece_w, bar_w = self._columns(width)
         head = Text(no_wrap=True)
         head.append(f"  {'piece':<{piece_w}}", DIM)
         if show_id:
@@ -165,6 +163,72 @@ class LogitsPane(Pane):
             t.append("\n")
         t.append_text(self.pick_lines(v))
         return t
+
+    def render_rows(self, width: int) -> list[list[Segment]] | None:
+        """The same rows as :meth:`render`, built as segments: this pane redraws ten times a
+        second while a reply plays, and a row of Rich text costs several times more."""
+        v = self.view
+        if v is None or not v.candidates or width <= 0:
+            return None  # the hint wraps: let Rich lay it out
+        console = self.app.console
+
+        def line(t: Text) -> list[Segment]:
+            t.truncate(width, overflow="ellipsis")
+            return [s for s in t.render(console) if s.text != "\n"]
+
+        rows = [line(self.settings_line(v)), line(self.chain_line(v))]
+        show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
+        head = Text(no_wrap=True)
+        head.append(f"  {'piece':<{piece_w}}", DIM)
+        if show_id:
+            head.append(f"{'id':>6}", DIM)
+        if show_logit:
+            head.append(f"{'logit':>7}", DIM)
+        head.append(f"{'p':>7}{'p′':>7} ", DIM)
+        head.append(f"{'':<{bar_w}} cut by", DIM)
+        rows.append(line(head))
+        rows_room = max((self.size.height or 20) - 5, 3)
+        for i, c in enumerate(v.candidates[:rows_room]):
+            is_next = c.id == v.next_pick
+            segs = [
+                Segment("▶" if i == self.cursor else " ", MARKER),
+                Segment("★" if is_next else " ", NEXT),
+            ]
+            pt = piece_text(c.piece, special=is_special(c.piece))
+            pt.truncate(piece_w - 1, overflow="ellipsis")
+            if is_next:
+                pt.stylize(NEXT)
+            elif c.cut_by:
+                pt.stylize(DIM)
+            segs += [s for s in pt.render(console) if s.text != "\n"]
+            segs.append(Segment(" " * (piece_w - pt.cell_len)))
+            if show_id:
+                segs.append(Segment(f"{c.id:>6}", DIM))
+            if show_logit:
+                segs.append(Segment(f"{c.logit:>7.2f}"))
+            segs.append(Segment(f"{fmt_p(c.p):>7}"))
+            p_final = fmt_p(c.p_final) if not c.cut_by else "–"
+            segs.append(Segment(f"{p_final:>7} ", NEXT if is_next else None))
+            filled = round(c.p_final * bar_w)
+            raw = round(c.p * bar_w)
+            segs.append(Segment("█" * filled, BAR))
+            segs.append(Segment("░" * max(0, raw - filled), BAR_RAW))
+            segs.append(Segment(" " * max(0, bar_w - max(filled, raw))))
+            if c.cut_by:
+                segs.append(Segment(f" {c.cut_by}", CUT))
+            if i == self.cursor and self.has_focus:
+                segs = list(Segment.apply_style(segs, post_style=CURSOR))
+            rows.append(segs)
+        rows += [line(t) for t in self.pick_lines(v).split("\n")]
+        return rows
+
+    def _columns(self, width: int) -> tuple[bool, bool, int, int]:
+        """Which columns fit: id, logit, the piece's width and the bar's."""
+        show_id = width >= 44
+        show_logit = width >= 52
+        piece_w = 12 if width >= 50 else 9
+        fixed = 2 + piece_w + 6 * show_id + 7 * show_logit + 14 + 1 + 7
+        return show_id, show_logit, piece_w, max(3, min(12, width - fixed))
 
     def pick_lines(self, v: View) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
