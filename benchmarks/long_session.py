@@ -75,8 +75,9 @@ def memory_part(model: Model, steps: int = STEPS) -> dict[str, Any]:
                     flush=True,
                 )
         dt = time.perf_counter() - t0
-        shifts = sum(1 for r in eng.records if r.shift is not None)
+        shifts = len(eng.shifts)
         n_records = len(eng.records)
+        spilled = eng.records.spilled
     finally:
         eng.close()
     window = [(s, r) for s, r in samples if FROM <= s <= TO]
@@ -91,6 +92,7 @@ def memory_part(model: Model, steps: int = STEPS) -> dict[str, Any]:
         "forced": forced,
         "tok_s": steps / dt,
         "records": n_records,
+        "spilled": spilled,
     }
 
 
@@ -113,6 +115,7 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                 while app.view is None or app.view.activity != "generating":
                     await pilot.pause(0.05)
                 start_past = app.view.n_past
+                first_step = len(eng.records)
                 pane = app.query_one(LogitsPane)
                 t_end = time.monotonic() + seconds
                 i = 0
@@ -131,12 +134,12 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                 await pilot.press("space")
                 while app._heavy_timer is not None or app._apply_timer is not None:
                     await pilot.pause(0.05)  # let the last throttled redraw run before exit
-                shifts = sum(1 for r in eng.records if r.shift is not None)
+                shifts = len(eng.shifts)
                 return {
                     "lat": lat,
                     "start_past": start_past,
                     "end_past": v.n_past,
-                    "generated": len([r for r in eng.records if r.phase == "decode"]),
+                    "generated": len(eng.records) - first_step,
                     "shifts": shifts,
                     "activity": v.activity,
                 }
@@ -172,7 +175,8 @@ def _memory_row(mem: dict[str, Any]) -> dict[str, Any]:
         "detail": (
             f"RSS {mem['rss_from_mb']:.1f} -> {mem['rss_to_mb']:.1f} MB "
             f"(delta {mem['delta_mb']:+.1f} MB), {mem['rss_end_mb']:.1f} MB at step "
-            f"{STEPS}; {mem['shifts']} shift(s), {mem['records']} step records kept, "
+            f"{STEPS}; {mem['shifts']} shift(s), {mem['records']} step records "
+            f"({mem['spilled']} moved to disk), "
             f"{mem['forced']} end token(s) replaced, {mem['tok_s']:.0f} tok/s"
         ),
     }

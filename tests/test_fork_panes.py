@@ -320,6 +320,7 @@ async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, model_p
         assert v.shifts, f"no shift: {v.stop_reason}"
         ev = v.shifts[0]
         assert set(ev.by_seq) == {0, 1} and not v.kv_problems
+        assert "Context full: shifted" in v.notice and f"forgot {ev.n_discard}" in v.notice
         live = [sv for sv in v.seqs if sv.stop_reason is None]
         assert live and all(sv.n_tokens == 64 - ev.n_discard + 1 for sv in live)  # fed after
         mem = llama_cpp.llama_get_memory(engine.ctx)

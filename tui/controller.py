@@ -589,6 +589,8 @@ class Controller:
         s.spans = _cut(s.spans, a, n)
         if s.reply_start is not None and s.reply_start > a:
             s.reply_start = max(a, s.reply_start - n)
+        if s.fork_at is not None and s.fork_at > a:
+            s.fork_at = max(a, s.fork_at - n)
         gone = b"".join(self.engine.vocab.piece(f.token) for f in ev.forgotten)
         text = gone.decode("utf-8", errors="replace")
         shown = text if len(text) <= 40 else text[:39] + "…"
@@ -619,7 +621,9 @@ class Controller:
         s.last_records = (rec,)
         s.new_cells = (before, eng.kv.used)
         s.timeline.append((rec.phase, rec.call.n_tokens, rec.decode_ms))
-        if s.mode == "step":
+        if rec.shift is not None:
+            self._shifted(rec.shift)
+        elif s.mode == "step":
             ids = ", ".join(str(q) for q in rec.rows)
             self._note(f"One llama_decode for sequences {ids}: one token each, own positions.")
 

@@ -28,7 +28,7 @@ _KV_LOG = re.compile(
 _ISWA_LOG = re.compile(r"creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
 
 
-@dataclass
+@dataclass(slots=True)
 class KVCell:
     token: int
     pos: int
@@ -36,7 +36,7 @@ class KVCell:
     call: int = -1  # index of the StepRecord whose llama_decode computed this cell
 
 
-@dataclass
+@dataclass(slots=True)
 class Forgotten:
     """A token a context shift dropped from the cache (it can no longer be attended to)."""
 

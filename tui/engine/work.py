@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkPoint:
     record: int  # StepRecord index
     n_tokens: int  # tokens this call computed (with the cache)

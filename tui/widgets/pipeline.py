@@ -105,10 +105,17 @@ class PipelinePane(Pane):
                 top = v.candidates[0]
                 out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H {v.entropy:.2f} bits"
             added = v.new_cells[1] - v.new_cells[0]
-            out[6] = (
-                f"KV {v.kv_used}/{v.n_ctx} cells (+{added}) · {fmt_bytes(v.kv_bytes)}"
-                " · earlier tokens not recomputed"
-            )
+            shift = v.last_records[-1].shift if v.last_records else None
+            if shift is not None:  # the cache first dropped tokens, then took the new ones
+                out[6] = (
+                    f"context shift: forgot {shift.n_discard}, kept the first {shift.n_keep}; "
+                    f"KV {v.kv_used}/{v.n_ctx} cells · {fmt_bytes(v.kv_bytes)}"
+                )
+            else:
+                out[6] = (
+                    f"KV {v.kv_used}/{v.n_ctx} cells (+{added}) · {fmt_bytes(v.kv_bytes)}"
+                    " · earlier tokens not recomputed"
+                )
         if v.action == "rewind":
             out[6] = (
                 f"rewound: KV {v.kv_used}/{v.n_ctx} cells (−1) · {fmt_bytes(v.kv_bytes)}"
