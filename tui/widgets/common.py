@@ -170,6 +170,7 @@ class Pane(Widget):
         self.view: View | None = None
         self._strips: list[Strip] | None = None
         self._strips_width = -1
+        self._blank = Strip.blank(0)
 
     def show(self, view: View) -> None:
         self.view = view
@@ -197,9 +198,12 @@ class Pane(Widget):
                 lines = console.render_lines(renderable, options, pad=True)
                 self._strips = [Strip(line, width) for line in lines]
             self._strips_width = width
+            base = self.rich_style  # computed once per redraw, not once per line
+            self._strips = [strip.apply_style(base) for strip in self._strips]
+            self._blank = Strip.blank(width, base)
         if y >= len(self._strips):
-            return Strip.blank(width, self.rich_style)
-        return self._strips[y].apply_style(self.rich_style)
+            return self._blank
+        return self._strips[y]
 
 
 class LinePane(ScrollView):
@@ -216,6 +220,7 @@ class LinePane(ScrollView):
         super().__init__(id=id, classes=classes)
         self.view: View | None = None
         self._follow_seq = -1  # the view whose follow row was last brought into view
+        self._base_style: Style | None = None
 
     def show(self, view: View) -> None:
         self.view = view
@@ -265,12 +270,19 @@ class LinePane(ScrollView):
     def build_row(self, row: int, width: int) -> list[Segment]:
         return []
 
+    def refresh(self, *regions: Any, **kwargs: Any) -> Self:
+        self._base_style = None  # the CSS style, looked up again on the next frame
+        return super().refresh(*regions, **kwargs)
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         row = y + scroll_y
         width = self.size.width
+        base = self._base_style
+        if base is None:  # once per redraw: Textual computes it from the whole DOM path
+            base = self._base_style = self.rich_style
         if self.view is None or row >= self.count_rows():
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, base)
         strip = Strip(self.build_row(row, max(self.content_width(), width)))
         strip = strip.crop(scroll_x, scroll_x + width).extend_cell_length(width)
-        return strip.apply_style(self.rich_style)
+        return strip.apply_style(base)
