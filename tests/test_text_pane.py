@@ -86,3 +86,23 @@ async def test_raw_text_with_split_characters_and_a_context_shift(make_engine, t
             )
             _check(pane)
         assert app.view.shifts and "tokens forgotten" in pane.plain
+
+
+@run_async
+async def test_text_pane_scrolls_to_the_newest_line_without_a_layout_pass(make_engine, tmp_path):
+    """The pane grows its virtual size without laying out the screen; the scrollbar must
+    still appear and the newest line must stay in view."""
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#chat").value = "The river flows. " * 60  # more lines than fit
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 150, "prefill")
+        pane = app.query_one(ConversationPane)
+        await _steps(pilot, app, pane, 3)
+        await pilot.pause(0.3)
+        rows, height = pane.count_rows(), pane.size.height
+        assert rows > height
+        assert pane.show_vertical_scrollbar
+        assert pane.virtual_size.height == rows
+        top = int(pane.scroll_offset.y)
+        assert top <= rows - 1 < top + height  # the newest line is on screen

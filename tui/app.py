@@ -11,6 +11,7 @@ view is drawn at once.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -183,6 +184,11 @@ class TokenstepApp(App[int]):
         # it, several times per token. 5 ms (Python's default) is half a decode step here.
         self._switch_interval = sys.getswitchinterval()
         sys.setswitchinterval(GIL_SWITCH_S)
+        # Everything built so far (the model's metadata, the widget tree) lives as long as
+        # the app: freezing it keeps Python's full collections, which stop both threads, from
+        # walking it again and again (they took up to 60 ms mid-reply).
+        gc.collect()
+        gc.freeze()
         self.main.query_one("#pipeline").border_title = "pipeline · the loop"
         self.main.query_one("#logits").border_title = "logits → sampler"
         self.main.query_one("#conversation").border_title = "text"

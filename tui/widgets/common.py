@@ -233,7 +233,14 @@ class LinePane(ScrollView):
     def relayout(self) -> None:
         """Size the virtual canvas; on a new view, bring its follow row into view (the user
         may scroll freely until the next view arrives)."""
-        self.virtual_size = Size(max(self.content_width(), 1), self.count_rows())
+        size = Size(max(self.content_width(), 1), self.count_rows())
+        if size != self.virtual_size:
+            # Assigning virtual_size lays out the whole screen (tens of ms here). A pane that
+            # only grew taller needs its scrollbar updated, nothing else: Textual's own
+            # no-layout path. Whether a scrollbar appears is then decided by
+            # _scroll_update, which lays out only if its visibility changes.
+            self.set_reactive(Widget.virtual_size, size)
+            self._scroll_update(size)
         self.refresh()
         if self.view is not None and self.view.seq != self._follow_seq:
             self.call_after_refresh(self._bring_follow_row)

@@ -118,29 +118,16 @@ class LogitsPane(Pane):
         t.append_text(self.chain_line(v))
         t.append("\n")
         show_id, show_logit, piece_w, bar_w = self._columns(width)
-        head = Text(no_wrap=True)
-        head.append(f"  {'piece':<{piece_w}}", DIM)
-        if show_id:
-            head.append(f"{'id':>6}", DIM)
-        if show_logit:
-            head.append(f"{'logit':>7}", DIM)
-        head.append(f"{'p':>7}{'p′':>7} ", DIM)
-        head.append(f"{'':<{bar_w}} cut by", DIM)
-        t.append_text(head)
+        t.append_text(self._head(width))
         t.append("\n")
         rows_room = max((self.size.height or 20) - 5, 3)
         for i, c in enumerate(v.candidates[:rows_room]):
             row = Text(no_wrap=True)
             is_next = c.id == v.next_pick
             marker = "▶" if i == self.cursor else " "
-            row.append(marker, Style(color="bright_yellow", bold=True))
+            row.append(marker, MARKER)
             row.append("★" if is_next else " ", NEXT)
-            pt = piece_text(c.piece, special=is_special(c.piece))
-            pt.truncate(piece_w - 1, overflow="ellipsis")
-            if is_next:
-                pt.stylize(NEXT)
-            elif c.cut_by:
-                pt.stylize(DIM)
+            pt = _piece_cell(c, piece_w, is_next)
             row.append_text(pt)
             row.append(" " * (piece_w - pt.cell_len))
             if show_id:
@@ -178,15 +165,7 @@ class LogitsPane(Pane):
 
         rows = [line(self.settings_line(v)), line(self.chain_line(v))]
         show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
-        head = Text(no_wrap=True)
-        head.append(f"  {'piece':<{piece_w}}", DIM)
-        if show_id:
-            head.append(f"{'id':>6}", DIM)
-        if show_logit:
-            head.append(f"{'logit':>7}", DIM)
-        head.append(f"{'p':>7}{'p′':>7} ", DIM)
-        head.append(f"{'':<{bar_w}} cut by", DIM)
-        rows.append(line(head))
+        rows.append(line(self._head(self.size.width or 50)))
         rows_room = max((self.size.height or 20) - 5, 3)
         for i, c in enumerate(v.candidates[:rows_room]):
             is_next = c.id == v.next_pick
@@ -194,12 +173,7 @@ class LogitsPane(Pane):
                 Segment("▶" if i == self.cursor else " ", MARKER),
                 Segment("★" if is_next else " ", NEXT),
             ]
-            pt = piece_text(c.piece, special=is_special(c.piece))
-            pt.truncate(piece_w - 1, overflow="ellipsis")
-            if is_next:
-                pt.stylize(NEXT)
-            elif c.cut_by:
-                pt.stylize(DIM)
+            pt = _piece_cell(c, piece_w, is_next)
             segs += [s for s in pt.render(console) if s.text != "\n"]
             segs.append(Segment(" " * (piece_w - pt.cell_len)))
             if show_id:
@@ -221,6 +195,19 @@ class LogitsPane(Pane):
             rows.append(segs)
         rows += [line(t) for t in self.pick_lines(v).split("\n")]
         return rows
+
+    def _head(self, width: int) -> Text:
+        """The column titles over the candidates."""
+        show_id, show_logit, piece_w, bar_w = self._columns(width)
+        head = Text(no_wrap=True)
+        head.append(f"  {'piece':<{piece_w}}", DIM)
+        if show_id:
+            head.append(f"{'id':>6}", DIM)
+        if show_logit:
+            head.append(f"{'logit':>7}", DIM)
+        head.append(f"{'p':>7}{'p′':>7} ", DIM)
+        head.append(f"{'':<{bar_w}} cut by", DIM)
+        return head
 
     def _columns(self, width: int) -> tuple[bool, bool, int, int]:
         """Which columns fit: id, logit, the piece's width and the bar's."""
@@ -248,3 +235,14 @@ class LogitsPane(Pane):
             if pk.eog:
                 t.append(" end of generation", Style(color="bright_red", bold=True))
         return t
+
+
+def _piece_cell(c: CandidateRow, piece_w: int, is_next: bool) -> Text:
+    """A candidate's piece, cut to its column: the next pick bright, cut ones dim."""
+    pt = piece_text(c.piece, special=is_special(c.piece))
+    pt.truncate(piece_w - 1, overflow="ellipsis")
+    if is_next:
+        pt.stylize(NEXT)
+    elif c.cut_by:
+        pt.stylize(DIM)
+    return pt
