@@ -306,6 +306,7 @@ class Controller:
         self._built_at = 0.0
         self._preview_cache: tuple[Any, Any] | None = None
         self._commands = 0
+        self._work_cache: tuple[object, float, WorkSnapshot] | None = None
         self._pieces_cache: tuple[tuple[int, ...], tuple[bytes, ...]] = ((), ())
         self._cells_cache: tuple[object, tuple[tuple[int, int, tuple[int, ...]], ...]] = (None, ())
         self._picks = 0  # picks so far: the preview cache must not outlive an RNG advance
@@ -983,7 +984,7 @@ class Controller:
             returned_text=s.returned_text,
             attention=self.attention.view(),
             memory=memory_report(eng),
-            work=eng.work.snapshot(),
+            work=self._work_snapshot(),
             verify=s.verify,
             turns=tuple(eng.turns[s.turns_from :]),
             shifts=tuple(eng.shifts[s.shifts_from :]),
@@ -997,6 +998,19 @@ class Controller:
             seqs=self._seq_views(),
             commands=self._commands,
         )
+
+    def _work_snapshot(self) -> WorkSnapshot:
+        """The work counter's series cost O(steps) to copy; while a reply plays they are
+        copied at most twice a second (the chart lags by that much, its totals too)."""
+        eng, s = self.engine, self.s
+        playing = s.mode == "autoplay" and s.activity == "generating"
+        now = time.monotonic()
+        cached = self._work_cache
+        if playing and cached is not None and cached[0] is eng.work and now - cached[1] < 0.5:
+            return cached[2]
+        snap = eng.work.snapshot()
+        self._work_cache = (eng.work, now, snap)
+        return snap
 
     def _seq_views(self) -> tuple[SeqView, ...]:
         eng, s = self.engine, self.s

@@ -10,6 +10,7 @@ Not thread-safe by design: exactly one thread may own an Engine (the TUI's decod
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import OrderedDict
@@ -301,9 +302,10 @@ class Engine:
                 return "off"
         return self.config.flash_attn
 
-    @property
+    @functools.cached_property
     def flash_attn_note(self) -> str | None:
-        """Why flash attention is on when the user did not ask for it, in llama.cpp's words."""
+        """Why flash attention is on when the user did not ask for it, in llama.cpp's words
+        (logged once, when the context is created)."""
         for line in self.log_lines:
             if "enabling flash_attn" in line:
                 return line.split(": ", 1)[-1].strip()
