@@ -97,6 +97,8 @@ def memory_part(model: Model, steps: int = STEPS) -> dict[str, Any]:
 
 
 async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dict[str, Any]:
+    from textual import events
+
     from tui.app import TokenstepApp
     from tui.widgets.logits import LogitsPane
 
@@ -125,7 +127,10 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                         break
                     before = pane.view.settings.temp if pane.view else None
                     t0 = time.perf_counter()
-                    await pilot.press("T" if i % 2 == 0 else "t")
+                    # Posted as the terminal driver does: Pilot.press first waits (up to a
+                    # second, twice) for the app to go idle, which a playing app never does.
+                    key = "T" if i % 2 == 0 else "t"
+                    app.post_message(events.Key(key, key))
                     while pane.view is None or pane.view.settings.temp == before:
                         await pilot.pause(0.001)
                     lat.append((time.perf_counter() - t0) * 1000.0)
