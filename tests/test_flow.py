@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from rich.segment import Segment
 
 from tui.widgets.flow import Atom, FlowLines, changed_from
 
 
-def _atoms(words: list[str]) -> list[Atom]:
-    return [Atom((Segment(w.rstrip("\n")),), len(w.rstrip("\n")), w.endswith("\n")) for w in words]
+def _atoms(words: list[str], trim: bool = False) -> list[Atom]:
+    return [
+        Atom((Segment(w.rstrip("\n")),), len(w.rstrip("\n")), w.endswith("\n"), trim=trim)
+        for w in words
+    ]
 
 
 def _text(flow: FlowLines) -> list[str]:
     return ["".join(s.text for s in line) for line in flow.lines]
 
 
-def _fresh(words: list[str], width: int) -> list[str]:
+def _fresh(words: list[str], width: int, trim: bool = False) -> list[str]:
     f = FlowLines()
-    f.update(_atoms(words), 0, width)
+    f.update(_atoms(words, trim), 0, width)
     return _text(f)
 
 
@@ -41,16 +45,19 @@ def test_changed_from():
     assert changed_from((), (1,)) == 0
 
 
-def test_incremental_equals_fresh_wrap():
+@pytest.mark.parametrize("trim", [False, True])
+def test_incremental_equals_fresh_wrap(trim):
     rng = random.Random(1)
     for _ in range(1500):
         width = rng.randint(1, 12)
         words = [
-            "x" * rng.randint(1, 15) + ("\n" if rng.random() < 0.1 else "")
+            " " * rng.randint(0, 2)
+            + "x" * rng.randint(1, 15)
+            + ("\n" if rng.random() < 0.1 else "")
             for _ in range(rng.randint(0, 30))
         ]
         flow = FlowLines()
-        flow.update(_atoms(words), 0, width)
+        flow.update(_atoms(words, trim), 0, width)
         for _ in range(5):
             new = list(words)
             op = rng.random()
@@ -60,6 +67,16 @@ def test_incremental_equals_fresh_wrap():
                 new = new[: rng.randint(0, len(new))]
             elif new:
                 new[rng.randrange(len(new))] = "z" * rng.randint(1, 15)
-            flow.update(_atoms(new), changed_from(tuple(words), tuple(new)), width)
-            assert _text(flow) == _fresh(new, width)
+            flow.update(_atoms(new, trim), changed_from(tuple(words), tuple(new)), width)
+            assert _text(flow) == _fresh(new, width, trim)
             words = new
+
+
+def test_a_word_that_wraps_drops_its_leading_space():
+    words = ["The", " days", " of", " the", " week"]
+    f = FlowLines()
+    f.update([Atom((Segment(w),), len(w), trim=True) for w in words], 0, 9)
+    assert _text(f) == ["The days", "of the", "week"]  # no line starts with a space
+    chips = FlowLines()  # chips keep their cells: no trimming unless asked
+    chips.update(_atoms(words), 0, 9)
+    assert _text(chips) == ["The days", " of the", " week"]

@@ -24,6 +24,7 @@ class Atom:
     segments: tuple[Segment, ...]
     width: int
     brk: bool = False  # a line break follows it
+    trim: bool = False  # drop its leading spaces when it starts a wrapped line (a word)
 
 
 class FlowLines:
@@ -34,6 +35,7 @@ class FlowLines:
         self.atoms: list[Atom] = []
         self.lines: list[list[Segment]] = []
         self.first_atom: list[int] = []  # the atom each line starts with (or continues)
+        self.soft: list[bool] = []  # the line began because the one before was full
 
     def update(self, atoms: list[Atom], changed_from: int, width: int) -> None:
         """``atoms`` equals the previous list before index ``changed_from``."""
@@ -47,26 +49,36 @@ class FlowLines:
         line = bisect_left(self.first_atom, target)
         if line == len(self.first_atom) or self.first_atom[line] != target:
             line -= 1  # the atom starts inside the line before
+        soft = False
         if line < 0:
             line, start = 0, 0
         else:
             start = self.first_atom[line]
             line = bisect_left(self.first_atom, start)  # the first line of that atom
+            soft = self.soft[line]
         del self.lines[line:]
         del self.first_atom[line:]
+        del self.soft[line:]
         self.atoms = atoms
-        self._wrap(start)
+        self._wrap(start, soft)
 
-    def _wrap(self, start: int) -> None:
+    def _emit(self, line: list[Segment], first: int, soft: bool) -> None:
+        self.lines.append(line)
+        self.first_atom.append(first)
+        self.soft.append(soft)
+
+    def _wrap(self, start: int, soft: bool) -> None:
         width = self.width
         cur: list[Segment] = []
-        cur_w, cur_first = 0, start
+        cur_w, cur_first, cur_soft = 0, start, soft
         for i in range(start, len(self.atoms)):
             a = self.atoms[i]
+            wrapped = i == start and soft
             if cur and cur_w + a.width > width:
-                self.lines.append(cur)
-                self.first_atom.append(cur_first)
-                cur, cur_w = [], 0
+                self._emit(cur, cur_first, cur_soft)
+                cur, cur_w, cur_soft, wrapped = [], 0, True, True
+            if wrapped and a.trim:
+                a = _lstrip(a)
             if not cur:
                 cur_first = i
             if a.width > width:  # a very wide atom: cut it into full lines
@@ -76,19 +88,29 @@ class FlowLines:
                     if not head:  # a double-width character on a one-cell line
                         head, rest = rest[:1], rest[1:]
                     rest_w -= sum(seg.cell_length for seg in head)
-                    self.lines.append(head)
-                    self.first_atom.append(i)
+                    self._emit(head, i, cur_soft)
+                    cur_soft = True
                 cur, cur_w, cur_first = rest, rest_w, i
             else:
                 cur.extend(a.segments)
                 cur_w += a.width
             if a.brk:
-                self.lines.append(cur)
-                self.first_atom.append(cur_first)
-                cur, cur_w, cur_first = [], 0, i + 1
+                self._emit(cur, cur_first, cur_soft)
+                cur, cur_w, cur_first, cur_soft = [], 0, i + 1, False
         if cur:
-            self.lines.append(cur)
-            self.first_atom.append(cur_first)
+            self._emit(cur, cur_first, cur_soft)
+
+
+def _lstrip(a: Atom) -> Atom:
+    """The atom without its leading spaces (a word that wrapped to a new line)."""
+    segs = list(a.segments)
+    while segs and not segs[0].text.strip(" "):
+        segs.pop(0)
+    if segs:
+        first = segs[0]
+        segs[0] = Segment(first.text.lstrip(" "), first.style, first.control)
+    width = sum(seg.cell_length for seg in segs)
+    return Atom(tuple(segs), width, a.brk, a.trim)
 
 
 def _split(segments: list[Segment], cells: int) -> tuple[list[Segment], list[Segment]]:

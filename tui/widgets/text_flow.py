@@ -181,7 +181,7 @@ def _update(
         nonlocal word, word_w, word_start
         if word or brk:
             assert word_start is not None
-            block.atoms.append(Atom(tuple(word), word_w, brk))
+            block.atoms.append(Atom(tuple(word), word_w, brk, trim=True))
             block.starts.append(word_start)
         word, word_w, word_start = [], 0, None
 
