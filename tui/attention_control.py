@@ -214,7 +214,7 @@ class AttentionControl:
             new = tuple(eng.records[a:b])
             s.last_records = new
             s.new_cells = (0, eng.kv.used)
-            s.timeline += [(r.phase, r.call.n_tokens, r.decode_ms) for r in new]
+            s.timeline.add(new)
         self._cache = None
 
     # -- the view ---------------------------------------------------------------------------------

@@ -120,35 +120,32 @@ class TimelineTotals:
 
 
 class Timeline:
-    """(phase, n_tokens, decode_ms) per call: the newest ``TIMELINE_KEEP`` as a list the pane
-    draws, and running totals over all of them, so a long session costs O(1) per step."""
+    """(phase, n_tokens, decode_ms) per ``llama_decode`` call: the newest ``TIMELINE_KEEP``
+    for the pane to draw, and running totals over all of them, so a long session costs O(1)
+    per step."""
 
-    def __init__(self, calls: Iterable[tuple[str, int, float]] = ()) -> None:
+    def __init__(self, records: Iterable[StepRecord] = ()) -> None:
         self.recent: deque[tuple[str, int, float]] = deque(maxlen=TIMELINE_KEEP)
         self.n = 0
-        self._sums = [0, 0, 0.0, 0, 0, 0.0]
-        self += calls
+        self._totals = {"prefill": [0, 0, 0.0], "decode": [0, 0, 0.0]}  # calls, tokens, ms
+        self.add(records)
 
-    def append(self, call: tuple[str, int, float]) -> None:
-        phase, n, ms = call
-        self.recent.append(call)
-        self.n += 1
-        k = 0 if phase == "prefill" else 3
-        self._sums[k] += 1
-        self._sums[k + 1] += n
-        self._sums[k + 2] += ms
-
-    def __iadd__(self, calls: Iterable[tuple[str, int, float]]) -> Timeline:
-        for call in calls:
-            self.append(call)
-        return self
+    def add(self, records: Iterable[StepRecord]) -> None:
+        for rec in records:
+            n, ms = rec.call.n_tokens, rec.decode_ms
+            self.recent.append((rec.phase, n, ms))
+            self.n += 1
+            acc = self._totals["prefill" if rec.phase == "prefill" else "decode"]
+            acc[0] += 1
+            acc[1] += n
+            acc[2] += ms
 
     def __len__(self) -> int:
         return self.n
 
     def totals(self) -> TimelineTotals:
-        a = self._sums
-        return TimelineTotals(int(a[0]), int(a[1]), a[2], int(a[3]), int(a[4]), a[5])
+        p, d = self._totals["prefill"], self._totals["decode"]
+        return TimelineTotals(int(p[0]), int(p[1]), p[2], int(d[0]), int(d[1]), d[2])
 
 
 @dataclass(frozen=True)
@@ -500,7 +497,7 @@ class Controller:
         s.lit = (TOKENIZE, BATCH, DECODE, LOGITS)
         s.last_records = tuple(records)
         s.new_cells = (eng.kv.used - sum(r.call.n_tokens for r in records), eng.kv.used)
-        s.timeline += [(r.phase, r.call.n_tokens, r.decode_ms) for r in records]
+        s.timeline.add(records)
         s.tokenized = Tokenized(len(text), text_tokens, len(tokens), records[0].reused)
         s.last_pick = None
         s.dirty_since_save = True
@@ -572,16 +569,25 @@ class Controller:
                 self._note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
             self._turn_ended()
             return
-        s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
-        s.last_records = (rec,)
-        s.new_cells = (before, eng.kv.used)
-        s.timeline.append((rec.phase, rec.call.n_tokens, rec.decode_ms))
-        if rec.shift is not None:
-            self._shifted(rec.shift)
-        elif force is not None:
+        if self._stepped(rec, before):
+            return  # the notice says what the shift forgot
+        if force is not None:
             self._note(f"Forced token {force}; it was decoded like any sampled token.")
         elif s.mode == "step":
             self._note("Stepped one token: sample, detokenize, feed back, decode.")
+
+    def _stepped(self, rec: StepRecord, before: int) -> bool:
+        """Note one decode step (one sequence or several): the stages it lit, its record, the
+        cells it wrote, its time. True when a context shift came first (and was noted)."""
+        s = self.s
+        s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
+        s.last_records = (rec,)
+        s.new_cells = (before, self.engine.kv.used)
+        s.timeline.add((rec,))
+        if rec.shift is None:
+            return False
+        self._shifted(rec.shift)
+        return True
 
     def _shifted(self, ev: ShiftEvent) -> None:
         """A context shift forgot tokens [n_keep, n_keep + n_discard): cut them out of the
@@ -618,13 +624,7 @@ class Controller:
             return
         for seq, row in rec.rows.items():
             s.fork_tokens.setdefault(seq, []).append(row.token)
-        s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
-        s.last_records = (rec,)
-        s.new_cells = (before, eng.kv.used)
-        s.timeline.append((rec.phase, rec.call.n_tokens, rec.decode_ms))
-        if rec.shift is not None:
-            self._shifted(rec.shift)
-        elif s.mode == "step":
+        if not self._stepped(rec, before) and s.mode == "step":
             ids = ", ".join(str(q) for q in rec.rows)
             self._note(f"One llama_decode for sequences {ids}: one token each, own positions.")
 
@@ -874,16 +874,12 @@ class Controller:
             return self._preview_cache[1]  # type: ignore[no-any-return]
         chain = eng.preview()
         top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
+        ids = top.tolist()
         rows = tuple(
-            CandidateRow(
-                t,
-                eng.vocab.piece(t),
-                float(logits[t]),
-                pt,
-                chain.p_final(t),
-                chain.cut_by(t),
+            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut)
+            for t, pt, pf, cut in zip(
+                ids, p_top.tolist(), chain.p_final_many(ids), chain.cut_by_many(ids), strict=True
             )
-            for t, pt in zip(top.tolist(), p_top.tolist(), strict=True)
         )
         out = (rows, chain, entropy, chain.selected)
         self._preview_cache = (key, out)  # type: ignore[assignment]

@@ -130,7 +130,7 @@ def restore(controller: Controller, header: dict[str, Any], path: str | Path) ->
     s.lit = (BATCH, DECODE, LOGITS) if records else ()
     s.last_records = tuple(records)
     s.new_cells = (0, eng.kv.used)
-    s.timeline = Timeline((r.phase, r.call.n_tokens, r.decode_ms) for r in records)
+    s.timeline = Timeline(records)
     s.dirty_since_save = False
     s.notice = (
         f"Resumed {path}: {len(messages)} message(s) and the sampler settings; "
