@@ -23,6 +23,7 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 HEX_STYLE = Style(color="bright_red", bold=True)
 SPECIAL_STYLE = Style(color="magenta", italic=True)
 DIM = Style(dim=True)
+GAP = Style(color="black", bgcolor="orange1", bold=True)  # where a context shift cut
 CHIP_BACKGROUNDS = ("#1f3b57", "#3b2f57", "#2f5740", "#57442f", "#4a2f3f", "#2f4f57")
 SEQ_COLORS = ("green", "dodger_blue1", "orange1", "magenta", "cyan", "yellow")
 ROLE_STYLES = {

@@ -14,14 +14,13 @@ from rich.style import Style
 from textual import events
 
 from ..engine.tokens import display_bytes, escape_controls
-from .common import SEQ_COLORS, LinePane, fmt_bytes
+from .common import GAP, SEQ_COLORS, LinePane, fmt_bytes
 
 FREE = Style(color="grey30")
 NEW = Style(color="bright_yellow", bold=True)
 NEWEST = Style(color="bright_white", bold=True)
 LABEL = Style(color="grey50")
 LABEL_W = 6
-GAP = Style(color="black", bgcolor="orange1", bold=True)
 GAP_TEXT = Style(color="grey50", strike=True)
 SHIFT_LINES = 3  # the newest shifts listed above the grid (a summary line counts them all)
 

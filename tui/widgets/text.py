@@ -17,13 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from ..controller import SeqView, View
-from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
+from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
-from .text_flow import TextFlow, plain_of
+from .text_flow import TextFlow, conversation_parts, gap_words, plain_of
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
-GAP = Style(color="black", bgcolor="orange1", bold=True)
 FORGOTTEN = Style(color="grey50", strike=True)
 FORK = Style(color="grey62", italic=True)
 
@@ -201,42 +200,29 @@ class ConversationPane(FlowPane):
             return t
         end = shared_count(v) if v.seqs else len(v.pieces)
         self._shared = end
-        gap = v.shifts[-1].n_keep if v.shifts else None  # every shift cuts right after n_keep
-        gap_drawn = False
-        for sp in v.spans:
-            start, stop = sp.start, min(sp.end, end)
-            if stop <= start:
+        for part in conversation_parts(v, end):
+            if part.kind == "gap":
+                t.append_text(gap_marker(v))
                 continue
-            has_gap = gap is not None and not gap_drawn and start <= gap < stop
-            if sp.role == "template":
-                if has_gap:
-                    t.append_text(gap_marker(v))
-                    gap_drawn = True
-                continue
-            style = ROLE_STYLES.get(sp.role, Style())
-            if not v.raw:
+            style = ROLE_STYLES.get(part.role, Style())
+            if part.kind == "head":
                 if t:
                     t.append("\n")
-                t.append(f"{ROLE_NAMES.get(sp.role, sp.role)} ▸ ", style + Style(bold=True))
-            parts = [(start, gap), (gap, stop)] if has_gap and gap is not None else [(start, stop)]
-            for k, (a, b) in enumerate(parts):
-                if k:
-                    t.append_text(gap_marker(v))
-                    gap_drawn = True
-                body, pending = span_text(
-                    v.pieces, a, b, style, boundaries=self.boundaries, newest=newest
-                )
-                t.append_text(body)
-                if pending and (b == gap or (v.seqs and b == end)):
-                    # Cut by the shift, or completed in the fork's columns (they start with
-                    # these bytes).
-                    self._pending = pending if b == end else b""
-                    t.append("⋯", DIM)
-                elif pending:
-                    t.append("⋯", DIM)
-                    t.append(f"({len(pending)} byte(s) of a character still to come)", DIM)
-        if gap is not None and not gap_drawn:
-            t.append_text(gap_marker(v))
+                t.append(f"{ROLE_NAMES.get(part.role, part.role)} ▸ ", style + Style(bold=True))
+                continue
+            a, b = part.start, part.end
+            body, pending = span_text(
+                v.pieces, a, b, style, boundaries=self.boundaries, newest=newest
+            )
+            t.append_text(body)
+            if pending and (part.cut or (v.seqs and b == end)):
+                # Cut by the shift, or completed in the fork's columns (they start with
+                # these bytes).
+                self._pending = pending if b == end else b""
+                t.append("⋯", DIM)
+            elif pending:
+                t.append("⋯", DIM)
+                t.append(f"({len(pending)} byte(s) of a character still to come)", DIM)
         if v.seqs:
             ids = ", ".join(str(sv.seq_id) for sv in v.seqs)
             t.append(
@@ -263,7 +249,4 @@ def shared_count(v: View) -> int:
 
 
 def gap_marker(v: View) -> Text:
-    """Where a context shift cut the text: how many tokens are gone, over how many shifts."""
-    n = sum(len(ev.forgotten) for ev in v.shifts)
-    k = len(v.shifts)
-    return Text(f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ ", GAP)
+    return Text(gap_words(v), GAP)

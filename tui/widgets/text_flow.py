@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +25,51 @@ from rich.segment import Segment
 from rich.style import Style
 
 from ..controller import View
-from .common import DIM, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
+from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
 from .flow import Atom
 
 _HEX = re.compile(r"(<0x[0-9A-F]{2}>)")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of the conversation as drawn: a role header, a run of tokens, or the marker
+    where a context shift cut the text."""
+
+    kind: str  # "head", "body" or "gap"
+    role: str = ""
+    start: int = 0
+    end: int = 0
+    cut: bool = False  # a body that ends where the shift cut (its pending bytes are gone)
+
+
+def conversation_parts(v: View, end: int) -> Iterator[Part]:
+    """The conversation's tokens [0, end) in drawing order: template text is skipped, each
+    message gets a header (not in raw mode), and the shift marker stands right after the
+    n_keep tokens every shift keeps. Both the Rich builder and :class:`TextFlow` draw this."""
+    gap = v.shifts[-1].n_keep if v.shifts else None
+    gap_drawn = False
+    for sp in v.spans:
+        start, stop = sp.start, min(sp.end, end)
+        if stop <= start:
+            continue
+        has_gap = gap is not None and not gap_drawn and start <= gap < stop
+        if sp.role == "template":
+            if has_gap:
+                yield Part("gap")
+                gap_drawn = True
+            continue
+        if not v.raw:
+            yield Part("head", sp.role)
+        if has_gap and gap is not None:
+            yield Part("body", sp.role, start, gap, cut=True)
+            yield Part("gap")
+            gap_drawn = True
+            yield Part("body", sp.role, gap, stop)
+        else:
+            yield Part("body", sp.role, start, stop)
+    if gap is not None and not gap_drawn:
+        yield Part("gap")
 
 
 @dataclass
@@ -58,56 +100,41 @@ class TextFlow:
     ) -> list[Atom]:
         out: list[Atom] = []
         newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
-        gap = v.shifts[-1].n_keep if v.shifts else None
-        gap_drawn = False
         used: dict[tuple[Any, ...], _Block] = {}
-        first = True
-        for sp in v.spans:
-            start, stop = sp.start, min(sp.end, v.n_past)
-            if stop <= start:
+        for part in conversation_parts(v, v.n_past):
+            if part.kind == "gap":
+                out.append(gap_atom(v))
                 continue
-            has_gap = gap is not None and not gap_drawn and start <= gap < stop
-            if sp.role == "template":
-                if has_gap:
-                    out.append(gap_atom(v))
-                    gap_drawn = True
-                continue
-            style = ROLE_STYLES.get(sp.role, Style())
-            if not v.raw:
-                if not first:
+            style = ROLE_STYLES.get(part.role, Style())
+            if part.kind == "head":
+                if out:
                     out.append(Atom((), 0, True))  # the newline before the next message
-                head = f"{ROLE_NAMES.get(sp.role, sp.role)} ▸ "
+                head = f"{ROLE_NAMES.get(part.role, part.role)} ▸ "
                 out.append(Atom((Segment(head, style + Style(bold=True)),), cell_len(head)))
-            first = False
-            parts = [(start, gap), (gap, stop)] if has_gap and gap is not None else [(start, stop)]
-            for k, (a, b) in enumerate(parts):
-                if k:
-                    out.append(gap_atom(v))
-                    gap_drawn = True
-                key = (sp.role, a, boundaries, v.raw)
-                block = self._blocks.get(key) or _Block(key)
-                mark = newest - a if newest is not None and a <= newest < b else None
-                _update(
-                    block,
-                    v.tokens[a:b],
-                    v.pieces,
-                    a,
-                    style,
-                    mark,
-                    boundaries,
-                    newest_style,
-                    boundary_styles,
-                )
-                used[key] = block
-                out.extend(block.atoms)
-                if block.pending:
-                    out.append(Atom((Segment("⋯", DIM),), 1))
-                    if b != gap:
-                        note = f"({len(block.pending)} byte(s) of a character still to come)"
-                        out.append(Atom((Segment(note, DIM),), cell_len(note)))
+                continue
+            a, b = part.start, part.end
+            key = (part.role, a, boundaries, v.raw)
+            block = self._blocks.get(key) or _Block(key)
+            mark = newest - a if newest is not None and a <= newest < b else None
+            _update(
+                block,
+                v.tokens[a:b],
+                v.pieces,
+                a,
+                style,
+                mark,
+                boundaries,
+                newest_style,
+                boundary_styles,
+            )
+            used[key] = block
+            out.extend(block.atoms)
+            if block.pending:
+                out.append(Atom((Segment("⋯", DIM),), 1))
+                if not part.cut:
+                    note = f"({len(block.pending)} byte(s) of a character still to come)"
+                    out.append(Atom((Segment(note, DIM),), cell_len(note)))
         self._blocks = used
-        if gap is not None and not gap_drawn:
-            out.append(gap_atom(v))
         if not v.raw and v.reply_start is not None and not v.reply_tokens:
             out.append(Atom((), 0, True))
             head = "model ▸ "
@@ -123,13 +150,16 @@ class TextFlow:
         return out
 
 
-def gap_atom(v: View) -> Atom:
-    """Where a context shift cut the text (the same words as ``text.gap_marker``)."""
+def gap_words(v: View) -> str:
+    """Where a context shift cut the text: how many tokens are gone, over how many shifts."""
     n = sum(len(ev.forgotten) for ev in v.shifts)
     k = len(v.shifts)
-    text = f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ "
-    gap = Style(color="black", bgcolor="orange1", bold=True)
-    return Atom((Segment(text, gap),), cell_len(text))
+    return f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ "
+
+
+def gap_atom(v: View) -> Atom:
+    text = gap_words(v)
+    return Atom((Segment(text, GAP),), cell_len(text))
 
 
 def plain_of(atoms: list[Atom]) -> str:
