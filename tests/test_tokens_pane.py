@@ -16,12 +16,12 @@ def _lines(pane: TokensPane) -> list[list[tuple[str, object]]]:
 def _fresh_lines(pane: TokensPane) -> list[list[tuple[str, object]]]:
     """Forget every cached chip and line, wrap the same view again."""
     assert pane.view is not None
-    kept = (pane._chips, pane._key, pane._spans, pane._newest, pane.flow)
-    pane._chips, pane._key, pane._spans, pane._newest = [], (), (), 0
+    kept = (pane._chips, pane._key, pane._tokens, pane._spans, pane._newest, pane.flow)
+    pane._forget()
     pane.flow = FlowLines()
     pane.show(pane.view)
     out = _lines(pane)
-    pane._chips, pane._key, pane._spans, pane._newest, pane.flow = kept
+    pane._chips, pane._key, pane._tokens, pane._spans, pane._newest, pane.flow = kept
     return out
 
 

@@ -113,11 +113,6 @@ class RecordLog:
         yield from reversed(self._kept)
         yield from sorted(self._pinned.values(), key=lambda r: -r.index)
 
-    def since(self, start: int) -> list[StepRecord]:
-        """The records from index ``start`` on that are in memory."""
-        out = [r for i, r in sorted(self._pinned.items()) if i >= start]
-        return out + self._kept[max(0, start - self._first) :]
-
     def dicts(self, start: int = 0) -> Iterator[dict[str, Any]]:
         """Every record from index ``start`` on, as the trace's dict: spilled ones are read
         back from the temporary file, the others converted now."""
@@ -131,8 +126,3 @@ class RecordLog:
             yield json.loads(self._spill.readline())
         for rec in self._kept[max(0, start - self._first) :]:
             yield self.to_dict(rec)
-
-    def close(self) -> None:
-        if self._spill is not None:
-            self._spill.close()
-            self._spill = None

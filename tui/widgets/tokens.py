@@ -39,12 +39,13 @@ class TokensPane(FlowPane):
         self.show_ids = False
         self._chips: list[Atom] = []
         self._key: tuple[ChipKey, ...] = ()  # per token: what its chip shows
+        self._tokens: tuple[int, ...] = ()  # the view they were built for
         self._spans: tuple[Span, ...] = ()
         self._newest = 0
 
     def toggle_ids(self) -> None:
         self.show_ids = not self.show_ids
-        self._chips, self._key, self._spans, self._newest = [], (), (), 0
+        self._forget()
         if self.view is not None:
             self.show(self.view)
 
@@ -64,12 +65,16 @@ class TokensPane(FlowPane):
         parts = [f"{ROLE_NAMES.get(r, r)} {nt:,}/{nc:,}" for r, (nt, nc) in roles.items()]
         self.border_subtitle = " · ".join(parts) + " (tokens/chars)" if parts else ""
 
+    def _forget(self) -> None:
+        """Drop every cached chip: the next view builds them all."""
+        self._chips, self._key, self._tokens, self._spans, self._newest = [], (), (), (), 0
+
     def _chip_keys(self, v: View) -> tuple[tuple[ChipKey, ...], int]:
         """What decides each chip's look: token, role, and whether it is the newest reply
         token (drawn reversed); equal keys mean an equal chip. Also the first index that may
         differ from the previous view: only chips from there on are looked at again."""
         old = self._key
-        k = changed_from(tuple(key[0] for key in old), v.tokens) if old else 0
+        k = changed_from(self._tokens, v.tokens)
         newest = v.n_past - 1
         # The reversed "newest" chip moves: both the old one and the new one are redrawn.
         k = max(0, min(k, _spans_changed_at(self._spans, v.spans), self._newest, newest))
@@ -82,7 +87,7 @@ class TokensPane(FlowPane):
         tail = tuple(
             (v.tokens[i], role_at[i - k], i == newest and i >= reply) for i in range(k, v.n_past)
         )
-        self._spans, self._newest = v.spans, newest
+        self._tokens, self._spans, self._newest = v.tokens, v.spans, newest
         return old[:k] + tail, k
 
     def _chip(self, v: View, i: int, key: ChipKey) -> Atom:
@@ -118,7 +123,7 @@ class TokensPane(FlowPane):
         if not view.tokens:
             hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
             segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
-            self._chips, self._key, self._spans, self._newest = [], (), (), 0
+            self._forget()
             self.flow.update([Atom(segs, hint.cell_len)], 0, self.size.width)
         else:
             k = self._update_chips(view)
