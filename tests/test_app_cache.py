@@ -139,19 +139,32 @@ async def test_no_prefix_cache_recomputes_everything(make_engine, tmp_path):
         assert [t.reused for t in app.view.turns] == [0, 0]
 
 
-@run_async
-async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_path):
+SHIFT_TEXT = "One two three four five six seven eight nine ten eleven twelve"
+
+
+def shift_app(make_engine, tmp_path) -> TokenstepApp:
+    """Raw mode, greedy, -c 48 --context-full shift --keep 4: autoplay soon shifts."""
     engine = make_engine(SamplerSettings(temp=0.0), n_ctx=48, context_full="shift", n_keep=4)
-    app = TokenstepApp(
+    return TokenstepApp(
         engine, raw=True, autoplay=True, autosave_dir=tmp_path / "a", close_engine=False
     )
-    text = "One two three four five six seven eight nine ten eleven twelve"
+
+
+async def play_to_first_shift(pilot, app: TokenstepApp) -> None:
+    """Send SHIFT_TEXT, let autoplay run until the context shifts, then pause."""
+    await pilot.press(*SHIFT_TEXT, "enter")
+    await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
+    await pilot.press("space")
+
+
+@run_async
+async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_path):
+    app = shift_app(make_engine, tmp_path)
+    engine = app.controller.engine
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*text, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
-        await pilot.press("space")
+        await play_to_first_shift(pilot, app)
         ev = app.view.shifts[0]
-        prompt = engine.vocab.tokenize(text, add_special=True)
+        prompt = engine.vocab.tokenize(SHIFT_TEXT, add_special=True)
         keep = 4 + int(engine.info.add_bos)  # --keep 4, plus BOS when the model adds one
         assert ev.n_keep == keep
         assert ev.n_discard == (48 - keep) // 2  # the oldest half of the rest

@@ -19,7 +19,7 @@ from tui.widgets.mask import COLORS, CausalMaskPane, seq_mask_blocks, seq_mask_g
 from tui.widgets.text import ConversationPane
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
-from .test_app_cache import cache_text, open_tab
+from .test_app_cache import cache_text, open_tab, play_to_first_shift, shift_app
 
 MESSAGE = "Write one sentence about the sea."
 STEPS = 5
@@ -219,15 +219,9 @@ def test_downsampled_mask_blocks_match_the_full_mask():
 
 @run_async
 async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_path, tmp_path):
-    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=48, context_full="shift", n_keep=4)
-    app = TokenstepApp(
-        engine, raw=True, autoplay=True, autosave_dir=tmp_path / "a", close_engine=False
-    )
-    text = "One two three four five six seven eight nine ten eleven twelve"
+    app = shift_app(make_engine, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*text, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
-        await pilot.press("space")
+        await play_to_first_shift(pilot, app)
         await wait_for(pilot, lambda: app.view.mode == "step", "the pause")
         await open_tab(pilot, app, "4")
         kv = app.query_one(KVCachePane)
