@@ -103,6 +103,9 @@ async def test_text_pane_scrolls_to_the_newest_line_without_a_layout_pass(make_e
         rows, height = pane.count_rows(), pane.size.height
         assert rows > height
         assert pane.show_vertical_scrollbar
+        # No line runs under the scrollbar: every cell of the text is on screen.
+        widest = max(sum(seg.cell_length for seg in line) for line in pane.flow.lines)
+        assert widest <= pane.scrollable_content_region.width
         assert pane.virtual_size.height == rows
         top = int(pane.scroll_offset.y)
         assert top <= rows - 1 < top + height  # the newest line is on screen

@@ -154,6 +154,12 @@ class FlowPane(LinePane):
         super().__init__(id=id, classes=classes)
         self.flow = FlowLines()
 
+    @property
+    def wrap_width(self) -> int:
+        """The width lines wrap to: the pane less its scrollbar's column, kept free even while
+        no scrollbar shows, so the lines do not re-wrap (or hide a cell) when one appears."""
+        return max(self.size.width - self.styles.scrollbar_size_vertical, 1)
+
     def count_rows(self) -> int:
         return len(self.flow.lines)
 

@@ -97,7 +97,7 @@ class ConversationPane(FlowPane):
 
     def show(self, view: View) -> None:
         self.view = view
-        width = max(self.size.width, 1)
+        width = self.wrap_width
         if view.seqs or not view.tokens:
             self._text.reset()
             renderable = self.render_view(view, self.build(view))  # sets self.plain

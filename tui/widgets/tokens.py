@@ -124,15 +124,15 @@ class TokensPane(FlowPane):
             hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
             segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
             self._forget()
-            self.flow.update([Atom(segs, hint.cell_len)], 0, self.size.width)
+            self.flow.update([Atom(segs, hint.cell_len)], 0, self.wrap_width)
         else:
             k = self._update_chips(view)
-            self.flow.update(self._chips, k, self.size.width)
+            self.flow.update(self._chips, k, self.wrap_width)
         self.relayout()
 
     def on_resize(self) -> None:
         if self.view is not None:
-            self.flow.update(self.flow.atoms, 0, self.size.width)
+            self.flow.update(self.flow.atoms, 0, self.wrap_width)
         super().on_resize()
 
 
