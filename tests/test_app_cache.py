@@ -10,6 +10,7 @@ from tui.engine import SamplerSettings
 from tui.widgets.batch import BatchPane
 from tui.widgets.cache import CacheTab, MemoryTab
 from tui.widgets.memory import MemoryPane
+from tui.widgets.pipeline import PipelinePane
 from tui.widgets.quadratic import QuadraticPane
 
 from .test_app import SIZE, make_app, prompt_for, run_async, send, wait_for
@@ -199,6 +200,9 @@ async def test_fork_steps_two_sequences_in_one_batch(make_engine, tmp_path):
         assert app.view.fork_at == at
         rec = app.view.last_records[-1]
         assert sorted(t.seq_ids for t in rec.call.tokens) == [(0,), (1,)]
+        # The pipeline reads the batch: one logits row per sequence, not "on the last".
+        batch_fact = app.query_one(PipelinePane).facts(app.view)[1]
+        assert "seqs 0,1" in batch_fact and "logits on 2 rows" in batch_fact
         # Shared prefix: the prompt's cells carry both seq_ids; each step added one per seq.
         shared = [c for c in app.view.kv_cells if len(c[2]) == 2]
         assert len(shared) == at and len(app.view.kv_cells) == at + 6

@@ -93,9 +93,21 @@ class PipelinePane(Pane):
                 out[2] = f"1 token in {fmt_ms(self, ms)}"
             else:
                 ub = sum(len(r.call.ubatches) for r in recs)
+                # Read from the batch itself: a prefill asks for logits on its last token
+                # only, a step after a fork on one row per sequence.
+                toks = [t for r in recs for t in r.call.tokens]
+                rows = sum(1 for t in toks if t.logits)
+                seqs = sorted({q for t in toks for q in t.seq_ids})
+                where = (
+                    "logits on the last"
+                    if rows == 1 and toks[-1].logits
+                    else f"logits on {_plural(rows, 'row')}"
+                )
                 out[1] = (
-                    f"{n} tokens · pos {recs[0].call.tokens[0].pos}–{last.call.tokens[-1].pos}"
-                    f" · {_plural(len(recs), 'call')}, {_plural(ub, 'ubatch').replace('chs', 'ches')} · logits on the last"
+                    f"{n} tokens · pos {toks[0].pos}–{toks[-1].pos}"
+                    + (f" · seqs {','.join(map(str, seqs))}" if len(seqs) > 1 else "")
+                    + f" · {_plural(len(recs), 'call')}, "
+                    + f"{_plural(ub, 'ubatch').replace('chs', 'ches')} · {where}"
                 )
                 out[2] = f"{n} tokens in {fmt_ms(self, ms)} ({fmt_rate(self, n, ms)})"
                 if last.reused:
