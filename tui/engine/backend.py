@@ -1,0 +1,106 @@
+"""The backend seam: what the decode worker needs from whatever computes the logits.
+
+The worker (``tui/worker``) never asks which class it drives. It asks :attr:`Backend.capabilities`
+and talks through the methods below. The local llama.cpp :class:`~tui.engine.session.Engine`
+is the first implementation; a remote llama-server backend is the second. A pane that needs
+something a backend cannot give (KV cells, attention weights, the compute graph, verify)
+reads the answer from the view and says why it is empty, instead of showing stale numbers.
+
+Pure Python: no llama.cpp call here, so a remote backend can import it without a context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .model import ModelInfo
+    from .records import RecordLog
+    from .sampling import ChainResult, SamplerSettings
+    from .session import PrefillTurn, ShiftEvent, StepRecord
+    from .verify import VerifyResult
+    from .work import WorkCounter
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can show. Each flag is one kind of pane or command."""
+
+    name: str  # "local llama.cpp" or "llama-server at http://..."
+    kv_cells: bool = True  # the KV mirror holds real cells (grid, causal mask from cells)
+    attention: bool = True  # attention weights from the eval callback
+    graph: bool = True  # graph census and profile of a decode
+    verify: bool = True  # recompute the context in a second context and compare
+    fork: bool = True  # several sequences in one llama_decode
+    full_vocab: bool = True  # logits for the whole vocabulary (not only the top K)
+    context_shift: bool = True
+    lens: bool = False  # the logit lens (per-layer projection of l_out)
+
+    def missing(self, what: str) -> str | None:
+        """A sentence for a pane that needs ``what`` (a field name), or None if available."""
+        if getattr(self, what, False):
+            return None
+        return f"needs a local model: this one runs on {self.name}"
+
+
+LOCAL = Capabilities("local llama.cpp")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The operations the worker drives; the local Engine satisfies it structurally."""
+
+    info: ModelInfo
+    settings: SamplerSettings
+    records: RecordLog
+    turns: list[PrefillTurn]
+    shifts: list[ShiftEvent]
+    work: WorkCounter
+    stop_reason: str | None
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def tokens(self) -> list[int]: ...
+
+    @property
+    def n_past(self) -> int: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    # the loop
+    def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]: ...
+
+    def sample_next(self, force: int | None = None) -> int: ...
+
+    def feed(self, token: int) -> StepRecord | None: ...
+
+    def preview(self, settings: SamplerSettings | None = None) -> ChainResult: ...
+
+    def rewind(self, n: int = 1) -> int: ...
+
+    def reset(self) -> None: ...
+
+    # several sequences
+    @property
+    def seq_ids(self) -> list[int]: ...
+
+    def fork(self, src: int = 0) -> int: ...
+
+    def drop_seq(self, seq: int) -> None: ...
+
+    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None: ...
+
+    # exactness
+    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult: ...
+
+    def close(self) -> None: ...
+
+
+def describe(caps: Capabilities, wanted: Sequence[str]) -> dict[str, Any]:
+    """For saved sessions and ``trace``: which of ``wanted`` this backend provides."""
+    return {"backend": caps.name, **{w: bool(getattr(caps, w, False)) for w in wanted}}
