@@ -24,6 +24,7 @@ from typing import Any
 
 from . import session_store
 from .attention_control import AttentionControl, AttentionView
+from .engine.backend import LOCAL, Capabilities
 from .engine.chat import Message, chat_tokens
 from .engine.errors import ContextFullError, TokenstepError
 from .engine.kvcache import KVLogReport
@@ -208,6 +209,7 @@ class View:
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     timeline_totals: TimelineTotals = TimelineTotals()  # over every call, not only those kept
     timeline_older: int = 0  # calls before ``timeline[0]`` that are only counted
+    capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
 
     @property
     def kv_used(self) -> int:
@@ -993,6 +995,7 @@ class Controller:
             fork_at=s.fork_at,
             seqs=self._seq_views(),
             commands=self._commands,
+            capabilities=eng.capabilities,
         )
 
     def _work_snapshot(self) -> WorkSnapshot:

@@ -21,6 +21,7 @@ import llama_cpp
 import numpy as np
 
 from . import ggml, llama_log
+from .backend import LOCAL, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
 from .errors import ContextFullError, TokenstepError
 from .kvcache import Forgotten, KVLayout, KVLogReport, KVMirror, parse_kv_log
@@ -312,6 +313,11 @@ class Engine:
         return None
 
     # -- state ---------------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        """Everything: a local context can show its cells, attention, graph and verify."""
+        return LOCAL
+
     @property
     def tokens(self) -> list[int]:
         """The tokens in the context (sequence 0), oldest first."""
