@@ -8,6 +8,7 @@ against the file size first: a hostile file cannot make us allocate gigabytes.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import struct
@@ -217,6 +218,7 @@ def validate(path: str | os.PathLike[str]) -> GGUFHeader:
         raise ModelError(
             f"{hdr.path} claims {n_layer!r} layers; llama.cpp supports 1 to {LLAMA_MAX_LAYERS}."
         )
+    check_hparams(hdr)
     end = tensor_data_end(hdr)
     if end > hdr.file_size:
         raise ModelError(
@@ -224,3 +226,34 @@ def validate(path: str | os.PathLike[str]) -> GGUFHeader:
             f"{hdr.file_size:,}."
         )
     return hdr
+
+
+def check_hparams(hdr: GGUFHeader) -> None:
+    """Refuse numeric hyperparameters on which llama.cpp would abort the whole process.
+
+    llama.cpp reads these values without checking them and asserts later, in the middle of the
+    first ``llama_decode`` (``ops.cpp: GGML_ASSERT(eps >= 0.0f)`` for a NaN norm epsilon), or
+    while loading (``GGML_ASSERT(hparams.n_expert_used <= hparams.n_expert)``). An abort takes
+    the terminal with it, so each is one sentence here, before llama.cpp sees the file."""
+    prefix = f"{hdr.arch}."
+    for key, value in hdr.metadata.items():
+        if not key.startswith(prefix):
+            continue
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ModelError(f"{hdr.path} has {key} = {v}, which is not a finite number.")
+        if key.endswith("epsilon") and any(isinstance(v, float) and v < 0 for v in values):
+            raise ModelError(f"{hdr.path} has a negative {key}; a norm's epsilon must be >= 0.")
+        if key.endswith("rope.freq_base") and any(
+            isinstance(v, (int, float)) and v <= 0 for v in values
+        ):
+            raise ModelError(f"{hdr.path} has {key} = {value}; a rope base must be positive.")
+    n_expert = hdr.arch_get("expert_count", 0)
+    n_used = hdr.arch_get("expert_used_count", 0)
+    if isinstance(n_expert, int) and isinstance(n_used, int):
+        if n_used > n_expert or (n_expert > 0 and n_used < 1):
+            raise ModelError(
+                f"{hdr.path} uses {n_used} of {n_expert} experts per token; "
+                "llama.cpp needs 1 to expert_count."
+            )
