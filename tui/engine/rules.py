@@ -41,3 +41,18 @@ def attention_capture_conflict(cache_type_v: str, flash_attn: str = "off") -> st
             "needs it on; use -ctv f16."
         )
     return None
+
+
+def batch_holds_sequences(n_batch: int, n_seq_max: int) -> str | None:
+    """Why llama.cpp would abort on this ``n_batch``, or None.
+
+    llama.cpp sizes the output buffer for ``n_batch`` rows, and reserving the worst-case graph
+    asks for one output row per sequence; with ``n_batch < n_seq_max`` it fails
+    ``GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`` inside ``llama_init_from_model``
+    and kills the process (seen here: -b 1 with 2 sequences, -b 3 with 4; -b 2 -ub 1 works)."""
+    if n_batch >= n_seq_max:
+        return None
+    return (
+        f"-b/--batch-size must be at least {n_seq_max}: this context holds {n_seq_max} "
+        "sequences (one to fork), and llama.cpp needs a batch row for each of them."
+    )

@@ -1,0 +1,60 @@
+"""The memory a context will take, estimated before llama.cpp allocates it.
+
+Oracle: llama.cpp's own log of the buffers it allocated (the KV cache line and the scheduler's
+"compute buffer size" line), for contexts small enough to create here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tui.engine import Engine, EngineConfig, Model, budget
+
+MIB = 1 << 20
+
+
+def _estimate(model: Model, cfg: EngineConfig, fa_on: bool) -> budget.ContextBudget:
+    i = model.info
+    return budget.estimate(
+        n_ctx=cfg.n_ctx,
+        n_ubatch=cfg.n_ubatch,
+        n_seq_max=cfg.n_seq_max,
+        n_layer=i.n_layer,
+        n_head=i.n_head,
+        n_vocab=i.n_vocab,
+        n_embd_k_gqa=i.n_embd_k_gqa,
+        n_embd_v_gqa=i.n_embd_v_gqa,
+        cache_type_k=cfg.cache_type_k,
+        cache_type_v=cfg.cache_type_v,
+        flash_attn_on=fa_on,
+        model_bytes=0,
+    )
+
+
+@pytest.mark.parametrize("fa", ["off", "on"])
+@pytest.mark.parametrize("n_ctx", [4096, 16384])
+def test_estimate_matches_llama_cpp_log(model: Model, n_ctx: int, fa: str) -> None:
+    cfg = EngineConfig(n_ctx=n_ctx, n_threads=1, flash_attn=fa)
+    eng = Engine(model, cfg)
+    try:
+        kv_logged = sum(r.size_mib for r in eng.kv_reports) * MIB
+        compute = [
+            float(m.group(1)) * MIB
+            for line in eng.log_lines
+            if (m := re.search(r"compute buffer size =\s*([\d.]+) MiB", line))
+        ]
+        est = _estimate(model, cfg, fa_on=eng.flash_attn_resolved == "on")
+    finally:
+        eng.close()
+    assert est.kv_bytes == pytest.approx(kv_logged, abs=0.01 * MIB)
+    assert compute and est.compute_bytes == pytest.approx(sum(compute), rel=0.05)
+
+
+def test_largest_n_ctx_fits(model: Model) -> None:
+    est = _estimate(model, EngineConfig(n_ctx=1 << 20), fa_on=False)
+    avail = 4 << 30
+    fits = est.largest_n_ctx(avail)
+    again = _estimate(model, EngineConfig(n_ctx=fits), fa_on=False)
+    bigger = _estimate(model, EngineConfig(n_ctx=fits + 256), fa_on=False)
+    assert fits > 0 and again.total <= avail < bigger.total
