@@ -118,11 +118,19 @@ def swa_layers(hdr: GGUFHeader, f: HeaderFacts) -> list[bool] | None:
 
 
 def cache_plan(
-    hdr: GGUFHeader, f: HeaderFacts, n_ctx: int, n_ubatch: int = 512, n_seq: int = 1
+    hdr: GGUFHeader,
+    f: HeaderFacts,
+    n_ctx: int,
+    n_ubatch: int = 512,
+    n_seq: int = 1,
+    *,
+    swa_full: bool = False,
 ) -> list[CachePlan]:
-    """The caches llama.cpp's tools allocate for ``n_ctx`` (swa_full off): one for a plain
-    model; a full-size one for the global layers and a window-sized one (n_swa x n_seq +
-    n_ubatch, padded to 256, at most n_ctx) for the sliding-window layers."""
+    """The caches llama.cpp allocates for ``n_ctx``: one for a plain model; for a model with
+    sliding-window layers, a full-size one for the global layers and one for the window
+    layers. With ``swa_full`` off (llama.cpp's tools' default) that one is window-sized
+    (n_swa x n_seq + n_ubatch, padded to 256, at most n_ctx); with it on (what tokenstep
+    creates, so rewind and prefix reuse keep working) it holds the whole context too."""
     swa = swa_layers(hdr, f)
 
     def plan(kind: str, cells: int, layers: list[int]) -> CachePlan:
@@ -140,6 +148,8 @@ def cache_plan(
     if not swa or all(swa):
         return [plan("kv", n_ctx_cells, list(range(f.n_layer)))]
     n_swa_cells = min(n_ctx_cells, -(-(f.sliding_window * n_seq + n_ubatch) // _PAD) * _PAD)
+    if swa_full:
+        n_swa_cells = n_ctx_cells
     return [
         plan("non-SWA", n_ctx_cells, [i for i, s in enumerate(swa) if not s]),
         plan("SWA", n_swa_cells, [i for i, s in enumerate(swa) if s]),
