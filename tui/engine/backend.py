@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .model import ModelInfo
     from .records import RecordLog
     from .sampling import ChainResult, SamplerSettings
-    from .session import PrefillTurn, ShiftEvent, StepRecord
+    from .step import PrefillTurn, ShiftEvent, StepRecord
     from .verify import VerifyResult
     from .work import WorkCounter
 
