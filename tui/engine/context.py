@@ -74,7 +74,8 @@ class EngineConfig:
         ggml.parse_cache_type(self.cache_type_v)
         if rules.v_cache_needs_flash_attn(self.cache_type_v) and self.flash_attn == "off":
             raise TokenstepError(
-                f"a quantized V cache ({self.cache_type_v}) needs flash attention; use -fa on or auto."
+                f"a quantized V cache ({self.cache_type_v}) needs flash attention; "
+                "use -fa on or auto."
             )
 
     @property

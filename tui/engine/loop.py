@@ -1,10 +1,11 @@
 """The loop, written once: sample (or force), stop on end of generation, feed back.
 
 :func:`advance` is one turn for sequence 0: what :meth:`Engine.step` and the TUI's decode
-worker run. :func:`generate` repeats it for ``tokenstep trace``, ``tokenstep verify``,
-:meth:`Engine.generate` and the tests. It yields a record once the token sampled from its
-logits is known, BEFORE that token is fed (so a caller may still look at, or verify, the
-context the record left); the last sampled token is not decoded unless ``decode_last``.
+worker run, on any :class:`~tui.engine.backend.Backend`. :func:`generate` repeats it for
+``tokenstep trace``, ``tokenstep verify``, :meth:`Engine.generate` and the tests. It yields a
+record once the token sampled from its logits is known, BEFORE that token is fed (so a caller
+may still look at, or verify, the context the record left); the last sampled token is not
+decoded unless ``decode_last``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from .step import Sampled, StepRecord
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .backend import Backend
 
 
 @dataclass
@@ -32,14 +33,14 @@ class Advance:
         return self.sampled.token
 
 
-def sample_step(engine: Engine, force: int | None = None) -> Advance:
+def sample_step(engine: Backend, force: int | None = None) -> Advance:
     """Stages 5 and 6: sample (or take ``force``), note the pick on the record that produced
     the logits; an end-of-generation token stops the turn here."""
     sampled = engine.sample(force)
     return Advance(sampled, stop=engine.stop_reason if sampled.eog else None)
 
 
-def feed_step(engine: Engine, turn: Advance) -> Advance:
+def feed_step(engine: Backend, turn: Advance) -> Advance:
     """Stage 7 for a turn that did not stop: decode its token (None with ``stop`` when the
     context is full and cannot shift)."""
     if turn.stop is None:
@@ -49,13 +50,13 @@ def feed_step(engine: Engine, turn: Advance) -> Advance:
     return turn
 
 
-def advance(engine: Engine, force: int | None = None) -> Advance:
+def advance(engine: Backend, force: int | None = None) -> Advance:
     """One turn: sample (or force), stop on end of generation, feed."""
     return feed_step(engine, sample_step(engine, force))
 
 
 def generate(
-    engine: Engine,
+    engine: Backend,
     n_predict: int,
     prompt: list[int] | None = None,
     *,

@@ -2,9 +2,10 @@
 
 The chain order is llama.cpp's default: top-k, top-p, min-p, temperature, then ``dist`` picks
 with a seeded RNG (``greedy`` replaces all of it). The stages are data (:data:`CHAIN`, one
-:class:`StageSpec` each), so a new sampler is a new entry, not a change to the loop. Each stage is a real ``llama_sampler``
-applied with ``llama_sampler_apply`` to a ``llama_token_data_array`` that lives in a NumPy
-buffer, so the survivors and final probabilities are exactly llama.cpp's.
+:class:`StageSpec` each), so a new sampler is a new entry, not a change to the loop. Each
+stage is a real ``llama_sampler`` applied with ``llama_sampler_apply`` to a
+``llama_token_data_array`` that lives in a NumPy buffer, so the survivors and final
+probabilities are exactly llama.cpp's.
 
 Re-applying new settings to the *same* logits costs no decode. The preview runs on a clone
 of the ``dist`` sampler, so it shows the very token the next step will pick without advancing

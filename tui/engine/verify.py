@@ -26,7 +26,7 @@ import llama_cpp
 import numpy as np
 
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
-from .context import init_context
+from .context import FLASH_ATTN, init_context
 from .errors import TokenstepError
 from .logits import TOP_N, read_row
 from .sampling import top_k_by_logit
@@ -115,8 +115,7 @@ class Verifier:
         p.n_ubatch = cfg.n_ubatch
         p.n_seq_max = 1
         p.n_threads = p.n_threads_batch = cfg.threads
-        fa = engine.flash_attn_resolved
-        p.flash_attn_type = {"on": 1, "off": 0}.get(fa, -1)
+        p.flash_attn_type = FLASH_ATTN.get(engine.flash_attn_resolved, -1)  # as it resolved
         p.type_k, p.type_v = engine.type_k, engine.type_v
         p.kv_unified = True
         p.no_perf = True
