@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
-from tui.engine import SamplerSettings
-from tui.engine import trace as trace_mod
+from tui.engine import SamplerSettings, loop
 
 from .conftest import run_cli
 
@@ -71,7 +70,7 @@ def test_top_logits_equal_llama_scores(oracle, make_engine):
     llm, fa = oracle
     eng = make_engine(SamplerSettings(temp=0.0), flash_attn=fa, n_batch=512)
     toks = eng.vocab.tokenize(PROMPTS[2])
-    records = list(trace_mod.run(eng, toks, 8))
+    records = list(loop.generate(eng, 8, toks))
     ids = toks + [r.call.tokens[0].id for r in records[1:]]
     # Decode the same way we do (prompt in one batch, then one token per call): batched and
     # incremental decodes differ by float rounding, which `verify` shows on its own.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 
@@ -14,6 +15,7 @@ from .engine import (
     SamplerSettings,
     TokenstepError,
     info,
+    loop,
     trace,
 )
 from .engine import chat as chat_mod
@@ -122,7 +124,7 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out = sys.stdout
-        for rec in trace.run(engine, toks, args.n_predict):
+        for rec in loop.generate(engine, args.n_predict, toks):
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
     finally:
@@ -213,7 +215,12 @@ def verify_main(args: argparse.Namespace) -> int:
     bad = 0
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        engine.prefill(toks)
+        # One record with logits per context state: the prompt's, then each fed token's. A
+        # record is yielded before the next token is fed, so verify sees the context it left.
+        states = (
+            r for r in loop.generate(engine, args.n_predict, toks, decode_last=True) if r.has_logits
+        )
+        first = next(states)  # the prefill
         out.write(
             f"verify: {len(toks)} prompt tokens, flash attention {engine.flash_attn_resolved}, "
             f"K {args.cache_type_k} / V {args.cache_type_v}; each row recomputes the whole "
@@ -224,7 +231,7 @@ def verify_main(args: argparse.Namespace) -> int:
             f"{'top-1':>5} {'top-10':>7} {'ms':>7}\n"
         )
         last = None
-        for i in range(args.n_predict + 1):
+        for i, _ in enumerate(itertools.chain([first], states)):
             res = engine.verify_last("batched")
             last = res
             bad += not res.top1_agree
@@ -237,12 +244,8 @@ def verify_main(args: argparse.Namespace) -> int:
                 f"{res.recompute_ms:>7.1f}\n"
             )
             out.flush()
-            if i == args.n_predict:
-                break
-            token = engine.sample_next()
-            if engine.vocab.is_eog(token) or engine.feed(token) is None:
-                out.write(f"stopped: {engine.stop_reason}\n")
-                break
+        if engine.stop_reason is not None:
+            out.write(f"stopped: {engine.stop_reason}\n")
         if last is not None:
             out.write(f"\n{last.explain()}\n")
         if not args.no_replay and engine.n_past:

@@ -30,7 +30,8 @@ from .engine.errors import ContextFullError, TokenstepError
 from .engine.kvcache import KVLogReport
 from .engine.memory import MemoryReport, memory_report
 from .engine.sampling import ChainResult, SamplerSettings, softmax, top_stats
-from .engine.session import Engine, PrefillTurn, ShiftEvent, StepRecord
+from .engine.session import Engine
+from .engine.step import PrefillTurn, ShiftEvent, StepRecord
 from .engine.verify import VerifyResult
 from .engine.work import WorkSnapshot
 

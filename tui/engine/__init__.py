@@ -8,10 +8,12 @@ Usable from a script::
     rec = eng.step()                 # sample, then decode one token
 """
 
+from .context import EngineConfig
 from .errors import ContextFullError, ModelError, TokenstepError
 from .model import Model, ModelInfo, default_model_path
 from .sampling import SamplerSettings
-from .session import Engine, EngineConfig, StepRecord
+from .session import Engine
+from .step import StepRecord
 
 __all__ = [
     "ContextFullError",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .model import ModelInfo
     from .records import RecordLog
     from .sampling import ChainResult, SamplerSettings
-    from .session import PrefillTurn, ShiftEvent, StepRecord
+    from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
     from .verify import VerifyResult
     from .work import WorkCounter
 
@@ -72,8 +72,12 @@ class Backend(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
-    # the loop
+    # the loop (``loop.advance`` and ``loop.generate`` drive any backend through these)
+    def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]: ...
+
     def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]: ...
+
+    def sample(self, force: int | None = None) -> Sampled: ...
 
     def sample_next(self, force: int | None = None) -> int: ...
 

@@ -15,18 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import ggml
+from .rules import QUANTIZED_V_NOTE, v_cache_is_quantized
 
 if TYPE_CHECKING:
     from .session import Engine
 
 CALC_TYPES = ("f16", "q8_0", "q4_0")
 MIB = 1 << 20
-QUANTIZED_V_NOTE = (
-    "a quantized V cache needs flash attention: without it llama.cpp stores V transposed, "
-    "one value per token in each row, which cannot be packed into quantization blocks; "
-    "use -fa on (or auto, which llama.cpp then turns on)."
-)
-_UNQUANTIZED = ("f16", "f32", "bf16")
 
 
 @dataclass
@@ -209,7 +204,7 @@ def memory_report(engine: Engine) -> MemoryReport:
     caches = allocations(engine)
     allocated = sum(c.bytes for c in caches) or engine.kv_bytes_allocated
     notes = []
-    if ggml.GGML_TYPE_NAMES.get(engine.type_v) not in _UNQUANTIZED:
+    if v_cache_is_quantized(ggml.GGML_TYPE_NAMES.get(engine.type_v, "")):
         notes.append(QUANTIZED_V_NOTE)
     elif engine.flash_attn_resolved == "off":
         notes.append(
@@ -245,6 +240,6 @@ def memory_report(engine: Engine) -> MemoryReport:
 
 def config_problem(type_v: str, flash_attn: str) -> str | None:
     """The sentence to show instead of failing when a calculator choice cannot run."""
-    if type_v not in _UNQUANTIZED and flash_attn == "off":
+    if v_cache_is_quantized(type_v) and flash_attn == "off":
         return QUANTIZED_V_NOTE
     return None

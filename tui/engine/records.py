@@ -1,6 +1,6 @@
 """The session's step records, with bounded memory.
 
-A :class:`~tui.engine.session.StepRecord` carries the top candidates, the sampler's stage
+A :class:`~tui.engine.step.StepRecord` carries the top candidates, the sampler's stage
 arrays and the batch it decoded: a few kilobytes. Kept for every step, a session that plays for
 hours grows without bound. So the log keeps only the newest ``window`` records as objects; an
 older one is written, in the JSON form ``tokenstep trace`` prints, to an unnamed temporary file
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
-    from .session import StepRecord
+    from .step import StepRecord
 
 WINDOW = 256  # records kept as objects; rewind and the panes only look this far back
 

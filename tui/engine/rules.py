@@ -34,7 +34,9 @@ def attention_capture_conflict(cache_type_v: str, flash_attn: str = "off") -> st
     The capture reads the ``kq_soft_max`` node, which exists only with flash attention off
     (flash attention fuses the softmax away), and a quantized V cache needs it on."""
     if flash_attn == "on":
-        return "attention capture needs flash attention off (it fuses the softmax away); drop -fa on."
+        return (
+            "attention capture needs flash attention off (it fuses the softmax away); drop -fa on."
+        )
     if v_cache_needs_flash_attn(cache_type_v):
         return (
             f"attention capture needs flash attention off, and a {cache_type_v} V cache "

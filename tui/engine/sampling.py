@@ -1,9 +1,11 @@
 """Sample: llama.cpp's own samplers, run one stage at a time so each cut can be seen.
 
 The chain order is llama.cpp's default: top-k, top-p, min-p, temperature, then ``dist`` picks
-with a seeded RNG (``greedy`` replaces all of it). Each stage is a real ``llama_sampler``
-applied with ``llama_sampler_apply`` to a ``llama_token_data_array`` that lives in a NumPy
-buffer, so the survivors and final probabilities are exactly llama.cpp's.
+with a seeded RNG (``greedy`` replaces all of it). The stages are data (:data:`CHAIN`, one
+:class:`StageSpec` each), so a new sampler is a new entry, not a change to the loop. Each
+stage is a real ``llama_sampler`` applied with ``llama_sampler_apply`` to a
+``llama_token_data_array`` that lives in a NumPy buffer, so the survivors and final
+probabilities are exactly llama.cpp's.
 
 Re-applying new settings to the *same* logits costs no decode. The preview runs on a clone
 of the ``dist`` sampler, so it shows the very token the next step will pick without advancing
@@ -13,6 +15,7 @@ the real RNG.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 import llama_cpp
@@ -196,6 +199,39 @@ def top_stats(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float
     return top, (e[top] / z).astype(np.float64), max(float(h), 0.0)
 
 
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of the sampler chain as data: its name, the parameter it shows, and how it
+    builds its ``llama_sampler`` from the settings. A new sampler (penalties, DRY, XTC,
+    typical, top-n-sigma, mirostat ...) is one more entry in :data:`CHAIN`."""
+
+    name: str
+    param: Callable[[SamplerSettings], str]
+    build: Callable[[SamplerSettings], llama_cpp.llama_sampler_p]
+    active: Callable[[SamplerSettings], bool] = lambda _s: True  # False: skipped, not shown
+
+
+# The llama.cpp default order: top_k, top_p, min_p, temperature (then dist picks).
+CHAIN: tuple[StageSpec, ...] = (
+    StageSpec(
+        "top-k", lambda s: str(s.top_k), lambda s: llama_cpp.llama_sampler_init_top_k(s.top_k)
+    ),
+    StageSpec(
+        "top-p",
+        lambda s: f"{s.top_p:.2f}",
+        lambda s: llama_cpp.llama_sampler_init_top_p(s.top_p, 1),
+    ),
+    StageSpec(
+        "min-p",
+        lambda s: f"{s.min_p:.2f}",
+        lambda s: llama_cpp.llama_sampler_init_min_p(s.min_p, 1),
+    ),
+    StageSpec(
+        "temp", lambda s: f"{s.temp:.2f}", lambda s: llama_cpp.llama_sampler_init_temp(s.temp)
+    ),
+)
+
+
 class SamplerChain:
     """Owns the token-data buffer and the seeded ``dist`` sampler for one sequence."""
 
@@ -240,12 +276,15 @@ class SamplerChain:
             ids = np.array([sel], dtype=np.int32)
             stages.append(Stage("greedy", "argmax", ids))
             return ChainResult(self.n_vocab, stages, ids, np.ones(1, dtype=np.float32), sel)
-        for name, param, smpl in self._stage_samplers(settings):
+        for spec in CHAIN:
+            if not spec.active(settings):
+                continue
+            smpl = spec.build(settings)
             try:
                 llama_cpp.llama_sampler_apply(smpl, ref)
             finally:
                 llama_cpp.llama_sampler_free(smpl)
-            stages.append(Stage(name, param, self._survivors()))
+            stages.append(Stage(spec.name, spec.param(settings), self._survivors()))
         picker = self.dist if commit else llama_cpp.llama_sampler_clone(self.dist)
         try:
             llama_cpp.llama_sampler_apply(picker, ref)
@@ -257,16 +296,6 @@ class SamplerChain:
         final_p = self.buf["p"][:n].copy()
         sel = int(final_ids[self.arr.selected]) if self.arr.selected >= 0 else int(final_ids[0])
         return ChainResult(self.n_vocab, stages, final_ids, final_p, sel)
-
-    @staticmethod
-    def _stage_samplers(s: SamplerSettings) -> list[tuple[str, str, llama_cpp.llama_sampler_p]]:
-        """The llama.cpp default order: top_k, top_p, min_p, temperature."""
-        return [
-            ("top-k", str(s.top_k), llama_cpp.llama_sampler_init_top_k(s.top_k)),
-            ("top-p", f"{s.top_p:.2f}", llama_cpp.llama_sampler_init_top_p(s.top_p, 1)),
-            ("min-p", f"{s.min_p:.2f}", llama_cpp.llama_sampler_init_min_p(s.min_p, 1)),
-            ("temp", f"{s.temp:.2f}", llama_cpp.llama_sampler_init_temp(s.temp)),
-        ]
 
     def free(self) -> None:
         for smpl in (self.dist, self.greedy):

@@ -1,15 +1,20 @@
-"""Step records as JSON Lines: the format of ``tokenstep trace`` and of saved sessions."""
+"""Step records as JSON Lines: the format of ``tokenstep trace`` and of saved sessions.
+
+The records themselves come from :func:`tui.engine.loop.generate`; this module only writes
+them down (arrays rounded, token pieces shown with their bytes)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .session import Engine, StepRecord
 from .tokens import display_bytes
+
+if TYPE_CHECKING:
+    from .session import Engine
+    from .step import StepRecord
 
 
 def _piece(engine: Engine, token: int) -> dict[str, Any]:
@@ -105,20 +110,3 @@ def jsonable(value: Any) -> Any:
 
 def dumps(engine: Engine, rec: StepRecord) -> str:
     return json.dumps(record_to_dict(engine, rec), ensure_ascii=False)
-
-
-def run(engine: Engine, prompt_tokens: list[int], n_predict: int) -> Iterator[StepRecord]:
-    """Prefill, then sample ``n_predict`` tokens, yielding each record once it is complete
-    (a record is complete when the token sampled from its logits is known)."""
-    pending = engine.prefill(prompt_tokens)
-    for i in range(max(n_predict, 0)):
-        token = engine.sample_next()
-        yield from pending
-        pending = []
-        if engine.vocab.is_eog(token) or i == n_predict - 1:
-            break
-        rec = engine.feed(token)
-        if rec is None:
-            break
-        pending = [rec]
-    yield from pending

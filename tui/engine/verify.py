@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
-from . import llama_log
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
+from .context import FLASH_ATTN, init_context
 from .errors import TokenstepError
+from .logits import TOP_N, read_row
 from .sampling import top_k_by_logit
 
 if TYPE_CHECKING:
     from .session import Engine
 
 MODES = ("batched", "replay")
-TOP_N = 10
 
 
 @dataclass
@@ -115,17 +115,11 @@ class Verifier:
         p.n_ubatch = cfg.n_ubatch
         p.n_seq_max = 1
         p.n_threads = p.n_threads_batch = cfg.threads
-        fa = engine.flash_attn_resolved
-        p.flash_attn_type = {"on": 1, "off": 0}.get(fa, -1)
+        p.flash_attn_type = FLASH_ATTN.get(engine.flash_attn_resolved, -1)  # as it resolved
         p.type_k, p.type_v = engine.type_k, engine.type_v
         p.kv_unified = True
         p.no_perf = True
-        mark = llama_log.mark()
-        ctx = llama_cpp.llama_init_from_model(engine.model.ptr, p)
-        if not ctx:
-            reason = llama_log.last_error(mark) or "llama.cpp refused the settings"
-            raise TokenstepError(f"cannot create a context to verify with: {reason.strip()}")
-        self.ctx: llama_cpp.llama_context_p = ctx
+        self.ctx, _ = init_context(engine.model, p, "a context to verify with")
         self.batch = LlamaBatch(cfg.n_batch, 1)
 
     def _calls(self, mode: str, seq: int) -> list[DecodeCall]:
@@ -161,16 +155,14 @@ class Verifier:
             if rc != 0:
                 raise TokenstepError(f"llama_decode failed with code {rc} while verifying.")
         ms = (time.perf_counter() - t0) * 1000.0
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
-        n_vocab = self.engine.info.n_vocab
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy(), len(calls), ms
+        return read_row(self.ctx, -1, self.engine.info.n_vocab), len(calls), ms
 
     def check(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
         eng = self.engine
         cached = eng.seq_logits(seq)
         if cached is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")
-        record = eng._logits_record if seq == 0 else eng.branches[seq].record
+        record = eng.logits_record if seq == 0 else eng.branches[seq].record
         fresh, n_calls, ms = self.recompute(mode, seq)
         diff = np.abs(fresh.astype(np.float64) - cached.astype(np.float64))
         return VerifyResult(

@@ -17,7 +17,7 @@ from textual.widgets import Static
 
 from ..controller import View
 from ..engine.memory import MemoryReport
-from ..engine.session import ShiftEvent
+from ..engine.step import ShiftEvent
 from ..engine.verify import VerifyResult
 from .common import literal
 from .kvcache import SEQ_COLORS

@@ -1,0 +1,113 @@
+"""Decode: one ``llama_decode`` call, watched by the observers, and the record it leaves.
+
+:func:`decode` is the only place tokenstep calls ``llama_decode`` on the engine's context, and
+the only place a :class:`~tui.engine.step.StepRecord` is completed: the KV mirror takes the new
+cells, the observers add their extras, each logits row is copied out with its top candidates,
+the mirror is checked against llama.cpp, the record is logged and the work counter counts it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import llama_cpp
+
+from .batch import DecodeCall
+from .errors import ContextFullError, TokenstepError
+from .logits import read_row, top_candidates
+from .step import SeqRow, ShiftEvent, StepRecord
+
+if TYPE_CHECKING:
+    from .session import Engine
+
+
+class DecodeObserver(Protocol):
+    """Something that watches every ``llama_decode`` (e.g. the attention capture).
+
+    ``configure`` runs before the context exists (it may set ``cb_eval``); ``before_decode``
+    and ``after_decode`` bracket each call, and ``after_decode`` may put data in ``extras``."""
+
+    def configure(self, params: llama_cpp.llama_context_params) -> None: ...
+
+    def before_decode(self, engine: Engine, call: DecodeCall) -> None: ...
+
+    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None: ...
+
+
+def run_decode(engine: Engine, call: DecodeCall) -> tuple[float, dict[str, Any]]:
+    """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
+    b = engine.batch.fill(call)
+    for obs in engine.observers:
+        obs.before_decode(engine, call)
+    t0 = time.perf_counter()
+    rc = llama_cpp.llama_decode(engine.ctx, b)
+    ms = (time.perf_counter() - t0) * 1000.0
+    if rc != 0:
+        if rc == 1:
+            raise ContextFullError(
+                "llama.cpp found no free KV cells for this batch (context full)."
+            )
+        raise TokenstepError(f"llama_decode failed with code {rc}.")
+    index = len(engine.records)
+    for t in call.tokens:
+        engine.kv.add(t.id, t.pos, t.seq_ids, index)
+    extras: dict[str, Any] = {}
+    for obs in engine.observers:
+        obs.after_decode(engine, call, extras)
+    return ms, extras
+
+
+def decode(
+    engine: Engine,
+    call: DecodeCall,
+    *,
+    phase: str = "decode",
+    chunk: tuple[int, int] = (1, 1),
+    reused: int = 0,
+    has_logits: bool = True,
+    shift: ShiftEvent | None = None,
+    seq_rows: Sequence[tuple[int, int]] = (),
+) -> StepRecord:
+    """Decode ``call`` and complete its record.
+
+    Without ``seq_rows`` the last logits row (if ``has_logits``) is sequence 0's. With them
+    (several sequences in one call, after a fork) row ``i`` belongs to ``seq_rows[i]``, a
+    (seq_id, token) pair, and each sequence gets its own :class:`SeqRow` and logits."""
+    ms, extras = run_decode(engine, call)
+    rec = StepRecord(
+        len(engine.records),
+        phase,
+        call,
+        ms,
+        chunk=chunk,
+        reused=reused,
+        has_logits=has_logits,
+        extras=extras,
+        shift=shift,
+    )
+    n_vocab = engine.info.n_vocab
+    contexts: list[int] = []  # per logits row: its sequence's length (the work counter)
+    for i, (s, t) in enumerate(seq_rows):
+        logits = read_row(engine.ctx, i, n_vocab)
+        row = SeqRow(s, i, t, call.tokens[i].pos, n_ctx_tokens=engine.kv.count(s))
+        row.top, row.entropy = top_candidates(logits, engine.vocab)
+        rec.rows[s] = row
+        contexts.append(row.n_ctx_tokens)
+        engine.set_seq_logits(s, logits, rec.index)
+    rec.n_ctx_tokens = engine.n_past
+    rec.kv_used = engine.kv.used
+    rec.kv_bytes = engine.kv_bytes_used
+    rec.kv_problems = engine.kv.check(engine.ctx)
+    if seq_rows:
+        first = rec.rows[seq_rows[0][0]]
+        rec.top, rec.entropy = first.top, first.entropy
+    elif has_logits:
+        logits = read_row(engine.ctx, -1, n_vocab)
+        engine.set_seq_logits(0, logits, rec.index)
+        rec.top, rec.entropy = top_candidates(logits, engine.vocab)
+        contexts.append(rec.n_ctx_tokens)
+    engine.records.append(rec)
+    engine.work.add(rec.index, call.n_tokens, contexts, ms, rec.phase)
+    return rec

@@ -1,0 +1,90 @@
+"""Prefill and the prefix cache: putting a prompt into the context.
+
+A prompt is decoded in as few ``llama_decode`` calls as ``-b`` allows (each split into ``-ub``
+ubatches by llama.cpp); only its last token asks for logits. A new prompt that starts like
+the cached one re-uses the common prefix's cells and decodes only the rest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llama_cpp
+
+from .batch import plan_prompt
+from .decode import decode
+from .errors import ContextFullError, TokenstepError
+from .step import PrefillTurn, StepRecord
+
+if TYPE_CHECKING:
+    from .session import Engine
+
+
+def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
+    """Decode a prompt (after what is already in the context), split into n_batch calls."""
+    if not tokens:
+        raise TokenstepError("the prompt is empty: there is nothing to decode.")
+    n_past, n_ctx = engine.n_past, engine.n_ctx
+    if n_past + len(tokens) > n_ctx:
+        raise ContextFullError(
+            f"the prompt needs {n_past + len(tokens)} tokens but the context holds "
+            f"{n_ctx}; use a larger -c or a shorter prompt."
+        )
+    engine.stop_reason = None
+    if n_past == 0:
+        engine.n_prompt = len(tokens)
+    cfg = engine.config
+    calls = plan_prompt(tokens, n_past, (0,), cfg.n_batch, cfg.n_ubatch)
+    return [
+        decode(
+            engine,
+            call,
+            phase="prefill" if call.n_tokens > 1 else "decode",
+            chunk=(i + 1, len(calls)),
+            reused=reused,
+            has_logits=i == len(calls) - 1,
+        )
+        for i, call in enumerate(calls)
+    ]
+
+
+def sync_prompt(engine: Engine, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
+    """Make the context hold exactly ``tokens``, re-using the longest common prefix already
+    cached (prompt/prefix caching) and prefilling only the rest."""
+    common = 0
+    if reuse:
+        have = engine.tokens
+        limit = min(len(have), len(tokens))
+        while common < limit and have[common] == tokens[common]:
+            common += 1
+        # At least one token must be decoded to get logits for the prompt's last position.
+        common = min(common, len(tokens) - 1)
+    truncate(engine, common)
+    recs = prefill(engine, tokens[common:], reused=common)
+    engine.turns.append(
+        PrefillTurn(
+            reused=common,
+            computed=len(tokens) - common,
+            prefill_ms=sum(r.decode_ms for r in recs),
+            records=(recs[0].index, recs[-1].index + 1),
+        )
+    )
+    return recs
+
+
+def truncate(engine: Engine, n_keep: int) -> None:
+    """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``); the logits of
+    the new last position come back from the rewind memory when it still holds them."""
+    if n_keep >= engine.n_past:
+        return
+    mem = llama_cpp.llama_get_memory(engine.ctx)
+    positions = engine.kv.positions(0)
+    p0 = positions[n_keep] if n_keep < len(positions) else 0
+    if n_keep == 0 and not engine.branches:
+        llama_cpp.llama_memory_clear(mem, True)
+        engine.kv.clear()
+    else:
+        if not llama_cpp.llama_memory_seq_rm(mem, 0, p0, -1):
+            raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
+        engine.kv.seq_rm(0, p0, -1)
+    engine.logits_memory.truncate(n_keep)

@@ -1,0 +1,141 @@
+"""Sequences: sampling one token per sequence, and forking the context into several.
+
+Sequence 0 is the main text. :func:`fork` copies it (``llama_memory_seq_cp``) into a new
+seq_id that sees the same cells; each sequence then samples from its own logits row with its
+own seeded chain, and :func:`step_seqs` carries one token per sequence in ONE
+``llama_decode``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import llama_cpp
+
+from .batch import BatchToken, DecodeCall, ubatch_chunks
+from .decode import decode
+from .errors import TokenstepError
+from .sampling import SamplerChain
+from .shift import context_shift
+from .step import Branch, Sampled, StepRecord
+
+if TYPE_CHECKING:
+    from .session import Engine
+
+
+def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
+    """Stages 5 and 6 for one sequence: sample (or take ``force``) from its logits row with its
+    own chain, note the pick on the record that produced the row, and check for an
+    end-of-generation token (which stops that sequence)."""
+    if seq == 0:
+        if engine.logits is None or engine.logits_record is None:
+            engine.ensure_logits()
+        logits, record = engine.logits, engine.logits_record
+        chain, settings = engine.chain, engine.settings
+    else:
+        br = engine.branches[seq]
+        if br.logits is None:
+            raise TokenstepError(f"sequence {seq} has no logits.")
+        logits, record = br.logits, br.record
+        chain, settings = br.chain, replace(engine.settings, seed=br.seed)
+    assert logits is not None
+    if force is not None:
+        if not 0 <= force < engine.info.n_vocab:
+            raise TokenstepError(f"token id {force} is outside the vocabulary.")
+        token, result = force, chain.run(logits, settings, commit=False)
+    else:
+        result = chain.run(logits, settings, commit=True)
+        token = result.selected
+    eog = engine.vocab.is_eog(token)
+    source = engine.records.get(record) if record is not None else None  # None: on disk
+    if source is not None:
+        source.note_pick(seq, token, result, eog, forced=force is not None, settings=settings)
+    if eog:
+        if seq == 0:
+            engine.stop_reason = "end of generation"
+        else:
+            engine.branches[seq].stop_reason = "end of generation"
+    return Sampled(seq, token, result, logits, source, force is not None, eog)
+
+
+def fork(engine: Engine, src: int = 0) -> int:
+    """Copy sequence ``src`` into a new seq_id with ``llama_memory_seq_cp``: the new
+    sequence sees the same cells (nothing is recomputed or copied in memory, the cells are
+    tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
+    if src != 0 and src not in engine.branches:
+        raise TokenstepError(f"there is no sequence {src} to fork.")
+    logits = engine.seq_logits(src)
+    if logits is None or engine.kv.count(src) == 0:
+        raise TokenstepError("there is nothing to fork yet: send a prompt first.")
+    n_seq_max = engine.config.n_seq_max
+    free = [s for s in range(1, n_seq_max) if s not in engine.branches]
+    if not free:
+        raise TokenstepError(f"this context holds at most {n_seq_max} sequences (n_seq_max).")
+    dst = free[0]
+    mem = llama_cpp.llama_get_memory(engine.ctx)
+    llama_cpp.llama_memory_seq_cp(mem, src, dst, -1, -1)
+    engine.kv.seq_cp(src, dst)
+    record = engine.logits_record if src == 0 else engine.branches[src].record
+    seed = (engine.settings.seed + dst) & 0xFFFFFFFF
+    engine.branches[dst] = Branch(
+        dst,
+        src,
+        engine.kv.last_pos(src) + 1,
+        SamplerChain(engine.info.n_vocab, seed),
+        logits,
+        record,
+    )
+    return dst
+
+
+def drop_seq(engine: Engine, seq: int) -> None:
+    """Forget a forked sequence: its own cells are freed, shared ones stay for the others."""
+    br = engine.branches.pop(seq, None)
+    if br is None:
+        raise TokenstepError(f"there is no forked sequence {seq}.")
+    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(engine.ctx), seq, -1, -1)
+    engine.kv.seq_rm(seq, 0, -1)
+    br.chain.free()
+
+
+def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord | None:
+    """One turn for every live sequence: each samples from its own logits row with its own
+    chain, then ONE ``llama_decode`` carries one token per sequence (each with its own
+    seq_id and position, all asking for logits). None when every sequence has stopped."""
+    force = force or {}
+    picks: list[tuple[int, int]] = []
+    for seq in engine.seq_ids:
+        if _stopped(engine, seq):
+            continue
+        sampled = sample_seq(engine, seq, force.get(seq))
+        if not sampled.eog:
+            picks.append((seq, sampled.token))
+    if not picks:
+        return None
+    shift, reason = None, "context full"
+    if _full(engine, picks) and engine.config.context_full == "shift":
+        shift = context_shift(engine)  # every sequence, one window
+        reason = engine.stop_reason if shift is None and engine.stop_reason else reason
+    if _full(engine, picks):
+        engine.stop_reason = reason
+        for s, _ in picks:
+            if s:
+                engine.branches[s].stop_reason = reason
+        return None
+    tokens = [BatchToken(t, engine.kv.last_pos(s) + 1, (s,), True) for s, t in picks]
+    call = DecodeCall(tokens, ubatch_chunks(len(tokens), engine.config.n_ubatch))
+    return decode(engine, call, shift=shift, seq_rows=picks)
+
+
+def _full(engine: Engine, picks: list[tuple[int, int]]) -> bool:
+    """No room for one more token in some sequence (-c) or in the cache's cells."""
+    return any(engine.kv.count(s) + 1 > engine.n_ctx for s, _ in picks) or (
+        engine.kv.used + len(picks) > engine.n_cells
+    )
+
+
+def _stopped(engine: Engine, seq: int) -> bool:
+    if seq == 0:
+        return engine.stop_reason is not None
+    return engine.branches[seq].stop_reason is not None
