@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Row  # noqa: E402
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings  # noqa: E402
-from tui.engine.attention import AttentionCapture  # noqa: E402
-from tui.engine.graph import GraphTap  # noqa: E402
+from tui.engine.attention_capture import AttentionCapture  # noqa: E402
+from tui.engine.graph_tap import GraphTap  # noqa: E402
 
 PROMPT = "The cat sat on the mat because it was tired. Then the dog"
 

@@ -23,7 +23,8 @@ from textual.app import App, ComposeResult
 
 from tui.controller import Controller, View
 from tui.engine import Engine, EngineConfig, Model
-from tui.engine.attention import ContextAttention, RowSource, rows_from_sources
+from tui.engine.attention_capture import RowSource
+from tui.engine.attention_map import ContextAttention, rows_from_sources
 from tui.widgets.attention import AttentionPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.mask import CausalMaskPane

@@ -188,7 +188,7 @@ PRONOUN = "The cat sat on the mat because it was tired."
 
 async def attention_screen(model: Model) -> None:
     """Tab 6 on a raw sentence, layer 13, head 8, the cursor on " it": what it attends to."""
-    from tui.engine.attention import AttentionCapture
+    from tui.engine.attention_capture import AttentionCapture
     from tui.widgets.attention_tabs import AttentionTab
 
     layer, head = 13, 8

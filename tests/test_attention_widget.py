@@ -11,7 +11,8 @@ import numpy as np
 from textual.app import App, ComposeResult
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.attention import AttentionCapture, ContextAttention, context_attention
+from tui.engine.attention_capture import AttentionCapture
+from tui.engine.attention_map import ContextAttention, context_attention
 from tui.widgets.attention import HEADER_H, AttentionPane
 
 

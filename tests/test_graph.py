@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.graph import GraphTap, sections, split_layer
+from tui.engine.census import sections, split_layer
+from tui.engine.graph_tap import GraphTap
 
 
 @pytest.fixture

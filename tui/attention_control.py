@@ -20,7 +20,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .engine.attention import AttentionCapture, ContextAttention, context_attention, find_capture
+from .engine.attention_capture import AttentionCapture, find_capture
+from .engine.attention_map import ContextAttention, context_attention
 from .engine.errors import TokenstepError
 from .engine.model import ModelInfo
 from .engine.session import Engine

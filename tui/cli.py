@@ -132,7 +132,7 @@ def _sampler_flags(p: argparse.ArgumentParser) -> None:
 def _attention_spec(text: str) -> str:
     """Syntax of --attention (a layer, a comma list or 'all'); the range is checked once the
     model says how many layers it has."""
-    from .engine.attention import parse_layers
+    from .engine.attention_capture import parse_layers
 
     try:
         parse_layers(text)

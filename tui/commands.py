@@ -70,8 +70,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     """--attention / --graph / --profile as one eval-callback observer (a context has one
     cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
-    from .engine.attention import AttentionCapture, parse_layers
-    from .engine.graph import GraphTap
+    from .engine.attention_capture import AttentionCapture, parse_layers
+    from .engine.graph_tap import GraphTap
 
     spec = getattr(args, "attention", None)
     census, profile = getattr(args, "graph", False), getattr(args, "profile", False)

@@ -47,6 +47,13 @@ def libggml_base() -> ctypes.CDLL:
     lib.ggml_get_name.restype = ctypes.c_char_p
     lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
     lib.ggml_nbytes.restype = ctypes.c_size_t
+    # What the graph tap reads of a node (tui.engine.tensor).
+    lib.ggml_op_name.argtypes = [ctypes.c_int]
+    lib.ggml_op_name.restype = ctypes.c_char_p
+    lib.ggml_op_desc.argtypes = [ctypes.c_void_p]
+    lib.ggml_op_desc.restype = ctypes.c_char_p
+    lib.ggml_is_contiguous.argtypes = [ctypes.c_void_p]
+    lib.ggml_is_contiguous.restype = ctypes.c_bool
     lib.ggml_backend_tensor_get.argtypes = [
         ctypes.c_void_p,
         ctypes.c_void_p,

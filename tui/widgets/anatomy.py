@@ -3,15 +3,17 @@
 embedding -> n_layer × (attention + feed-forward) -> final norm -> lm_head -> logits, drawn with
 the model's real sizes (from llama.cpp's model info), the graph's node count and each layer's
 chain of named operations as the graph names them (the census of
-:mod:`tui.engine.graph`), and, in profile mode, the measured time of every part.
+:mod:`tui.engine.census`), and, in profile mode, the measured time of every part.
 
 API for the app (the pane never touches the engine):
 
 - ``update_from(info, census=None, profile=None, status="")``: ``info`` is the engine's
   :class:`~tui.engine.model.ModelInfo`; ``census`` and ``profile`` are what a step record
   carries in ``extras["graph"]`` / ``extras["profile"]`` (dicts), or the
-  :class:`~tui.engine.graph.GraphCensus` / :class:`~tui.engine.graph.GraphProfile` objects.
+  :class:`~tui.engine.census.GraphCensus` / :class:`~tui.engine.profile.GraphProfile` objects.
   ``status`` is an optional note shown in the subtitle (e.g. how to turn the census on).
+- ``show_unavailable(sentence)``: the backend cannot give the graph; forget what was drawn
+  and show only ``sentence``.
 - The pane scrolls (↑/↓, PgUp/PgDn) when the per-layer profile is taller than the screen.
 """
 
@@ -27,8 +29,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..engine.graph import PROFILE_NOTE
 from ..engine.model import ModelInfo
+from ..engine.profile import PROFILE_NOTE
 
 TITLE = Style(color="bright_white", bold=True)
 STAGE = Style(color="bright_cyan", bold=True)
@@ -89,6 +91,13 @@ class AnatomyPane(ScrollView, can_focus=True):
         self.status = status
         self._rebuild()
 
+    def show_unavailable(self, sentence: str) -> None:
+        """Nothing to draw (the backend has no compute graph to show): only ``sentence``."""
+        self.info = self.census = self.profile = None
+        self.status = sentence
+        self.border_title = "decode anatomy"
+        self._rebuild()
+
     def on_resize(self) -> None:
         self._rebuild()
 
@@ -105,7 +114,10 @@ class AnatomyPane(ScrollView, can_focus=True):
 
     # -- content ---------------------------------------------------------------------------------
     def _rebuild(self) -> None:
-        self.lines = self._build() if self.info is not None else []
+        if self.info is not None:
+            self.lines = self._build()
+        else:  # no model info: only the status (show_unavailable), if any
+            self.lines = [[Segment(self.status, DIM)]] if self.status else []
         self.virtual_size = Size(self.size.width, len(self.lines))
         i = self.info
         if i is not None:

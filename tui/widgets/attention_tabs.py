@@ -1,9 +1,12 @@
-"""The Attention and Decode-anatomy panes as app tabs: each draws a controller ``View``.
+"""The Attention and Decode-anatomy panes as app tabs (keys 6 and 7): each draws a ``View``.
 
 Thin wrappers around :class:`~tui.widgets.attention.AttentionPane` and
 :class:`~tui.widgets.anatomy.AnatomyPane` with the ``show(view)`` method every tab has. The
 data comes from ``view.attention`` (:class:`~tui.attention_control.AttentionView`), built on
-the decode thread.
+the decode thread. Each tab first asks ``view.capabilities`` (a
+:class:`~tui.engine.backend.Capabilities`) whether the backend can give what it draws
+(attention weights, the compute graph); when not, it shows the sentence ``missing`` returns
+instead of whatever it drew before.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ class AttentionTab(AttentionPane):
         self._head_restored = False
 
     def show(self, view: Any) -> None:
+        missing = view.capabilities.missing("attention")
+        if missing is not None:
+            self.update_from(None, view.pieces, n_layer=0, status=missing)
+            return
         a = view.attention
         if a is None:
             self.update_from(None, view.pieces, n_layer=0, status="attention unavailable")
@@ -41,6 +48,10 @@ class AnatomyTab(AnatomyPane):
     """embedding → layers → norm → lm_head with the model's sizes and the last graph census."""
 
     def show(self, view: Any) -> None:
+        missing = view.capabilities.missing("graph")
+        if missing is not None:
+            self.show_unavailable(missing)
+            return
         a = view.attention
         if a is None:
             return
