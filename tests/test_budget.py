@@ -5,11 +5,15 @@ Oracle: llama.cpp's own log of the buffers it allocated (the KV cache line and t
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
 from tui.engine import Engine, EngineConfig, Model, budget
+
+from .conftest import run_cli
+from .test_cli_errors import one_sentence
 
 MIB = 1 << 20
 
@@ -58,3 +62,31 @@ def test_largest_n_ctx_fits(model: Model) -> None:
     again = _estimate(model, EngineConfig(n_ctx=fits), fa_on=False)
     bigger = _estimate(model, EngineConfig(n_ctx=fits + 256), fa_on=False)
     assert fits > 0 and again.total <= avail < bigger.total
+def test_a_context_larger_than_memory_is_one_sentence() -> None:
+    """-c 1048576 with flash attention off needs about 45 GB: refused before llama.cpp
+    allocates anything, with both figures and the largest -c that fits."""
+    msg = one_sentence(
+        run_cli("trace", "-c", "1048576", "-fa", "off", "-p", "hi", "-n", "1"),
+        "would need about",
+        "available",
+        "largest -c that fits",
+    )
+    assert re.search(r"KV cache [\d,]+ MiB", msg)
+
+
+def test_the_default_flash_attention_case_as_reported() -> None:
+    """The reported case (`trace -c 1048576 -p hi -n 1`, 23.3 GB of RSS), with the memory
+    said to be available pinned so the figure does not depend on this machine."""
+    env = {"TOKENSTEP_MEMORY_AVAILABLE": str(8 << 30)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        res = run_cli("trace", "-c", "1048576", "-p", "hi", "-n", "1")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    msg = one_sentence(res, "8,192 MiB are available")
+    assert "largest -c that fits" in msg

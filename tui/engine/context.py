@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
-from . import ggml, llama_log, rules
+from . import budget, ggml, llama_log, rules
 from .errors import TokenstepError
 from .kvcache import KVLogReport, parse_kv_log
 
@@ -56,6 +56,9 @@ class EngineConfig:
                 f"-b/--batch-size ({self.n_batch}) must not be smaller than "
                 f"-ub/--ubatch-size ({self.n_ubatch})."
             )
+        too_small = rules.batch_holds_sequences(self.n_batch, self.n_seq_max)
+        if too_small:
+            raise TokenstepError(too_small)
         if self.flash_attn not in FLASH_ATTN:
             raise TokenstepError(f"-fa must be on, off or auto, not {self.flash_attn!r}.")
         if not 1 <= self.n_seq_max <= 64:
@@ -81,6 +84,33 @@ class EngineConfig:
     @property
     def threads(self) -> int:
         return self.n_threads or max(1, min(os.cpu_count() or 1, 8))
+
+
+def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> None:
+    """Refuse, in one sentence, a context that would not fit in the memory available
+    (llama.cpp allocates and clears the whole KV cache at once; see ``budget.py``)."""
+    i = model.info
+    try:
+        model_bytes = os.path.getsize(model.path)
+    except OSError:
+        model_bytes = 0
+    est = budget.estimate(
+        n_ctx=config.n_ctx,
+        n_ubatch=config.n_ubatch,
+        n_seq_max=config.n_seq_max,
+        n_layer=i.n_layer,
+        n_head=i.n_head,
+        n_vocab=i.n_vocab,
+        n_embd_k_gqa=i.n_embd_k_gqa,
+        n_embd_v_gqa=i.n_embd_v_gqa,
+        cache_type_k=config.cache_type_k,
+        cache_type_v=config.cache_type_v,
+        flash_attn_on=flash_attn_on,
+        model_bytes=model_bytes,
+    )
+    why = budget.refusal(est, budget.available_bytes())
+    if why:
+        raise TokenstepError(why)
 
 
 def init_context(
@@ -118,6 +148,7 @@ class Context:
         p.no_perf = True
         for obs in observers:
             obs.configure(p)
+        check_memory(model, config, flash_attn_on=p.flash_attn_type != 0)
         self.ctx, self.log_lines = init_context(model, p, "a context")
         self.kv_reports: list[KVLogReport] = parse_kv_log(self.log_lines)
         self.flash_attn_resolved = self._resolved_flash_attn()
