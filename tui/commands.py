@@ -1,4 +1,5 @@
-"""The non-interactive commands: ``trace`` and ``info``."""
+"""The non-interactive commands: ``trace``, ``info`` and ``verify``, and the flag checks the
+app shares with them (:func:`engine_from_args`, :func:`preflight`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .cli import read_prompt
+from .args import read_prompt
 from .engine import (
     Engine,
     EngineConfig,
@@ -14,6 +15,7 @@ from .engine import (
     SamplerSettings,
     TokenstepError,
     info,
+    rules,
     trace,
 )
 from .engine import chat as chat_mod
@@ -74,15 +76,9 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     spec = getattr(args, "attention", None)
     census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
     if spec is not None:
-        if args.flash_attn == "on":
-            raise TokenstepError(
-                "--attention needs flash attention off (it fuses the softmax away); drop -fa on."
-            )
-        if args.cache_type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"--attention needs flash attention off, and a {args.cache_type_v} V cache "
-                "needs it on; use -ctv f16."
-            )
+        conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
+        if conflict is not None:
+            raise TokenstepError(conflict.replace("attention capture", "--attention", 1))
         layers = parse_layers(spec, n_layer)
         return [AttentionCapture(n_layer, layers, census=census, profile=profile)]
     if census or profile:
