@@ -25,8 +25,9 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from tui.app import TokenstepApp, app_threads
+from tui.app import TokenstepApp
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
+from tui.startup import app_threads
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
 SIZE = (120, 40)

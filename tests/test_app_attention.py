@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.cli import build_parsers
+from tui.args import build_parsers
 from tui.commands import engine_from_args
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.attention_capture import AttentionCapture, find_capture

@@ -17,7 +17,7 @@ import pytest
 from llama_cpp import Llama
 
 from tests.conftest import ROOT, run_cli
-from tui.cli import COMMANDS
+from tui.args import COMMANDS
 from tui.engine import gguf_header
 
 # Every command that takes -m: trace, info, the app itself (it checks the model before the
@@ -306,7 +306,7 @@ def test_message_with_control_characters_is_escaped(tmp_path: Path) -> None:
 
 
 def _trace_has(flag: str) -> bool:
-    from tui.cli import build_parsers
+    from tui.args import build_parsers
 
     return flag in build_parsers()["trace"]._option_string_actions
 

@@ -11,7 +11,7 @@ import llama_cpp
 import numpy as np
 
 from tui.app import TokenstepApp
-from tui.cli import parse
+from tui.args import parse
 from tui.commands import engine_from_args
 from tui.controller import _Cmd
 from tui.engine import SamplerSettings

@@ -6,13 +6,14 @@ publishes is drawn here. While a reply plays, the light panes (header, pipeline,
 most ``LIGHT_HZ`` times a second and the heavy ones (text, tokens, KV grid, mask, timeline,
 batch) at most ``HEAVY_HZ`` times, only the bottom pane that is showing; in step mode every
 view is drawn at once.
+
+What the keys do is in :mod:`tui.app_actions`; :mod:`tui.startup` builds the engine and runs
+the app from the command line's flags.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,33 +21,27 @@ from pathlib import Path
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
-from . import session_store
+from .app_actions import AppActions
 from .controller import Controller, View
 from .engine.session import Engine
-from .widgets.attention import AttentionPane
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
 from .widgets.cache import CacheTab, MemoryTab
 from .widgets.chat_input import ChatInput
 from .widgets.common import literal
 from .widgets.header import StatusHeader
-from .widgets.help import HelpScreen
 from .widgets.keybar import KeyBar
-from .widgets.keys import KEYS, STAGE_KEY_NAMES
 from .widgets.kvcache import KVCachePane
 from .widgets.logits import LogitsPane
 from .widgets.mask import CausalMaskPane
 from .widgets.pipeline import PipelinePane
-from .widgets.save_dialog import SaveScreen, default_save_name
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
@@ -56,53 +51,16 @@ COMPACT_W, COMPACT_H = 110, 34
 LIGHT_HZ = 10  # header, pipeline, logits while a reply plays
 HEAVY_HZ = 5  # text, tokens, KV grid, mask, timeline, batch while a reply plays
 GIL_SWITCH_S = 0.0005  # see on_mount
-TABS_SHORT = (
-    ("tokens", "1 tok"),
-    ("batch", "2 bat"),
-    ("timeline", "3 time"),
-    ("kv", "4 KV"),
-    ("mask", "5 mask"),
-    ("attention", "6 att"),
-    ("anatomy", "7 anat"),
-    ("memory", "9 mem"),
-    ("cache", "0 cache"),
-)
-TABS = (
-    ("tokens", "1 tokens"),
-    ("batch", "2 batch"),
-    ("timeline", "3 timeline"),
-    ("kv", "4 KV cache"),
-    ("mask", "5 mask"),
-    ("attention", "6 attention"),
-    ("anatomy", "7 anatomy"),
-    ("memory", "9 memory"),
-    ("cache", "0 cache"),
-)
-
-
-_ATTENTION_KEYS = frozenset(
-    k.strip() for b in AttentionPane.BINDINGS if isinstance(b, Binding) for k in b.key.split(",")
-)
 
 
 class ViewReady(Message):
     """The worker published a new view (the view itself is fetched with ``take``)."""
 
 
-def _bindings() -> list[BindingType]:
-    out: list[BindingType] = []
-    for k in KEYS:
-        out.append(Binding(k.keys, k.action, k.short or k.action, show=False, priority=k.anywhere))
-    out.append(Binding("f1", "help", "help", show=False, priority=True))
-    out.append(Binding("escape", "toggle_focus", "chat/controls", show=False))
-    return out
-
-
-class TokenstepApp(App[int]):
+class TokenstepApp(AppActions):
     CSS_PATH = "app.tcss"
     TITLE = "tokenstep"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = _bindings()
 
     def __init__(
         self,
@@ -138,12 +96,6 @@ class TokenstepApp(App[int]):
         self._notice_key: tuple[object, ...] | None = None  # what the notice row last drew
         self._switch_interval = sys.getswitchinterval()
         self._tab = "tokens"
-
-    @property
-    def main(self) -> Screen[object]:
-        """The screen with the panes. ``App.query_one`` looks in the active screen, which is
-        the help or save dialog while one is open; views keep arriving meanwhile."""
-        return self.screen_stack[0]
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -234,33 +186,6 @@ class TokenstepApp(App[int]):
             self._draw_tabstrip()
             self.call_after_refresh(self._draw_tabstrip)  # again, once the strip has its width
 
-    def _draw_tabstrip(self) -> None:
-        """The tab names, long ones if they fit the strip, else the short ones, else the
-        short ones without gaps (every tab stays visible and clickable)."""
-        strip = self.main.query_one("#tabstrip", Static)
-        room = (strip.size.width or self.size.width // 2) - 2
-        # Narrowest: the tab that shows keeps its name, the others only their key.
-        digits = tuple((k, lb if k == self._tab else lb.split()[0]) for k, lb in TABS_SHORT)
-        options = ((TABS, " ", " "), (TABS_SHORT, " ", " "), (TABS_SHORT, "", " "))
-        tabs, pad, gap = digits, " ", ""
-        for option in options:
-            if (
-                sum(len(label) + 2 * len(option[1]) + len(option[2]) for _, label in option[0])
-                <= room
-            ):
-                tabs, pad, gap = option
-                break
-        t = Text(no_wrap=True, overflow="ellipsis")
-        for key, label in tabs:
-            style = (
-                Style(color="black", bgcolor="bright_cyan", bold=True)
-                if key == self._tab
-                else Style(color="grey70")
-            )
-            t.append(f"{pad}{label}{pad}", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
-            t.append(gap)
-        strip.update(t, layout=False)  # always one row
-
     # -- views from the worker -----------------------------------------------------------------
     def _on_view(self, view: View) -> None:
         """Called on the worker thread: only hand over, never draw."""
@@ -324,7 +249,9 @@ class TokenstepApp(App[int]):
                 chat.value = view.returned_text
         ended = prev is not None and prev.activity == "generating" and view.activity == "done"
         if ended and not view.queued:  # the reply is over: the next thing is usually typing
-            self.main.query_one("#chat", Input).focus()
+            # At once, so the focus always matches the view that is drawn; a key pressed before
+            # this moment still reaches the controls (see ChatInput).
+            self.main.query_one("#chat", ChatInput).take_focus()
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
@@ -404,175 +331,3 @@ class TokenstepApp(App[int]):
             f"Pasted {event.lines} lines ({event.chars} characters): the chat box is one line, "
             "so the line breaks became spaces. Enter sends it all."
         )
-
-    def _say(self, text: str, colour: str = "grey85") -> None:
-        self._notice_key = None  # the next view's notice replaces this message
-        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)), layout=False)
-
-    # -- actions -------------------------------------------------------------------------------
-    def action_toggle_play(self) -> None:
-        self.controller.toggle_play()
-
-    def action_step(self) -> None:
-        self.controller.step()
-
-    def action_rewind(self) -> None:
-        self.controller.rewind(1)
-
-    def action_cursor(self, delta: int) -> None:
-        logits = self.main.query_one(LogitsPane)
-        if (
-            self.view is not None
-            and self.view.mode == "autoplay"
-            and self.view.activity == "generating"
-        ):
-            self.controller.pause()
-        logits.move(delta)
-
-    def action_force(self) -> None:
-        row = self.main.query_one(LogitsPane).highlighted
-        if row is None:
-            self._say("No candidates yet: send a message first.", "bright_yellow")
-            return
-        self.controller.force(row.id)
-
-    def action_adjust(self, name: str, direction: int) -> None:
-        self.controller.adjust(name, direction)
-
-    def action_greedy(self) -> None:
-        self.controller.toggle_greedy()
-
-    def action_seed(self) -> None:
-        self.controller.next_seed(1)
-
-    def action_tab(self, name: str) -> None:
-        self._tab = name
-        self.main.query_one(ContentSwitcher).current = name
-        self._draw_tabstrip()
-        if self.view is not None:
-            self.main.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
-        # The worker builds the whole-context attention matrix only while tab 6 shows it.
-        self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
-        if name in ("attention", "anatomy"):
-            self.main.query_one(f"#{name}").focus()
-
-    def action_verify(self, mode: str = "batched") -> None:
-        self.controller.verify(mode)
-        self.action_tab("cache")
-
-    def action_fork(self) -> None:
-        self.controller.fork()
-        self.action_tab("cache")
-
-    def action_attention(self) -> None:
-        self.controller.attention_cmd("toggle")
-        if self._tab not in ("attention", "anatomy"):
-            self.action_tab("attention")
-
-    def on_attention_pane_layer_requested(self, event: AttentionPane.LayerRequested) -> None:
-        self.controller.attention_cmd("layer", event.layer)
-
-    def on_attention_pane_selection_changed(self, event: AttentionPane.SelectionChanged) -> None:
-        self.controller.attention_cmd("head", event.head)
-
-    def action_boundaries(self) -> None:
-        self.main.query_one(ConversationPane).toggle_boundaries()
-
-    def action_ids(self) -> None:
-        self.action_tab("tokens")
-        self.main.query_one(TokensPane).toggle_ids()
-
-    def action_explain(self) -> None:
-        self.main.query_one(PipelinePane).toggle_explain()
-
-    def action_focus_chat(self) -> None:
-        self.main.query_one("#chat", Input).focus()
-
-    def action_leave_chat(self) -> None:
-        self.main.query_one(LogitsPane).focus()
-
-    def action_toggle_focus(self) -> None:
-        chat = self.main.query_one("#chat", Input)
-        if chat.has_focus:
-            self.main.query_one(LogitsPane).focus()
-        else:
-            chat.focus()
-
-    def action_new_chat(self) -> None:
-        self.controller.new_chat()
-        self.main.query_one("#chat", Input).focus()
-
-    def action_save(self) -> None:
-        def done(path: str | None) -> None:
-            if path:
-                self.controller.save(path)
-            else:
-                self._say("Not saved.")
-
-        self.push_screen(SaveScreen(default_save_name()), done)
-
-    def action_help(self) -> None:
-        if isinstance(self.screen, HelpScreen):
-            self.screen.dismiss(None)
-            return
-        path = self.controller.autosave_path
-        self.push_screen(HelpScreen(str(path) if path else None))
-
-    async def action_quit(self) -> None:
-        self.exit(0)
-
-    def on_key(self, event: events.Key) -> None:
-        """A printable key with no meaning on the controls starts a message instead."""
-        chat = self.main.query_one("#chat", Input)
-        if chat.has_focus or len(self.screen_stack) > 1:
-            return
-        if isinstance(self.focused, AttentionPane) and event.key in _ATTENTION_KEYS:
-            return  # the attention pane's own keys ([ and ] change the layer)
-        if event.is_printable and event.character and event.key not in STAGE_KEY_NAMES:
-            chat.focus()
-            chat.insert_text_at_cursor(event.character)
-            event.stop()
-
-
-def app_threads() -> int:
-    """Decode threads when -t is not given: every core but one. The screen needs a core;
-    llama.cpp's threads wait for each other by spinning, so a decode that shares its cores
-    with the UI thread slows down many times over (measured on 2 cores: -t 2 gave 530 ms per
-    token next to a busy UI, -t 1 gave 16-19 ms)."""
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-def run_app(args: argparse.Namespace) -> int:
-    from .commands import engine_from_args
-
-    header = None
-    if getattr(args, "resume", None):
-        from .resume import apply_to_args, load_header
-
-        header = load_header(args.resume)  # a bad file fails here, before the UI starts
-        apply_to_args(args, header)
-    if not args.threads:
-        args.threads = app_threads()
-    engine = engine_from_args(args)
-    app = TokenstepApp(
-        engine,
-        raw=args.raw,
-        prefix_cache=not args.no_prefix_cache,
-        prefill=args.prompt or "",
-        autosave_dir=session_store.default_autosave_dir(),
-    )
-    if header is not None:
-        from .resume import restore
-
-        try:
-            restore(app.controller, header, args.resume)
-        except BaseException:
-            engine.close()
-            raise
-    try:
-        app.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        app.controller.stop()
-    return 0

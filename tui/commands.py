@@ -1,4 +1,5 @@
-"""The non-interactive commands: ``trace`` and ``info``."""
+"""The non-interactive commands: ``trace``, ``info`` and ``verify``, and the flag checks the
+app shares with them (:func:`engine_from_args`, :func:`preflight`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import itertools
 import json
 import sys
 
-from .cli import read_prompt
+from .args import read_prompt
 from .engine import (
     Engine,
     EngineConfig,
@@ -16,6 +17,7 @@ from .engine import (
     TokenstepError,
     info,
     loop,
+    rules,
     trace,
 )
 from .engine import chat as chat_mod
@@ -76,15 +78,9 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     spec = getattr(args, "attention", None)
     census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
     if spec is not None:
-        if args.flash_attn == "on":
-            raise TokenstepError(
-                "--attention needs flash attention off (it fuses the softmax away); drop -fa on."
-            )
-        if args.cache_type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"--attention needs flash attention off, and a {args.cache_type_v} V cache "
-                "needs it on; use -ctv f16."
-            )
+        conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
+        if conflict is not None:
+            raise TokenstepError(conflict.replace("attention capture", "--attention", 1))
         layers = parse_layers(spec, n_layer)
         return [AttentionCapture(n_layer, layers, census=census, profile=profile)]
     if census or profile:

@@ -1,6 +1,6 @@
-"""Pane 3, batch: the tokens of the last ``llama_decode`` call(s), one row each, with id, piece,
-pos, seq_id and the logits flag. A prefill longer than ``n_batch`` is several calls and each
-call is cut into ``n_ubatch`` chunks; both boundaries are drawn as rule lines."""
+"""Tab 2 (key 2), batch: the tokens of the last ``llama_decode`` call(s), one row each, with id,
+piece, pos, seq_id and the logits flag. A prefill longer than ``n_batch`` is several calls and
+each call is cut into ``n_ubatch`` chunks; both boundaries are drawn as rule lines."""
 
 from __future__ import annotations
 

@@ -44,7 +44,13 @@ class MemoryTab(VerticalScroll):
         return self.query_one(MemoryPane).report
 
     def show(self, view: View) -> None:
-        if view.memory is not None:
+        note = view.capabilities.missing("kv_cells")
+        if note is not None:
+            pane = self.query_one(MemoryPane)
+            pane.show_missing(note)
+            self.border_title = pane.border_title
+            self.border_subtitle = pane.border_subtitle
+        elif view.memory is not None:
             pane = self.query_one(MemoryPane)
             pane.show_report(view.memory)
             self.border_title = pane.border_title
@@ -177,7 +183,12 @@ class CacheTab(VerticalScroll):
     def show(self, view: View) -> None:
         self.border_subtitle = f"KV {view.kv_used:,}/{view.n_ctx:,} · {view.context_full}"
         self.query_one("#c-seqs", Static).update(render_seqs(view))
-        if view.verify is not None:
+        cannot_verify = view.capabilities.missing("verify")
+        if cannot_verify is not None:
+            self.query_one("#c-verify", Static).update(
+                Text(f"Verify {cannot_verify}.", style="grey62 italic")
+            )
+        elif view.verify is not None:
             self.query_one("#c-verify", Static).update(render_verify(view.verify))
         self.query_one("#c-shift", Static).update(render_shifts(view, view.shifts))
         self.query_one("#c-turns", Static).update(render_turns(view))

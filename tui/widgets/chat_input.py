@@ -1,13 +1,22 @@
-"""The chat box: a one-line Input that keeps every line of a paste.
+"""The chat box: a one-line Input that keeps every line of a paste, and does not swallow a
+control key pressed just before the app moved the focus into it.
 
 Textual's Input keeps only the first line of a pasted text and drops the rest without a word.
 Here the line breaks become spaces, so a pasted text arrives whole, and the app is told how many
-lines were joined (it says so in the notice line)."""
+lines were joined (it says so in the notice line).
+
+When a reply ends the app moves the focus here on its own (:meth:`ChatInput.take_focus`), since
+the next thing is usually typing. A key the user pressed before that moment was aimed at the
+controls, where the focus was, but it can reach the box after the move (it waited in the queue
+behind the view that ended the reply). Such a key is not typed: the focus goes back to the
+controls and the key is handed to them, so it does what it would have done a moment earlier
+(``0`` opens the cache tab). Keys pressed after the move are typed as usual."""
 
 from __future__ import annotations
 
 from textual import events
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Input
 
 
@@ -19,6 +28,36 @@ class ChatInput(Input):
             super().__init__()
             self.lines = lines
             self.chars = chars
+
+    _from_app = False  # the next Focus event is the app's own move
+    _focus_before: Widget | None = None  # where the focus was before that move
+    moved_here_at: float | None = None  # when the app last moved the focus here
+
+    def take_focus(self) -> None:
+        """Focus the box now (``focus()`` waits for the next message), on the app's own
+        initiative: keys pressed before this moment still go to the controls."""
+        if self.has_focus:
+            return
+        self._from_app = True
+        self._focus_before = self.screen.focused
+        self.screen.set_focus(self)
+
+    def on_focus(self, event: events.Focus) -> None:
+        # Message.time is Textual's clock, the one every Key event is stamped with.
+        self.moved_here_at = event.time if self._from_app else None
+        self._from_app = False
+
+    async def _on_key(self, event: events.Key) -> None:
+        before = self._focus_before
+        if self.moved_here_at is None or event.time >= self.moved_here_at or before is None:
+            return  # typed as usual (Input's own handler runs next)
+        if not before.is_attached or not before.focusable:
+            return
+        event.prevent_default()  # not typed: Input's handler must not run
+        event.stop()
+        self.moved_here_at = None
+        self.screen.set_focus(before)  # the user was still on the controls
+        before._forward_event(events.Key(event.key, event.character))
 
     def _on_paste(self, event: events.Paste) -> None:
         text = event.text

@@ -23,6 +23,7 @@ _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 HEX_STYLE = Style(color="bright_red", bold=True)
 SPECIAL_STYLE = Style(color="magenta", italic=True)
 DIM = Style(dim=True)
+NOTE_STYLE = Style(color="grey62", italic=True)  # a pane saying why it has nothing to draw
 GAP = Style(color="black", bgcolor="orange1", bold=True)  # where a context shift cut
 CHIP_BACKGROUNDS = ("#1f3b57", "#3b2f57", "#2f5740", "#57442f", "#4a2f3f", "#2f4f57")
 SEQ_COLORS = ("green", "dodger_blue1", "orange1", "magenta", "cyan", "yellow")
@@ -216,6 +217,7 @@ class LinePane(ScrollView):
     DEFAULT_CSS = """
     LinePane { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
     """
+    NEEDS: str | None = None  # a Capabilities field without which the pane has nothing to draw
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
@@ -231,10 +233,17 @@ class LinePane(ScrollView):
         self._follow_seq = -1
         self.relayout()
 
+    def missing(self) -> str | None:
+        """Why the view's backend gives this pane nothing to draw (one sentence), or None."""
+        if self.NEEDS is None or self.view is None:
+            return None
+        return self.view.capabilities.missing(self.NEEDS)
+
     def relayout(self) -> None:
         """Size the virtual canvas; on a new view, bring its follow row into view (the user
         may scroll freely until the next view arrives)."""
-        size = Size(max(self.content_width(), 1), self.count_rows())
+        rows = 1 if self.missing() is not None else self.count_rows()
+        size = Size(max(self.content_width(), 1), rows)
         if size != self.virtual_size:
             # Assigning virtual_size lays out the whole screen (tens of ms here). A pane that
             # only grew taller needs its scrollbar updated, nothing else: Textual's own
@@ -249,7 +258,7 @@ class LinePane(ScrollView):
     def _bring_follow_row(self, tries: int = 8) -> None:
         """Scroll so the follow row shows. Right after the pane becomes visible its scroll
         limits may not be known yet, so it tries again for a few frames."""
-        target = self.follow_row()
+        target = self.follow_row() if self.missing() is None else None
         if target is None or self.view is None:
             return
         h = self.size.height
@@ -289,8 +298,16 @@ class LinePane(ScrollView):
         base = self._base_style
         if base is None:  # once per redraw: Textual computes it from the whole DOM path
             base = self._base_style = self.rich_style
-        if self.view is None or row >= self.count_rows():
+        if self.view is None:
             return Strip.blank(width, base)
-        strip = Strip(self.build_row(row, max(self.content_width(), width)))
+        note = self.missing()
+        if note is not None:  # the pane asks the capability, never the backend's type
+            if row:
+                return Strip.blank(width, base)
+            strip = Strip([Segment(note, NOTE_STYLE)])
+        elif row >= self.count_rows():
+            return Strip.blank(width, base)
+        else:
+            strip = Strip(self.build_row(row, max(self.content_width(), width)))
         strip = strip.crop(scroll_x, scroll_x + width).extend_cell_length(width)
         return strip.apply_style(base)

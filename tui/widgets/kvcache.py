@@ -1,4 +1,5 @@
-"""Pane 7, KV cache: one character per cell of the context (``n_ctx`` of them), in use or free.
+"""Tab 4 (key 4), KV cache: one character per cell of the context (``n_ctx`` of them), in use or
+free.
 
 Used cells are coloured by the sequence they belong to; the cells the last ``llama_decode``
 wrote are lit, so a prefill lights a block and a decode step one cell. After a context shift,
@@ -48,6 +49,8 @@ def _seam_style(seq: int | None) -> Style:
 
 
 class KVCachePane(LinePane):
+    NEEDS = "kv_cells"
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.cols = 64
@@ -182,7 +185,7 @@ class KVCachePane(LinePane):
 
     def on_mouse_move(self, event: events.MouseMove) -> None:
         v = self.view
-        if v is None:
+        if v is None or self.missing() is not None:
             return
         col = event.x - LABEL_W
         row = event.y + int(self.scroll_offset.y) - self.legend_rows

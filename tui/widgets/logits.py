@@ -1,6 +1,6 @@
-"""Pane 4, logits and sampler: the top candidates for the next token, what each sampler stage
-kept or cut, and which token the next step will pick (a preview on the same logits, using a
-clone of the seeded RNG, so it is exactly the token the step takes).
+"""The logits pane (left), logits and sampler: the top candidates for the next token, what each
+sampler stage kept or cut, and which token the next step will pick (a preview on the same
+logits, using a clone of the seeded RNG, so it is exactly the token the step takes).
 
 Columns: p is the softmax of the raw logits over the whole vocabulary (temperature 1);
 p' is the probability after the chain, the one the pick draws from."""

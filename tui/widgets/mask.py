@@ -1,4 +1,4 @@
-"""Pane 8, causal mask: which KV cells each token may attend to.
+"""Tab 5 (key 5), causal mask: which KV cells each token may attend to.
 
 One row per token (a query), one column per KV cell (a key), in cache order. A row sees a cell
 when the cell belongs to the row's sequence and its position is not after the row's: the lower
@@ -126,6 +126,8 @@ def _class_of(lo: int, hi: int) -> int:
 
 
 class CausalMaskPane(LinePane):
+    NEEDS = "kv_cells"
+
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.factor = 1
@@ -156,7 +158,7 @@ class CausalMaskPane(LinePane):
         k0 = np.arange(0, n, self.factor)
         self._k0, self._k1 = k0, np.minimum(k0 + self.factor, n) - 1
         self.n_cols = len(k0)
-        if self.per_seq and n and self.view is not None:
+        if self.per_seq and n and self.view is not None and self.missing() is None:
             # One pixel per (query, key): down-sampling would blend the sequences' alternating
             # cells into one grey. When the cells are more than the pane is wide, the newest
             # keep a column each and the first column stands for all the older ones.

@@ -85,6 +85,12 @@ class MemoryPane(Static):
         self.border_title = "KV memory"
         self.report: MemoryReport | None = None
 
+    def show_missing(self, note: str) -> None:
+        """The backend has no KV cells to take apart: say so instead of old numbers."""
+        self.report = None
+        self.border_subtitle = ""
+        self.update(Text(note, style="grey62 italic"))
+
     def show_report(self, rep: MemoryReport) -> None:
         self.report = rep
         self.border_subtitle = f"{rep.breakdown.bytes_per_token:,} B/token · fa {rep.flash_attn}"

@@ -1,4 +1,4 @@
-"""Pane 1, the pipeline: the seven stages of the loop, the ones the last command ran lit, each
+"""The pipeline pane (top): the seven stages of the loop, the ones the last command ran lit, each
 with the one fact it produced. ``e`` adds a short explanation of a stage and the llama.cpp call
 behind it (click a stage to pick which one)."""
 

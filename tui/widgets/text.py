@@ -1,6 +1,6 @@
-"""Pane 5, the text: the conversation as the model sees it in its context, joined from the
-token pieces' bytes (a character split over two tokens appears once both have arrived). The
-newest token is marked; ``b`` draws the token boundaries.
+"""The text pane (above the tabs): the conversation as the model sees it in its context, joined
+from the token pieces' bytes (a character split over two tokens appears once both have arrived).
+The newest token is marked; ``b`` draws the token boundaries.
 
 After a context shift a marked gap stands where the forgotten tokens were. After a fork the
 shared context is drawn once, then one column per sequence with what it generated since."""

@@ -1,4 +1,4 @@
-"""Pane 6, timeline: every ``llama_decode`` call in order, its width from its measured time.
+"""Tab 3 (key 3), timeline: every ``llama_decode`` call in order, its width from its measured time.
 
 A prefill is one wide block (many tokens in one call); each decode step is a narrow cell. The
 rates are computed separately for prefill and decode from the measured ``llama_decode`` times

@@ -1,4 +1,4 @@
-"""Pane 2, tokens: every token in the context as a coloured chip (``#`` shows the ids), with
+"""Tab 1 (key 1), tokens: every token in the context as a coloured chip (``#`` shows the ids), with
 token counts next to character counts. Pieces are drawn as bytes really are: a space is ␣, a
 newline ↵, and a byte that is not valid UTF-8 on its own is shown as ``<0xNN>``."""
 

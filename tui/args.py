@@ -1,0 +1,298 @@
+"""The command line's flags and the prompt: parsers for ``tokenstep`` (the app), ``trace``,
+``info`` and ``verify``, and :func:`read_prompt`.
+
+Flags follow llama.cpp's names and meanings. A mistake raises :class:`TokenstepError` with one
+sentence; :func:`tui.cli.main` prints it. A leaf module: the app and the commands import it, it
+imports neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from .engine.errors import TokenstepError
+
+COMMANDS = ("trace", "info", "verify")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise TokenstepError(f"{message} (see 'tokenstep {self._cmd} --help').")
+
+    @property
+    def _cmd(self) -> str:
+        return self.prog.split()[-1] if " " in self.prog else ""
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-m",
+        "--model",
+        metavar="PATH",
+        help="GGUF model file (default: bundled SmolLM2-135M-Instruct)",
+    )
+
+
+def _context_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="context size in tokens (default 4096)",
+    )
+    p.add_argument(
+        "-b",
+        "--batch-size",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="logical batch size: max tokens per llama_decode (default 2048)",
+    )
+    p.add_argument(
+        "-ub",
+        "--ubatch-size",
+        type=int,
+        default=512,
+        metavar="N",
+        help="physical batch size: tokens per graph run (default 512)",
+    )
+    p.add_argument(
+        "-t",
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="CPU threads (default: all cores; the app keeps one for its UI)",
+    )
+    p.add_argument(
+        "-fa",
+        "--flash-attn",
+        choices=["on", "off", "auto"],
+        default="auto",
+        help="flash attention (default auto)",
+    )
+    p.add_argument(
+        "-ctk",
+        "--cache-type-k",
+        default="f16",
+        metavar="TYPE",
+        help="K cache type: f16, q8_0, q4_0, ... (default f16)",
+    )
+    p.add_argument(
+        "-ctv",
+        "--cache-type-v",
+        default="f16",
+        metavar="TYPE",
+        help="V cache type (quantized V needs flash attention)",
+    )
+    p.add_argument(
+        "--context-full",
+        choices=["stop", "shift"],
+        default="stop",
+        help="when the context is full: stop, or shift (forget the oldest half after --keep)",
+    )
+    p.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
+    )
+
+
+def _number(text: str) -> float:
+    """A float flag value; nan and inf are refused (every comparison with nan is false, so a
+    range check alone would let it through)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def _sampler_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--temp", type=_number, default=0.8, help="temperature; 0 means greedy (default 0.8)"
+    )
+    p.add_argument("--top-k", type=int, default=40, help="top-k, 0 = off (default 40)")
+    p.add_argument("--top-p", type=_number, default=0.95, help="top-p, 1.0 = off (default 0.95)")
+    p.add_argument("--min-p", type=_number, default=0.05, help="min-p, 0.0 = off (default 0.05)")
+    p.add_argument(
+        "-s", "--seed", type=int, default=42, help="RNG seed for the dist sampler (default 42)"
+    )
+    p.add_argument("--greedy", action="store_true", help="always take the highest logit")
+
+
+def _attention_spec(text: str) -> str:
+    """Syntax of --attention (a layer, a comma list or 'all'); the range is checked once the
+    model says how many layers it has."""
+    from .engine.attention_capture import parse_layers
+
+    try:
+        parse_layers(text)
+    except TokenstepError as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc).replace("--attention takes", "expected").rstrip(".")
+        ) from None
+    return text
+
+
+def _graph_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--attention",
+        type=_attention_spec,
+        metavar="LAYER|all",
+        help="add each step's attention weights (kq_soft_max) for these layers; "
+        "turns flash attention off",
+    )
+    p.add_argument(
+        "--graph",
+        action="store_true",
+        help="add the graph census: node count and each layer's chain of named ops",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="time every graph node (SLOWER: each node runs on its own)",
+    )
+
+
+def _prompt_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--prompt", metavar="TEXT", help="prompt text ('-' reads standard input)")
+    p.add_argument("-f", "--file", metavar="PATH", help="read the prompt from a file")
+    p.add_argument(
+        "--chat", action="store_true", help="wrap the prompt in the model's chat template"
+    )
+    p.add_argument(
+        "--special",
+        action="store_true",
+        help="parse special-token text such as <|im_end|> in the prompt",
+    )
+
+
+def build_parsers() -> dict[str, argparse.ArgumentParser]:
+    app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
+    _model_flags(app)
+    _context_flags(app)
+    _sampler_flags(app)
+    app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
+    app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
+    app.add_argument(
+        "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
+    )
+    app.add_argument(
+        "--resume",
+        metavar="FILE",
+        help="start from a saved or autosaved session (.jsonl): conversation, settings, and "
+        "the context re-prefilled",
+    )
+    app.add_argument(
+        "--attention",
+        metavar="LAYER|all",
+        help="start with attention capture on for LAYER (or all): flash attention off and an "
+        "eval callback, so decoding is slower; 'a' toggles it in the app",
+    )
+    app.epilog = (
+        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
+    )
+
+    trace = _Parser(
+        prog="tokenstep trace", description="Print one JSON object per llama_decode call."
+    )
+    _model_flags(trace)
+    _context_flags(trace)
+    _sampler_flags(trace)
+    _prompt_flags(trace)
+    trace.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=32,
+        metavar="N",
+        help="tokens to generate (default 32)",
+    )
+    _graph_flags(trace)
+
+    info = _Parser(
+        prog="tokenstep info",
+        description="Model facts and KV cache sizes, from the GGUF header only.",
+    )
+    _model_flags(info)
+    info.add_argument(
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=0,
+        metavar="N",
+        help="context size for the KV sizes (default: n_ctx_train)",
+    )
+    info.add_argument("--json", action="store_true", help="print JSON")
+
+    verify = _Parser(
+        prog="tokenstep verify",
+        description="After every step, recompute the context from scratch in a fresh context "
+        "and compare logits with the cached step's. Exit code 3 if a top-1 token differs.",
+    )
+    _model_flags(verify)
+    _context_flags(verify)
+    _sampler_flags(verify)
+    _prompt_flags(verify)
+    verify.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=16,
+        metavar="N",
+        help="tokens to generate, each one checked (default 16)",
+    )
+    verify.add_argument(
+        "--no-replay",
+        action="store_true",
+        help="skip the final replay of the engine's own decode calls",
+    )
+    return {"app": app, "trace": trace, "info": info, "verify": verify}
+
+
+def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
+    parsers = build_parsers()
+    if argv and argv[0] in COMMANDS:
+        return argv[0], parsers[argv[0]].parse_args(list(argv[1:]))
+    return "app", parsers["app"].parse_args(list(argv))
+
+
+def read_prompt(args: argparse.Namespace) -> str:
+    """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence."""
+    if args.file:
+        try:
+            with open(args.file, "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise TokenstepError(f"cannot read prompt file {args.file}: {exc.strerror}.") from exc
+        source = args.file
+    elif args.prompt == "-":
+        raw = sys.stdin.buffer.read()
+        source = "standard input"
+    elif args.prompt is not None:
+        try:  # bytes that are not UTF-8 reach argv as lone surrogates
+            str(args.prompt).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TokenstepError(
+                f"the prompt given with -p is not valid UTF-8 (bad byte at character {exc.start})."
+            ) from exc
+        return str(args.prompt)
+    else:
+        raise TokenstepError("no prompt: pass -p TEXT, -p - for standard input, or -f FILE.")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TokenstepError(
+            f"the prompt from {source} is not valid UTF-8 (bad byte at offset {exc.start})."
+        ) from exc
