@@ -29,8 +29,6 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
-from . import session_store
-from .controller import Controller, View
 from .engine.session import Engine
 from .widgets.attention import AttentionPane
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
@@ -50,6 +48,8 @@ from .widgets.save_dialog import SaveScreen, default_save_name
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
+from .worker import View, session_store
+from .worker import Worker as Controller
 
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34
@@ -547,7 +547,7 @@ def run_app(args: argparse.Namespace) -> int:
 
     header = None
     if getattr(args, "resume", None):
-        from .resume import apply_to_args, load_header
+        from .worker.resume import apply_to_args, load_header
 
         header = load_header(args.resume)  # a bad file fails here, before the UI starts
         apply_to_args(args, header)
@@ -562,7 +562,7 @@ def run_app(args: argparse.Namespace) -> int:
         autosave_dir=session_store.default_autosave_dir(),
     )
     if header is not None:
-        from .resume import restore
+        from .worker.resume import restore
 
         try:
             restore(app.controller, header, args.resume)

@@ -15,10 +15,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..controller import View
 from ..engine.memory import MemoryReport
 from ..engine.session import ShiftEvent
 from ..engine.verify import VerifyResult
+from ..worker.views import View
 from .common import literal
 from .kvcache import SEQ_COLORS
 from .memory import MemoryPane
