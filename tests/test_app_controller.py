@@ -31,9 +31,7 @@ def wait(c: Worker, pred: Callable[[View], bool], what: str, timeout: float = 12
 def controller(make_engine, tmp_path):
     made: list[Worker] = []
 
-    def make(
-        autoplay: bool = False, settings: SamplerSettings | None = None, **config
-    ) -> Worker:
+    def make(autoplay: bool = False, settings: SamplerSettings | None = None, **config) -> Worker:
         c = Worker(
             make_engine(settings, **config),
             autoplay=autoplay,

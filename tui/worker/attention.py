@@ -232,7 +232,7 @@ class AttentionControl:
                     break
         missing = eng.capabilities.missing("attention")
         if missing is not None:
-            status = f"attention weights {missing}"
+            status = f"attention {missing}"
         elif not self.on:
             status = "attention capture off · press a to capture (rebuilds the context if needed)"
         elif att is None:
