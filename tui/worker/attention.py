@@ -121,6 +121,7 @@ class AttentionControl:
             cap.census_on = self.want_census
 
     def toggle(self) -> None:
+        self.w.require("attention")
         cap = self.capture
         self.w.state.dirty_since_save = True
         if self.on:
@@ -148,6 +149,7 @@ class AttentionControl:
         self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
     def set_layer(self, layer: int) -> None:
+        self.w.require("attention")
         n_layer = self.engine.info.n_layer
         layer %= n_layer
         self.layer = layer

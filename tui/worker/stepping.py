@@ -222,6 +222,7 @@ def rewind(w: Worker, n: int) -> None:
 def fork(w: Worker) -> None:
     """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
     s, eng = w.state, w.engine
+    w.require("fork")
     if s.activity == "done" and not eng.branches:
         s.activity = "generating"  # a fork may continue where the reply ended
         eng.stop_reason = None

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..engine.errors import TokenstepError
 from ..engine.session import Engine
-from . import chat, sampler_keys, saving, session_store, stepping
+from . import chat, sampler_keys, saving, session_store, stepping, verify
 from .attention import AttentionControl
 from .build import ViewBuilder
 from .commands import (
@@ -107,12 +107,12 @@ class Worker:
             Seed: lambda c: sampler_keys.next_seed(self, c.delta),
             NewChat: lambda c: saving.new_chat(self),
             Save: lambda c: saving.save(self, c.path),
-            AttentionToggle: self._attention_toggle,
-            AttentionLayer: self._attention_layer,
+            AttentionToggle: lambda c: self.attention.toggle(),
+            AttentionLayer: lambda c: self.attention.set_layer(c.layer),
             AttentionHead: lambda c: self.attention.set_head(c.head),
             AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
-            Verify: self._verify,
-            Fork: self._fork,
+            Verify: lambda c: verify.verify(self, c.mode),
+            Fork: lambda c: stepping.fork(self),
             Call: lambda c: c.fn(),
         }
 
@@ -228,6 +228,12 @@ class Worker:
     def drop_forks(self) -> None:
         stepping.drop_forks(self)
 
+    def require(self, what: str) -> None:
+        """Refuse a command the backend cannot do (a ``Capabilities`` field), in its words."""
+        missing = self.engine.capabilities.missing(what)
+        if missing is not None:
+            raise TokenstepError(f"{what} {missing}.")
+
     def handle(self, cmd: Command) -> None:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""
         self.commands += 1
@@ -295,39 +301,3 @@ class Worker:
             self._dirty = False
         if self.on_view is not None:
             self.on_view(view)
-
-    # -- commands a backend may lack ---------------------------------------------------------------
-    def _require(self, what: str) -> None:
-        missing = self.engine.capabilities.missing(what)
-        if missing is not None:
-            raise TokenstepError(f"{what} {missing}.")
-
-    def _attention_toggle(self, cmd: AttentionToggle) -> None:
-        self._require("attention")
-        self.attention.toggle()
-
-    def _attention_layer(self, cmd: AttentionLayer) -> None:
-        self._require("attention")
-        self.attention.set_layer(cmd.layer)
-
-    def _verify(self, cmd: Verify) -> None:
-        s = self.state
-        self._require("verify")
-        if self.engine.logits is None:
-            s.note("Nothing to verify yet: send a message first.", "warn")
-            return
-        res = self.engine.verify_last(cmd.mode)
-        s.verify = res
-        s.action = "verify"
-        s.lit = ()
-        agree = "agrees" if res.top1_agree else "DISAGREES"
-        s.note(
-            f"Verify ({cmd.mode}): recomputed {res.n_tokens} tokens from scratch in "
-            f"{res.recompute_ms:.0f} ms; max |Δ| {res.max_abs_diff:.3g}, top-1 {agree}. "
-            "Tab 0 shows why.",
-            "info" if res.top1_agree else "error",
-        )
-
-    def _fork(self, cmd: Fork) -> None:
-        self._require("fork")
-        stepping.fork(self)
