@@ -21,13 +21,13 @@ from collections.abc import Callable
 import numpy as np
 from textual.app import App, ComposeResult
 
-from tui.controller import Controller, View
 from tui.engine import Engine, EngineConfig, Model
 from tui.engine.attention_capture import RowSource
 from tui.engine.attention_map import ContextAttention, rows_from_sources
 from tui.widgets.attention import AttentionPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.mask import CausalMaskPane
+from tui.worker import View, Worker
 
 from .common import THREADS, Row, median, prompt_of
 
@@ -51,15 +51,15 @@ def _views(model: Model) -> dict[int, View]:
     the way ``llama_decode`` would leave it (token, position, sequence 0) without decoding: the
     panes draw from the mirror and the View only, so the drawing cost is the same."""
     eng = Engine(model, EngineConfig(n_ctx=LENGTHS[-1] + 8, n_threads=THREADS))
-    ctl = Controller(eng, raw=True, autoplay=False, close_engine=True)
+    ctl = Worker(eng, raw=True, autoplay=False, close_engine=True)
     prompt = prompt_of(model, LENGTHS[-1])
     out = {}
     try:
         for n in LENGTHS:
             for pos in range(eng.n_past, n):
                 eng.kv.add(prompt[pos], pos, (0,), 0)
-            ctl.s.new_cells = (n - 1, n)  # as after a decode step: the newest cell is lit
-            out[n] = ctl._build()
+            ctl.state.new_cells = (n - 1, n)  # as after a decode step: the newest cell is lit
+            out[n] = ctl.build_view()
     finally:
         eng.close()
     return out

@@ -20,7 +20,6 @@ from llama_cpp import Llama
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.engine.chat import Message, chat_tokens
-from tui.session_store import read_session
 from tui.widgets.batch import BatchPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.logits import LogitsPane
@@ -28,6 +27,7 @@ from tui.widgets.mask import CausalMaskPane
 from tui.widgets.pipeline import PipelinePane
 from tui.widgets.text import ConversationPane
 from tui.widgets.tokens import TokensPane
+from tui.worker.session_store import read_session
 
 from .conftest import ROOT
 

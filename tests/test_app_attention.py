@@ -11,8 +11,8 @@ from tui.args import build_parsers
 from tui.commands import engine_from_args
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.attention_capture import AttentionCapture, find_capture
-from tui.session_store import read_session
 from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
+from tui.worker.session_store import read_session
 
 from .test_app import SIZE, make_app, run_async, wait_for
 
@@ -81,7 +81,7 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
 
     # --resume builds the context with the capture on that layer and restores the head.
     from tui.app import TokenstepApp
-    from tui.resume import apply_to_args, load_header, restore
+    from tui.worker.resume import apply_to_args, load_header, restore
 
     args = build_parsers()["app"].parse_args(["--resume", str(path)])
     saved = load_header(path)

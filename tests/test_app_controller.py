@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from tui.controller import TEMP_LADDER, TOP_K_LADDER, Controller, View, next_rung
 from tui.engine import SamplerSettings
-from tui.session_store import read_session
+from tui.worker import View, Worker
+from tui.worker.sampler_keys import TEMP_LADDER, TOP_K_LADDER, next_rung
+from tui.worker.session_store import read_session
 
 
-def wait(c: Controller, pred: Callable[[View], bool], what: str, timeout: float = 120) -> View:
+def wait(c: Worker, pred: Callable[[View], bool], what: str, timeout: float = 120) -> View:
     """Poll like the app does: ``take`` marks each view as drawn, so the worker keeps
     publishing during autoplay."""
     t0 = time.monotonic()
@@ -28,12 +29,10 @@ def wait(c: Controller, pred: Callable[[View], bool], what: str, timeout: float 
 
 @pytest.fixture
 def controller(make_engine, tmp_path):
-    made: list[Controller] = []
+    made: list[Worker] = []
 
-    def make(
-        autoplay: bool = False, settings: SamplerSettings | None = None, **config
-    ) -> Controller:
-        c = Controller(
+    def make(autoplay: bool = False, settings: SamplerSettings | None = None, **config) -> Worker:
+        c = Worker(
             make_engine(settings, **config),
             autoplay=autoplay,
             autosave_dir=tmp_path / "autosave",

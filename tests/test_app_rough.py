@@ -2,7 +2,7 @@
 100 kB paste, and a resize to a too-small terminal and back in the middle of a reply.
 
 The engine is only ever read on the controller's worker thread: the checks go in as a command
-(``_do_probe``) that the worker runs between decode calls, like any key press."""
+(``call_soon``) that the worker runs between decode calls, like any key press."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 from textual import events
 
 from tui.app import TokenstepApp
-from tui.controller import _Cmd
 from tui.engine import SamplerSettings
 from tui.widgets.common import literal
 from tui.widgets.help import HelpScreen
@@ -48,15 +47,14 @@ async def probe(pilot, app: TokenstepApp) -> dict[str, Any]:
 
         mem = llama_cpp.llama_get_memory(eng.ctx)
         out["llama_pos_max"] = llama_cpp.llama_memory_seq_pos_max(mem, 0)
-        start = ctl.s.reply_start
+        start = ctl.state.reply_start
         out["reply_start"] = start
         out["reply_pieces"] = (
             b"".join(eng.vocab.piece(t) for t in eng.tokens[start:]) if start is not None else b""
         )
         done.set()
 
-    ctl._do_probe = run  # type: ignore[attr-defined]
-    ctl._q.put(_Cmd("probe"))
+    ctl.call_soon(run)
     await wait_for(pilot, done.is_set, "the worker to run the probe")
     return out
 
@@ -112,7 +110,7 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
             lambda: (
                 app.view is not None
                 and (app.view.mode == "step" or app.view.activity != "generating")
-                and app.controller._q.empty()
+                and app.controller.queue_empty()
             ),
             "the worker to go idle",
         )

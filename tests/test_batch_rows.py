@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tui.engine import default_model_path
-from tui.session_store import FORMAT_VERSION
+from tui.worker.session_store import FORMAT_VERSION
 
 from .conftest import run_cli
 from .test_cli_errors import one_sentence

@@ -12,11 +12,11 @@ from llama_cpp import Llama
 from rich.console import Console
 
 from tui.app import TokenstepApp
-from tui.controller import SeqView
 from tui.engine import SamplerSettings
 from tui.widgets.kvcache import SHIFT_LINES, KVCachePane
 from tui.widgets.mask import COLORS, CausalMaskPane, seq_mask_blocks, seq_mask_grid
 from tui.widgets.text import ConversationPane
+from tui.worker.views import SeqView
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
 from .test_app_cache import cache_text, open_tab, play_to_first_shift, shift_app

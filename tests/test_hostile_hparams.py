@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tui.engine import Model, ModelError
-from tui.session_store import FORMAT_VERSION
+from tui.worker.session_store import FORMAT_VERSION
 
 from .conftest import run_cli
 from .test_cli_errors import one_sentence

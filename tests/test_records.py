@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tui.controller import Controller
 from tui.engine import SamplerSettings
 from tui.engine.records import RecordLog
 from tui.engine.trace import record_to_dict
-from tui.session_store import read_session
+from tui.worker import Worker
+from tui.worker.commands import Save, Send, Step
+from tui.worker.session_store import read_session
 
 PROMPT = "The three primary colours are"
 
@@ -58,12 +59,12 @@ def test_rewind_and_sampling_still_work_after_spilling(make_engine):
 def test_saved_session_has_every_record_after_spilling(make_engine, tmp_path):
     eng = make_engine(SamplerSettings(temp=0.0))
     eng.records = RecordLog(eng._record_dict, window=4)
-    c = Controller(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
-    c._do_send(PROMPT)
+    c = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    c.handle(Send(PROMPT))
     for _ in range(25):
-        c._do_step()
+        c.handle(Step())
     target = tmp_path / "s.jsonl"
-    c._do_save(str(target))
+    c.handle(Save(str(target)))
     header, rows = read_session(target)
     assert eng.records.spilled > 0
     assert [r["step"] for r in rows] == list(range(len(eng.records)))

@@ -13,11 +13,10 @@ import numpy as np
 from tui.app import TokenstepApp
 from tui.args import parse
 from tui.commands import engine_from_args
-from tui.controller import _Cmd
 from tui.engine import SamplerSettings
-from tui.resume import apply_to_args, load_header, restore
-from tui.session_store import read_session
 from tui.widgets.text import ConversationPane
+from tui.worker.resume import apply_to_args, load_header, restore
+from tui.worker.session_store import read_session
 
 from .conftest import run_cli
 from .test_app import SIZE, run_async, wait_for
@@ -34,8 +33,7 @@ async def on_worker(pilot, app: TokenstepApp, fn):
         out["v"] = fn(ctl.engine)
         done.set()
 
-    ctl._do_probe = run  # type: ignore[attr-defined]
-    ctl._q.put(_Cmd("probe"))
+    ctl.call_soon(run)
     await wait_for(pilot, done.is_set, "the worker")
     return out["v"]
 

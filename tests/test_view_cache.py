@@ -3,17 +3,18 @@ kind of change to the cache, the incremental view must equal one computed from s
 
 from __future__ import annotations
 
-from tui.controller import Controller, View
 from tui.engine import Engine, SamplerSettings
+from tui.worker import View, Worker
+from tui.worker.commands import Fork, NewChat, Rewind, Send, Step
 
 
-def _check(c: Controller) -> View:
+def _check(c: Worker) -> View:
     eng: Engine = c.engine
-    v = c._build()
+    v = c.build_view()
     assert v.tokens == tuple(eng.tokens)
     assert v.pieces == tuple(eng.vocab.piece(t) for t in eng.tokens)
     assert v.kv_cells == tuple((x.token, x.pos, tuple(sorted(x.seqs))) for x in eng.kv.cells)
-    rows = list(eng.records.dicts(c.s.records_from))
+    rows = list(eng.records.dicts(c.state.records_from))
     pre = [r for r in rows if r["phase"] == "prefill"]
     dec = [r for r in rows if r["phase"] != "prefill"]
     tot = v.timeline_totals
@@ -26,26 +27,26 @@ def _check(c: Controller) -> View:
 
 def test_incremental_view_equals_fresh_view(make_engine):
     eng = make_engine(SamplerSettings(temp=0.0), n_ctx=64, context_full="shift")
-    c = Controller(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
-    c._do_send("Once upon a time, in a small village by the sea,")
+    c = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    c.handle(Send("Once upon a time, in a small village by the sea,"))
     _check(c)
     for _ in range(10):
-        c._do_step()
+        c.handle(Step())
         _check(c)
-    c._do_rewind(3)  # the context shrinks at the end
+    c.handle(Rewind(3))  # the context shrinks at the end
     _check(c)
     for _ in range(60):  # past the end of the 64-token context: shifts move positions
-        c._do_step()
+        c.handle(Step())
     v = _check(c)
     assert eng.shifts, "the context should have shifted"
     assert v.kv_used <= 64
-    c._do_fork()  # cells gain a second sequence in place
+    c.handle(Fork())  # cells gain a second sequence in place
     _check(c)
     for _ in range(3):
-        c._do_step()
+        c.handle(Step())
         _check(c)
-    c._do_new_chat()
+    c.handle(NewChat())
     v = _check(c)
     assert v.tokens == () and v.timeline_totals.decode_calls == 0
-    c._do_send("A new chat starts here.")
+    c.handle(Send("A new chat starts here."))
     _check(c)

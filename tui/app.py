@@ -1,7 +1,7 @@
 """The Textual app that ``tokenstep`` opens: chat with a real model and watch every stage.
 
-The app never touches the engine. A :class:`~tui.controller.Controller` owns it on one worker
-thread; key presses become commands on its queue, and each :class:`~tui.controller.View` it
+The app never touches the engine. A :class:`~tui.worker.Worker` owns it on one worker
+thread; key presses become commands on its queue, and each :class:`~tui.worker.views.View` it
 publishes is drawn here. While a reply plays, the light panes (header, pipeline, logits) draw at
 most ``LIGHT_HZ`` times a second and the heavy ones (text, tokens, KV grid, mask, timeline,
 batch) at most ``HEAVY_HZ`` times, only the bottom pane that is showing; in step mode every
@@ -29,7 +29,6 @@ from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_actions import AppActions
-from .controller import Controller, View
 from .engine.session import Engine
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
@@ -45,6 +44,8 @@ from .widgets.pipeline import PipelinePane
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
+from .worker import View
+from .worker import Worker as Controller
 
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34

@@ -27,7 +27,8 @@ from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
 
 if TYPE_CHECKING:
-    from .controller import Controller, View
+    from .worker import View
+    from .worker import Worker as Controller
 
 TABS_SHORT = (
     ("tokens", "1 tok"),

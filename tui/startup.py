@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import session_store
 from .app import TokenstepApp
 from .commands import engine_from_args
-from .resume import apply_to_args, load_header, restore
+from .worker import session_store
+from .worker.resume import apply_to_args, load_header, restore
 
 
 def app_threads() -> int:

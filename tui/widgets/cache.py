@@ -1,7 +1,7 @@
 """The cache-lesson tabs: KV memory, and the cache pane (verify, the quadratic wall, prefix
 reuse per turn, the context-full policy with what a shift forgot, and forked sequences).
 
-Both draw a :class:`~tui.controller.View` only: every number was copied out of the engine by
+Both draw a :class:`~tui.worker.views.View` only: every number was copied out of the engine by
 the worker thread (a :class:`MemoryReport`, a :class:`WorkSnapshot`, a :class:`VerifyResult`,
 the engine's prefill turns and shift events)."""
 
@@ -15,10 +15,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..controller import View
 from ..engine.memory import MemoryReport
 from ..engine.step import ShiftEvent
 from ..engine.verify import VerifyResult
+from ..worker.views import View
 from .common import literal
 from .kvcache import SEQ_COLORS
 from .memory import MemoryPane

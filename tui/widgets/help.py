@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..controller import STAGES
+from ..worker.stages import STAGES
 from .keys import CHAT_KEYS, KEYS
 from .pipeline import EXPLAIN
 

@@ -13,7 +13,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from ..controller import CandidateRow, View
+from ..worker.views import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
 
 CURSOR = Style(bgcolor="grey30")

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual import events
 from textual.geometry import Size
 
-from ..controller import STAGES, View
+from ..worker.stages import STAGES
+from ..worker.views import View
 from .common import Pane, fmt_bytes, fmt_ms, fmt_p, fmt_rate, piece_text
 
 # Our own words; each names the llama.cpp call that does the work.

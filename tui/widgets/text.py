@@ -16,7 +16,7 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-from ..controller import SeqView, View
+from ..worker.views import SeqView, View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
 from .text_flow import TextFlow, conversation_parts, gap_words, plain_of

@@ -24,7 +24,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 
-from ..controller import View
+from ..worker.views import View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, literal
 from .flow import Atom
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from ..controller import Span, View
+from ..worker.chat import Span
+from ..worker.views import View
 from .common import (
     CHIP_BACKGROUNDS,
     DIM,

@@ -1,6 +1,6 @@
 """``tokenstep --resume FILE``: start from a saved or autosaved session.
 
-The header line of the session file (see :mod:`tui.session_store`) holds the conversation, the
+The header line of the session file (see :mod:`tui.worker.session_store`) holds the conversation, the
 sampler settings, the engine config and the exact context tokens. Resuming takes the saved
 config and settings over the command line's (``-t`` and ``-m`` still apply), then decodes the
 saved context tokens again in a fresh context: llama.cpp's KV cache is not in the file, so the
@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .controller import BATCH, DECODE, LOGITS, Controller, Span, Timeline, _chat_spans
-from .engine.chat import Message, chat_tokens
-from .engine.errors import TokenstepError
+from ..engine.chat import Message, chat_tokens
+from ..engine.errors import TokenstepError
+from .chat import Span, chat_spans
 from .session_store import FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from .thread import Worker
 
 ROLES = ("system", "user", "assistant")
 
@@ -86,10 +89,10 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
         args.model = saved_model
 
 
-def restore(controller: Controller, header: dict[str, Any], path: str | Path) -> None:
+def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
     """Re-prefill the saved context and set the conversation. Call before the worker starts
     (this thread still owns the engine then)."""
-    eng, s = controller.engine, controller.s
+    eng = worker.engine
     saved_name = header.get("model", {}).get("name")
     if saved_name is not None and saved_name != eng.info.name:
         raise TokenstepError(
@@ -110,7 +113,7 @@ def restore(controller: Controller, header: dict[str, Any], path: str | Path) ->
     reply_start = n
     kept: list[Message] = messages
     tmpl = eng.info.chat_template
-    if not controller.raw:
+    if not worker.raw:
         if messages and messages[-1].role == "assistant":
             kept = messages[:-1]  # the reply lives in the cache, after reply_start
         if kept and tmpl:
@@ -118,24 +121,19 @@ def restore(controller: Controller, header: dict[str, Any], path: str | Path) ->
             p = len(prompt.tokens)
             if tokens[:p] == prompt.tokens:
                 reply_start = p
-                spans = _chat_spans(kept, prompt.user_spans, p)
+                spans = chat_spans(kept, prompt.user_spans, p)
     else:
         kept = []
-    s.messages = kept
-    s.spans = spans
-    s.reply_start = reply_start if n else None
-    s.activity = "generating" if n else "idle"
-    s.mode = "step"
-    s.action = "resume"
-    s.lit = (BATCH, DECODE, LOGITS) if records else ()
-    s.last_records = tuple(records)
-    s.new_cells = (0, eng.kv.used)
-    s.timeline = Timeline(records)
-    s.dirty_since_save = False
-    s.notice = (
-        f"Resumed {path}: {len(messages)} message(s) and the sampler settings; "
-        f"{n} context tokens re-prefilled in {len(records)} llama_decode call(s). "
-        "→ steps on, space plays."
+    worker.state.restore(
+        messages=kept,
+        spans=spans,
+        reply_start=reply_start if n else None,
+        records=records,
+        new_cells=(0, eng.kv.used),
+        notice=(
+            f"Resumed {path}: {len(messages)} message(s) and the sampler settings; "
+            f"{n} context tokens re-prefilled in {len(records)} llama_decode call(s). "
+            "→ steps on, space plays."
+        ),
     )
-    s.notice_level = "info"
-    controller.attention.restore(header.get("attention"))
+    worker.attention.restore(header.get("attention"))

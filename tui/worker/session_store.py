@@ -18,11 +18,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .engine.chat import Message
-from .engine.errors import TokenstepError
-from .engine.session import Engine
-from .engine.step import StepRecord
-from .engine.trace import record_to_dict
+from ..engine.chat import Message
+from ..engine.errors import TokenstepError
+from ..engine.session import Engine
+from ..engine.step import StepRecord
+from ..engine.trace import record_to_dict
 
 FORMAT_VERSION = 1
 

@@ -1,9 +1,9 @@
 """Attention and graph census for the app, on the decode worker's side.
 
-The :class:`~tui.controller.Controller` owns one :class:`AttentionControl`; every method here
+The :class:`~tui.worker.thread.Worker` owns one :class:`AttentionControl`; every method here
 runs on the worker thread (the only one that touches the engine). The app sends commands
-(``attention`` on/off, layer, head, whether the Attention/Anatomy tab is showing) through the
-controller's queue and draws the :class:`AttentionView` the worker puts in each view.
+(attention on/off, layer, head, whether the Attention/Anatomy tab is showing) through the
+worker's queue and draws the :class:`AttentionView` the worker puts in each view.
 
 llama.cpp fixes the eval callback when a context is created. So attention on, in a context
 built without the capture, means a new context: flash attention off, the callback installed,
@@ -20,14 +20,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .engine.attention_capture import AttentionCapture, find_capture
-from .engine.attention_map import ContextAttention, context_attention
-from .engine.errors import TokenstepError
-from .engine.model import ModelInfo
-from .engine.session import Engine
+from ..engine.attention_capture import AttentionCapture, find_capture
+from ..engine.attention_map import ContextAttention, context_attention
+from ..engine.errors import TokenstepError
+from ..engine.model import ModelInfo
+from ..engine.session import Engine
+from .caches import Memo
 
 if TYPE_CHECKING:
-    from .controller import Controller
+    from .thread import Worker
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,13 @@ class AttentionControl:
 
     def __init__(
         self,
-        controller: Controller,
+        worker: Worker,
         *,
         on: bool = False,
         layer: int = 0,
         head: int | None = None,
     ) -> None:
-        self.c = controller
+        self.w = worker
         self.on = on
         self.layer = layer
         self.head = head
@@ -71,11 +72,21 @@ class AttentionControl:
                     self.layer = cap.layers[0]
             elif self.on:
                 cap.set_layers([self.layer])
-        self._cache: tuple[Any, ContextAttention | None] | None = None
+        # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the context
+        # changed; the pane lays out only the rows it draws.
+        self._matrix: Memo[tuple[Any, ...], ContextAttention | None] = Memo(
+            lambda: (
+                len(self.engine.records),
+                self.engine.n_past,
+                self.layer,
+                tuple(self.engine.tokens[-1:]),
+            ),
+            lambda: context_attention(self.engine, self.layer),
+        )
 
     @property
     def engine(self) -> Engine:
-        return self.c.engine
+        return self.w.engine
 
     @property
     def capture(self) -> AttentionCapture | None:
@@ -99,30 +110,26 @@ class AttentionControl:
             self.head = head
 
     # -- commands (worker thread) ----------------------------------------------------------------
-    def handle(self, name: str, *args: Any) -> None:
-        if name == "toggle":
-            self._toggle()
-        elif name == "layer":
-            self._set_layer(int(args[0]))
-        elif name == "head":
-            self.head = args[0]
-            self.c.s.dirty_since_save = True
-        elif name == "tabs":
-            self.want_matrix, self.want_census = bool(args[0]), bool(args[1])
-            cap = self.capture
-            if cap is not None:
-                cap.census_on = self.want_census
-        else:
-            raise ValueError(name)
+    def set_head(self, head: int | None) -> None:
+        self.head = head
+        self.w.state.dirty_since_save = True
 
-    def _toggle(self) -> None:
+    def set_tabs(self, matrix: bool, census: bool) -> None:
+        """Which of the Attention (matrix) and Anatomy (census) tabs is showing."""
+        self.want_matrix, self.want_census = matrix, census
         cap = self.capture
-        self.c.s.dirty_since_save = True
+        if cap is not None:
+            cap.census_on = self.want_census
+
+    def toggle(self) -> None:
+        self.w.require("attention")
+        cap = self.capture
+        self.w.state.dirty_since_save = True
         if self.on:
             self.on = False
             if cap is not None:
                 cap.set_layers([])
-            self.c._note(
+            self.w.state.note(
                 "Attention capture off: the eval callback stays installed but copies nothing "
                 "(flash attention stays off in this context)."
             )
@@ -131,7 +138,7 @@ class AttentionControl:
         if cap is None:
             n = self._rebuild()
             again = f", and its {n} tokens were prefilled again" if n else ""
-            self.c._note(
+            self.w.state.note(
                 f"Attention on (layer {self.layer}): a new context was created with flash "
                 f"attention off and the eval callback{again}; decoding is now slower "
                 "(capture copies kq_soft_max each step)."
@@ -140,23 +147,24 @@ class AttentionControl:
         cap.set_layers([self.layer])
         n = self._reprefill()
         again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
-        self.c._note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
+        self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
-    def _set_layer(self, layer: int) -> None:
+    def set_layer(self, layer: int) -> None:
+        self.w.require("attention")
         n_layer = self.engine.info.n_layer
         layer %= n_layer
         self.layer = layer
-        self.c.s.dirty_since_save = True
+        self.w.state.dirty_since_save = True
         cap = self.capture
         if not self.on or cap is None:
-            self.c._note(f"Layer {layer} selected; press a to turn attention capture on.")
+            self.w.state.note(f"Layer {layer} selected; press a to turn attention capture on.")
             return
         if layer in cap.layers:
-            self.c._note(f"Layer {layer}: already captured.")
+            self.w.state.note(f"Layer {layer}: already captured.")
             return
         cap.set_layers([layer])
         n = self._reprefill()
-        self.c._note(
+        self.w.state.note(
             f"Layer {layer}: the {n} tokens in the cache were prefilled again to capture it "
             "(same tokens, same KV cache contents)."
         )
@@ -197,10 +205,7 @@ class AttentionControl:
         # The session keeps its history: step records, prefill turns, context shifts.
         new.adopt_history(old)
         tokens, stop = old.tokens, old.stop_reason
-        if self.c.close_engine:
-            old.close()
-        self.c.engine = new
-        self.c.close_engine = True  # the controller made this one: it frees it
+        self.w.replace_engine(new)  # the worker made this one: it frees it
         if tokens:
             new.sync_prompt(tokens, reuse=False)
         new.stop_reason = stop
@@ -208,15 +213,12 @@ class AttentionControl:
         return len(tokens)
 
     def _after_prefill(self, eng: Engine) -> None:
-        s = self.c.s
+        s = self.w.state
         recs = [r for r in eng.records[s.records_from :] if r.phase == "prefill"]
         if recs and eng.turns:
             a, b = eng.turns[-1].records
-            new = tuple(eng.records[a:b])
-            s.last_records = new
-            s.new_cells = (0, eng.kv.used)
-            s.timeline.add(new)
-        self._cache = None
+            s.note_records(tuple(eng.records[a:b]), (0, eng.kv.used))
+        self._matrix.clear()
 
     # -- the view ---------------------------------------------------------------------------------
     def view(self) -> AttentionView:
@@ -224,21 +226,17 @@ class AttentionControl:
         cap = self.capture
         att = None
         if self.want_matrix and self.on and cap is not None:
-            # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the context
-            # changed; the pane lays out only the rows it draws.
-            key = (len(eng.records), eng.n_past, self.layer, tuple(eng.tokens[-1:]))
-            if self._cache is not None and self._cache[0] == key:
-                att = self._cache[1]
-            else:
-                att = context_attention(eng, self.layer)
-                self._cache = (key, att)
+            att = self._matrix.get()
         census = profile = None
-        if self.want_census:
+        if self.want_census and eng.capabilities.graph:
             for rec in reversed(eng.records):
                 if "graph" in rec.extras:
                     census, profile = rec.extras["graph"], rec.extras.get("profile")
                     break
-        if not self.on:
+        missing = eng.capabilities.missing("attention")
+        if missing is not None:
+            status = f"attention {missing}"
+        elif not self.on:
             status = "attention capture off · press a to capture (rebuilds the context if needed)"
         elif att is None:
             status = "no weights captured yet: send a message"

@@ -1,0 +1,221 @@
+"""Building a :class:`~tui.worker.views.View`: one function per pane's group of fields.
+
+Runs on the worker thread. What is costly to copy at 8k tokens is kept in :class:`Memo`
+caches and reused while its key is unchanged; the append-mostly parts (pieces, KV cells) only
+look up their new tail.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..engine.memory import memory_report
+from ..engine.sampling import ChainResult, top_stats
+from ..engine.work import WorkSnapshot
+from .caches import Memo
+from .chat import merge, messages_now, spans_now
+from .saving import n_records
+from .views import TOP_ROWS, CandidateRow, SeqView, View
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+Cells = tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
+Candidates = tuple[tuple[CandidateRow, ...], ChainResult | None, float | None, int | None]
+_NO_CANDIDATES: Candidates = ((), None, None, None)
+
+
+class ViewBuilder:
+    """The view caches of one worker and the per-pane builders that use them."""
+
+    def __init__(self, w: Worker) -> None:
+        self.w = w
+        self.seq = 0
+        self.pieces: Memo[tuple[int, ...], tuple[bytes, ...]] = Memo(
+            lambda: tuple(w.engine.tokens), self._all_pieces, extend=self._more_pieces
+        )
+        self.kv_cells: Memo[tuple[Any, ...], Cells] = Memo(
+            self._cells_key, self._all_cells, extend=self._more_cells
+        )
+        self.candidates: Memo[tuple[Any, ...], Candidates] = Memo(
+            lambda: (
+                len(w.engine.records),
+                w.engine.n_past,
+                w.picks,  # the preview must not outlive an RNG advance
+                repr(w.engine.settings.to_dict()),
+            ),
+            self._candidates,
+        )
+        # The work counter's series cost O(steps) to copy; while a reply plays they are
+        # copied at most twice a second (the chart lags by that much, its totals too).
+        self.work: Memo[object, WorkSnapshot] = Memo(
+            lambda: w.engine.work,
+            lambda: w.engine.work.snapshot(),
+            max_age=lambda: 0.5 if w.state.playing else 0.0,
+        )
+
+    def build(self) -> View:
+        self.seq += 1
+        pieces = self.pieces.get()
+        return View(
+            **self.header(),
+            **self.conversation(pieces),
+            **self.pipeline(),
+            **self.kv_cache(),
+            **self.timeline(),
+            **self.logits(),
+            **self.cache_lessons(),
+            attention=self.w.attention.view(),
+        )
+
+    # -- one group of fields per pane ------------------------------------------------------------
+    def header(self) -> dict[str, Any]:
+        w, eng, s = self.w, self.w.engine, self.w.state
+        autosave = w.autosave_path
+        return dict(
+            seq=self.seq,
+            mode=s.mode,
+            activity=s.activity,
+            action=s.action,
+            raw=w.raw,
+            settings=eng.settings.copy(),
+            queued=s.queued,
+            notice=s.notice,
+            notice_level=s.notice_level,
+            autosave_path=str(autosave) if autosave else None,
+            last_saved=s.last_saved,
+            n_records=n_records(w),
+            flash_attn=eng.flash_attn_resolved,
+            n_batch=eng.config.n_batch,
+            n_ubatch=eng.config.n_ubatch,
+            returned_text=s.returned_text,
+            commands=w.commands,
+            capabilities=eng.capabilities,
+        )
+
+    def conversation(self, pieces: tuple[bytes, ...]) -> dict[str, Any]:
+        """The conversation and tokens panes (and the forked sequences)."""
+        w, eng, s = self.w, self.w.engine, self.w.state
+        return dict(
+            tokens=tuple(eng.tokens),
+            pieces=pieces,
+            spans=tuple(merge(spans_now(w))),
+            reply_start=s.reply_start,
+            n_ctx=eng.n_ctx,
+            n_vocab=eng.info.n_vocab,
+            messages=tuple(messages_now(w, pieces)),
+            last_pick=s.last_pick,
+            tokenized=s.tokenized,
+            stop_reason=eng.stop_reason,
+            fork_at=s.fork_at,
+            seqs=self.seq_views(),
+        )
+
+    def pipeline(self) -> dict[str, Any]:
+        """The pipeline and batch panes: the stages lit, the calls of the last command."""
+        s, piece = self.w.state, self.w.engine.vocab.piece
+        return dict(
+            lit=s.lit,
+            last_records=s.last_records,
+            batch_pieces=tuple(tuple(piece(t.id) for t in r.call.tokens) for r in s.last_records),
+            new_cells=s.new_cells,
+        )
+
+    def kv_cache(self) -> dict[str, Any]:
+        eng = self.w.engine
+        local = eng.capabilities.kv_cells  # a remote backend has no KV mirror to copy
+        return dict(
+            kv_cells=self.kv_cells.get() if local else (),
+            kv_bytes=eng.kv_bytes_used,
+            kv_bytes_per_token=eng.layout.bytes_per_token,
+            kv_bytes_allocated=eng.kv_bytes_allocated,
+            kv_report=eng.kv_reports[0] if local and eng.kv_reports else None,
+            kv_problems=tuple(eng.records[-1].kv_problems) if local and eng.records else (),
+        )
+
+    def timeline(self) -> dict[str, Any]:
+        tl = self.w.state.timeline
+        return dict(timeline=tuple(tl.recent), timeline_totals=tl.totals(), timeline_older=tl.older)
+
+    def logits(self) -> dict[str, Any]:
+        """The logits pane: the top candidates and what the sampler chain does to them."""
+        rows, chain, entropy, next_pick = (
+            _NO_CANDIDATES if self.w.engine.logits is None else self.candidates.get()
+        )
+        return dict(candidates=rows, chain=chain, entropy=entropy, next_pick=next_pick)
+
+    def cache_lessons(self) -> dict[str, Any]:
+        """The cache tabs: memory, work, verify, prefix reuse per turn, context shifts."""
+        eng, s = self.w.engine, self.w.state
+        shifts = eng.shifts[s.shifts_from :]
+        return dict(
+            memory=memory_report(eng) if eng.capabilities.kv_cells else None,
+            work=self.work.get(),
+            verify=s.verify,
+            turns=tuple(eng.turns[s.turns_from :]),
+            shifts=tuple(shifts),
+            shift_pieces=tuple(
+                tuple(eng.vocab.piece(f.token) for f in ev.forgotten) for ev in shifts
+            ),
+            context_full=eng.config.context_full,
+            n_keep=eng.keep_count(),
+        )
+
+    def seq_views(self) -> tuple[SeqView, ...]:
+        eng, s = self.w.engine, self.w.state
+        if s.fork_at is None:
+            return ()
+        out = []
+        for seq in eng.seq_ids:
+            toks = s.fork_tokens.get(seq, [])
+            stop = eng.stop_reason if seq == 0 else eng.branches[seq].stop_reason
+            pieces = tuple(eng.vocab.piece(t) for t in toks)
+            out.append(SeqView(seq, pieces, eng.kv.count(seq), stop))
+        return tuple(out)
+
+    # -- cache builders ----------------------------------------------------------------------------
+    def _all_pieces(self) -> tuple[bytes, ...]:
+        return tuple(map(self.w.engine.vocab.piece, self.w.engine.tokens))
+
+    def _more_pieces(
+        self, old: tuple[int, ...], pieces: tuple[bytes, ...], tokens: tuple[int, ...]
+    ) -> tuple[bytes, ...] | None:
+        """Between two views the context usually grew or shrank at the end, so only the new
+        tail is looked up (a view at 8k tokens stays cheap)."""
+        n = min(len(old), len(tokens))
+        if tokens[:n] != old[:n]:  # a shift or a new chat: look everything up again
+            return None
+        return pieces[:n] + tuple(map(self.w.engine.vocab.piece, tokens[n:]))
+
+    def _cells_key(self) -> tuple[Any, ...]:
+        kv = self.w.engine.kv
+        return (id(kv.cells), kv.n_shifts, tuple(kv.seq_ids()), len(kv.cells))
+
+    def _all_cells(self) -> Cells:
+        return tuple((c.token, c.pos, tuple(sorted(c.seqs))) for c in self.w.engine.kv.cells)
+
+    def _more_cells(
+        self, old_key: tuple[Any, ...], out: Cells, key: tuple[Any, ...]
+    ) -> Cells | None:
+        """The mirror appends cells for decodes and replaces its list for removals; it edits
+        cells in place only for a fork or a shift, which change ``seq_ids`` or ``n_shifts``.
+        So an unchanged key (its length aside) means: extend."""
+        cells = self.w.engine.kv.cells
+        if old_key[:3] != key[:3] or len(out) > len(cells):
+            return None
+        return out + tuple((c.token, c.pos, tuple(sorted(c.seqs))) for c in cells[len(out) :])
+
+    def _candidates(self) -> Candidates:
+        eng = self.w.engine
+        logits = eng.logits
+        assert logits is not None
+        chain = eng.preview()
+        top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
+        ids = top.tolist()
+        rows = tuple(
+            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut)
+            for t, pt, pf, cut in zip(
+                ids, p_top.tolist(), chain.p_final_many(ids), chain.cut_by_many(ids), strict=True
+            )
+        )
+        return rows, chain, entropy, chain.selected

@@ -1,0 +1,174 @@
+"""The chat: which context tokens came from where (spans), and what a new message sends.
+
+A :class:`Span` is a run of context tokens with one origin: template text, a message, or the
+reply. The worker keeps the spans of the prompt it sent; the reply's span is added when a view
+is built, and a context shift cuts the forgotten tokens out of every span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..engine.chat import Message, chat_tokens
+from ..engine.errors import ContextFullError, TokenstepError
+from .stages import BATCH, DECODE, LOGITS, TOKENIZE
+from .state import Tokenized
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+@dataclass(frozen=True)
+class Span:
+    """A run of context tokens with one origin: template text, a message, or the reply."""
+
+    role: str  # "template", "system", "user", "assistant", "reply", "prompt" (raw), "generated"
+    start: int
+    end: int
+
+
+def chat_spans(messages: list[Message], spans: list[tuple[int, int]], n: int) -> list[Span]:
+    """Template text between the messages, and each message's own tokens with its role."""
+    out: list[Span] = []
+    pos = 0
+    for m, (a, b) in zip(messages, spans, strict=True):
+        if a > pos:
+            out.append(Span("template", pos, a))
+        if b > a:
+            out.append(Span(m.role, a, b))
+        pos = b
+    if n > pos:
+        out.append(Span("template", pos, n))
+    return out
+
+
+def clip(spans: list[Span], n: int) -> list[Span]:
+    """Spans of the first ``n`` tokens (after a rewind)."""
+    return [Span(sp.role, sp.start, min(sp.end, n)) for sp in spans if sp.start < n]
+
+
+def cut(spans: list[Span], a: int, n: int) -> list[Span]:
+    """Spans after tokens [a, a + n) left the context (a context shift)."""
+
+    def move(i: int) -> int:
+        return i if i <= a else max(a, i - n)
+
+    return [Span(sp.role, move(sp.start), move(sp.end)) for sp in spans]
+
+
+def merge(spans: list[Span]) -> list[Span]:
+    """Drop empty spans and join neighbours with the same role."""
+    out: list[Span] = []
+    for sp in spans:
+        if sp.end <= sp.start:
+            continue
+        if out and out[-1].role == sp.role and out[-1].end == sp.start:
+            out[-1] = Span(sp.role, out[-1].start, sp.end)
+        else:
+            out.append(sp)
+    return out
+
+
+# -- what the chat holds now (the reply included) ----------------------------------------------
+def reply_tokens(w: Worker) -> int:
+    start = w.state.reply_start
+    return 0 if start is None else max(0, w.engine.n_past - start)
+
+
+def reply_text(w: Worker) -> str:
+    assert w.state.reply_start is not None
+    toks = w.engine.tokens[w.state.reply_start :]
+    data = b"".join(w.engine.vocab.piece(t) for t in toks)
+    return data.decode("utf-8", errors="replace")
+
+
+def spans_now(w: Worker) -> list[Span]:
+    s = w.state
+    spans = clip(s.spans, w.engine.n_past)
+    if s.reply_start is not None and reply_tokens(w):
+        role = "generated" if w.raw else "reply"
+        spans.append(Span(role, s.reply_start, w.engine.n_past))
+    return spans
+
+
+def messages_now(w: Worker, pieces: tuple[bytes, ...] | None = None) -> list[Message]:
+    s = w.state
+    msgs = list(s.messages)
+    if s.reply_start is not None and reply_tokens(w):
+        if pieces is None:
+            text = reply_text(w)
+        else:
+            text = b"".join(pieces[s.reply_start :]).decode("utf-8", errors="replace")
+        msgs.append(Message("assistant", text))
+    return msgs
+
+
+# -- sending a message -------------------------------------------------------------------------
+def send(w: Worker, text: str) -> None:
+    """Enter in the chat box: send now, queue it while a reply plays, or send the queued one."""
+    s = w.state
+    if not text.strip():
+        if s.queued:  # Enter on an empty box: send the queued message now
+            text, s.queued = s.queued, None
+        else:
+            s.note("Type a message first.", "warn")
+            return
+    elif s.activity == "generating" and s.mode == "autoplay":
+        s.queued = text
+        s.note("Queued: your message is sent when this reply ends.", "warn")
+        return
+    try:
+        send_now(w, text)
+    except TokenstepError:
+        s.returned_text = text
+        raise
+
+
+def send_now(w: Worker, text: str) -> None:
+    """Tokenize the conversation with the new message and prefill what the cache lacks."""
+    s, eng = w.state, w.engine
+    was_cut = s.activity == "generating" and s.reply_start is not None
+    messages = list(s.messages)
+    if not w.raw:
+        if s.reply_start is not None and reply_tokens(w):
+            messages.append(Message("assistant", reply_text(w)))
+        messages.append(Message("user", text))
+        tmpl = eng.info.chat_template
+        if not tmpl:
+            raise TokenstepError("this model has no chat template; start with --raw.")
+        prompt = chat_tokens(eng.vocab, tmpl, messages, add_bos=eng.info.add_bos)
+        tokens = prompt.tokens
+        spans = chat_spans(messages, prompt.user_spans, len(tokens))
+        text_tokens = prompt.user_spans[-1][1] - prompt.user_spans[-1][0]
+    else:
+        new = eng.vocab.tokenize(text, add_special=eng.n_past == 0)
+        tokens = eng.tokens + new
+        spans = spans_now(w) + [Span("prompt", eng.n_past, len(tokens))]
+        text_tokens = len(new)
+    if eng.branches:
+        w.drop_forks()
+    if len(tokens) > eng.n_ctx:
+        raise ContextFullError(
+            f"the conversation would need {len(tokens)} tokens but the context holds "
+            f"{eng.n_ctx}; press ctrl+n for a new chat or start with a larger -c."
+        )
+    records = eng.sync_prompt(tokens, reuse=w.prefix_cache)
+    s.messages = messages
+    s.spans = merge(spans)
+    s.reply_start = eng.n_past
+    s.activity = "generating"
+    s.action = "send"
+    s.lit = (TOKENIZE, BATCH, DECODE, LOGITS)
+    decoded = sum(r.call.n_tokens for r in records)
+    s.note_records(records, (eng.kv.used - decoded, eng.kv.used))
+    s.tokenized = Tokenized(len(text), text_tokens, len(tokens), records[0].reused)
+    s.last_pick = None
+    s.dirty_since_save = True
+    note = f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
+    if records[0].reused:
+        note += f", {records[0].reused} reused from the KV cache"
+    if was_cut:
+        note += "; the previous reply was cut where it stood"
+    tail = ". Space pauses." if s.mode == "autoplay" else ". → steps one token, space plays."
+    s.note(note + tail)

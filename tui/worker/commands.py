@@ -1,0 +1,134 @@
+"""The commands the UI puts on the worker's queue: one small frozen dataclass each.
+
+The worker dispatches on the command's type (:class:`tui.worker.thread.Worker` keeps a table
+from class to handler), so the handler of, say, :class:`Verify` is found by searching for the
+class. Every command runs on the worker thread, between two decode calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Send:
+    text: str  # "" sends the queued message, if any
+
+
+@dataclass(frozen=True)
+class Step:
+    """→: one decode (pauses autoplay first if a reply is playing)."""
+
+
+@dataclass(frozen=True)
+class Force:
+    token: int  # take this token instead of sampling
+
+
+@dataclass(frozen=True)
+class TogglePlay:
+    pass
+
+
+@dataclass(frozen=True)
+class Pause:
+    pass
+
+
+@dataclass(frozen=True)
+class Rewind:
+    n: int = 1
+
+
+@dataclass(frozen=True)
+class Adjust:
+    name: str  # "temp", "top_k", "top_p" or "min_p"
+    direction: int  # +1 one rung up the ladder, -1 one down
+
+
+@dataclass(frozen=True)
+class Greedy:
+    pass
+
+
+@dataclass(frozen=True)
+class Seed:
+    delta: int = 1
+
+
+@dataclass(frozen=True)
+class NewChat:
+    pass
+
+
+@dataclass(frozen=True)
+class Save:
+    path: str
+
+
+@dataclass(frozen=True)
+class AttentionToggle:
+    pass
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    layer: int
+
+
+@dataclass(frozen=True)
+class AttentionHead:
+    head: int | None  # None = mean over heads
+
+
+@dataclass(frozen=True)
+class AttentionTabs:
+    matrix: bool  # the Attention tab is showing
+    census: bool  # the Anatomy tab is showing
+
+
+@dataclass(frozen=True)
+class Verify:
+    mode: str = "batched"
+
+
+@dataclass(frozen=True)
+class Fork:
+    pass
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run ``fn`` on the worker thread between decode calls (tests, tools: the engine may only
+    be touched there), like any key press."""
+
+    fn: Callable[[], object]
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+Command = (
+    Send
+    | Step
+    | Force
+    | TogglePlay
+    | Pause
+    | Rewind
+    | Adjust
+    | Greedy
+    | Seed
+    | NewChat
+    | Save
+    | AttentionToggle
+    | AttentionLayer
+    | AttentionHead
+    | AttentionTabs
+    | Verify
+    | Fork
+    | Call
+    | Stop
+)

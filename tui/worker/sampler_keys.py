@@ -1,0 +1,88 @@
+"""The sampler keys: each press moves one setting of the sampler chain one rung of its ladder.
+
+A change takes effect at once when there are logits to sample from (the chain re-runs on the
+same logits, no decode), else from the next message on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .stages import SAMPLE
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+# Ladders for the sampler keys: each press moves one rung.
+TEMP_LADDER = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
+TOP_K_LADDER = (0, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200)
+TOP_P_LADDER = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
+MIN_P_LADDER = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
+LADDERS: dict[str, tuple[float, ...]] = {
+    "temp": TEMP_LADDER,
+    "top_k": TOP_K_LADDER,
+    "top_p": TOP_P_LADDER,
+    "min_p": MIN_P_LADDER,
+}
+LABELS = {"temp": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
+
+
+def next_rung(ladder: tuple[float, ...], value: float, direction: int) -> float:
+    """The next value on ``ladder`` above (direction > 0) or below ``value``; a value between
+    rungs moves to the nearest rung in that direction."""
+    if direction > 0:
+        above = [v for v in ladder if v > value + 1e-9]
+        return above[0] if above else value
+    below = [v for v in ladder if v < value - 1e-9]
+    return below[-1] if below else value
+
+
+def format_setting(name: str, value: float) -> str:
+    if name == "top_k":
+        return "off" if value == 0 else str(int(value))
+    if name == "temp" and value == 0:
+        return "0 (greedy)"
+    return f"{value:.2f}"
+
+
+def adjust(w: Worker, name: str, direction: int) -> None:
+    """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
+    st = w.engine.settings
+    if name not in LADDERS:
+        raise ValueError(name)
+    value = float(getattr(st, name))
+    if name == "temp" and st.greedy:
+        st.greedy = False
+    new = next_rung(LADDERS[name], value, direction)
+    setattr(st, name, int(new) if name == "top_k" else new)
+    settings_changed(w, f"{LABELS[name]} {format_setting(name, getattr(st, name))}")
+
+
+def toggle_greedy(w: Worker) -> None:
+    st = w.engine.settings
+    if st.is_greedy:
+        st.greedy = False
+        if st.temp <= 0:
+            st.temp = 0.8
+        settings_changed(w, "greedy off (sampling with dist)")
+    else:
+        st.greedy = True
+        settings_changed(w, "greedy on (highest logit)")
+
+
+def next_seed(w: Worker, delta: int) -> None:
+    st = w.engine.settings
+    st.seed = (st.seed + delta) % (1 << 32)
+    settings_changed(w, f"seed {st.seed} (a fresh RNG)")
+
+
+def settings_changed(w: Worker, what: str) -> None:
+    s, has_logits = w.state, w.engine.logits is not None
+    s.action = "settings"
+    s.lit = (SAMPLE,) if has_logits else ()
+    s.dirty_since_save = True
+    what = f"{what[:1].upper()}{what[1:]}"
+    if not has_logits:
+        s.note(f"{what}: used from the next message on.")
+    else:
+        s.note(f"{what}: the sampler chain re-ran on the same logits, no decode.")

@@ -1,0 +1,74 @@
+"""Saving the chat: ctrl+s to a chosen file, autosave after every reply, on a new chat and on
+quit. The file format is :mod:`tui.worker.session_store`'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..engine.errors import TokenstepError
+from . import session_store
+from .chat import messages_now
+from .state import State
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+def n_records(w: Worker) -> int:
+    """Step records of this chat."""
+    return len(w.engine.records) - w.state.records_from
+
+
+def write(w: Worker, path: str | Path) -> Path:
+    eng = w.engine
+    rows = session_store.session_rows(
+        eng,
+        eng.records.dicts(w.state.records_from),
+        messages_now(w),
+        raw=w.raw,
+        prefix_cache=w.prefix_cache,
+    )
+    rows[0]["attention"] = w.attention.state()
+    return session_store.write_jsonl_atomic(path, rows)
+
+
+def save(w: Worker, path: str) -> None:
+    target = write(w, path)
+    w.state.last_saved = str(target)
+    w.state.note(f"Saved {n_records(w)} step records and the conversation to {target}.")
+
+
+def autosave(w: Worker) -> None:
+    """Write the chat to its autosave file; a failure turns autosave off and says so."""
+    path = w.autosave_path
+    if path is None or (w.engine.n_past == 0 and not w.state.messages):
+        return
+    try:
+        write(w, path)
+    except TokenstepError as exc:
+        w.state.note(f"Autosave failed: {exc} Autosave is off.", "error")
+        w.autosave_dir = None
+        return
+    w.state.dirty_since_save = False
+    w.state.last_saved = str(path)
+
+
+def new_chat(w: Worker) -> None:
+    """Autosave this chat, empty the KV cache, start the next chat's state."""
+    if w.state.dirty_since_save:
+        autosave(w)
+    eng = w.engine
+    eng.reset()
+    old = w.state
+    w.state = State(
+        mode=old.mode,
+        chat_no=old.chat_no + 1,
+        records_from=len(eng.records),
+        turns_from=len(eng.turns),
+        shifts_from=len(eng.shifts),
+    )
+    w.state.action = "new"
+    path = w.autosave_path
+    where = f" Autosave: {path}." if path else ""
+    w.state.note(f"New chat: the KV cache is empty.{where}")

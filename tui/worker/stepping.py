@@ -1,0 +1,247 @@
+"""Stepping the reply: one token at a time, autoplay, rewind, and forked sequences.
+
+Each function runs one command on the worker thread and leaves the state saying which pipeline
+stages it lit and what it did. :func:`decode_one` is the single place that samples (or forces)
+a token, stops on an end-of-generation token, and feeds it back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.sampling import softmax
+from ..engine.step import ShiftEvent, StepRecord
+from . import chat, saving
+from .chat import clip, cut
+from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
+from .state import Pick
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+def user_step(w: Worker) -> None:
+    """→: pause a playing reply, else decode one token."""
+    s = w.state
+    if s.playing:
+        s.mode = "step"
+        s.note("Paused: step mode. Each → is one decode.")
+        return
+    step(w, None)
+
+
+def force(w: Worker, token: int) -> None:
+    w.state.mode = "step"
+    step(w, token)
+
+
+def step(w: Worker, forced: int | None) -> None:
+    """One decode: sample (or take ``forced``), feed it back, decode it."""
+    s, eng = w.state, w.engine
+    if s.activity == "idle" or eng.n_past == 0:
+        s.note("Send a message first: type it in the chat box and press Enter.", "warn")
+        return
+    if s.activity == "done":
+        s.mode = "step"
+        s.note(f"The reply has ended ({eng.stop_reason}). ← rewinds; or type a new message.")
+        return
+    if eng.branches:
+        step_forked(w, forced)
+        return
+    before = eng.kv.used
+    rec = decode_one(w, forced)
+    s.action = "force" if forced is not None else "step"
+    s.dirty_since_save = True
+    if rec is None:
+        s.activity = "done"
+        s.lit = (SAMPLE, DETOKENIZE)
+        if eng.stop_reason == "end of generation":
+            s.note(
+                "End of generation: the model sampled an end token. "
+                "Type a message; Esc then ← rewinds and resamples."
+            )
+        else:
+            s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
+        turn_ended(w)
+        return
+    if stepped(w, rec, before):
+        return  # the notice says what the shift forgot
+    if forced is not None:
+        s.note(f"Forced token {forced}; it was decoded like any sampled token.")
+    elif s.mode == "step":
+        s.note("Stepped one token: sample, detokenize, feed back, decode.")
+
+
+def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
+    """Sample (or force) the next token and note the pick; stop on an end token, else feed it
+    and decode. The record is None when generation stopped (end token or a full context)."""
+    eng = w.engine
+    greedy, seed = eng.settings.is_greedy, eng.settings.seed
+    token = eng.sample_next(forced)  # may decode the last token again after a deep rewind
+    w.picks += 1
+    p, p_final = pick_probabilities(w, token)
+    eog = eng.vocab.is_eog(token)
+    piece = eng.vocab.piece(token)
+    w.state.last_pick = Pick(token, piece, p, p_final, forced is not None, eog, greedy, seed)
+    return None if eog else eng.feed(token)
+
+
+def stepped(w: Worker, rec: StepRecord, before: int) -> bool:
+    """Note one decode step (one sequence or several): the stages it lit, its record, the
+    cells it wrote, its time. True when a context shift came first (and was noted)."""
+    s = w.state
+    s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
+    s.note_records((rec,), (before, w.engine.kv.used))
+    if rec.shift is None:
+        return False
+    shifted(w, rec.shift)
+    return True
+
+
+def shifted(w: Worker, ev: ShiftEvent) -> None:
+    """A context shift forgot tokens [n_keep, n_keep + n_discard): cut them out of the
+    text's spans and say what was forgotten."""
+    s, a, n = w.state, ev.n_keep, ev.n_discard
+    s.spans = cut(s.spans, a, n)
+    if s.reply_start is not None and s.reply_start > a:
+        s.reply_start = max(a, s.reply_start - n)
+    if s.fork_at is not None and s.fork_at > a:
+        s.fork_at = max(a, s.fork_at - n)
+    gone = b"".join(w.engine.vocab.piece(f.token) for f in ev.forgotten)
+    text = gone.decode("utf-8", errors="replace")
+    shown = text if len(text) <= 40 else text[:39] + "…"
+    s.note(
+        f"Context full: shifted. Kept the first {a} tokens, forgot {n} ({shown!r}); "
+        "tab 0 lists them.",
+        "warn",
+    )
+
+
+def step_forked(w: Worker, forced: int | None) -> None:
+    """After a fork: every live sequence samples from its own logits row with its own
+    chain, and ONE llama_decode carries one token per sequence."""
+    s, eng = w.state, w.engine
+    before = eng.kv.used
+    rec = eng.step_seqs({0: forced} if forced is not None else None)
+    s.action = "force" if forced is not None else "step"
+    s.dirty_since_save = True
+    s.last_pick = None
+    if rec is None:
+        s.activity = "done"
+        s.lit = (SAMPLE, DETOKENIZE)
+        s.note(f"Every sequence has stopped ({eng.stop_reason or 'end of generation'}).")
+        turn_ended(w)
+        return
+    for seq, row in rec.rows.items():
+        s.fork_tokens.setdefault(seq, []).append(row.token)
+    if not stepped(w, rec, before) and s.mode == "step":
+        ids = ", ".join(str(q) for q in rec.rows)
+        s.note(f"One llama_decode for sequences {ids}: one token each, own positions.")
+
+
+def pick_probabilities(w: Worker, token: int) -> tuple[float, float]:
+    """p and p' of the token just picked. The record whose logits it came from already
+    holds the top candidates (with p) and the pick's chain (with p'); only a token outside
+    that top needs the full softmax."""
+    eng = w.engine
+    assert eng.logits is not None
+    rec = next(
+        (
+            r
+            for r in reversed(eng.records)
+            if r.has_logits and r.n_ctx_tokens == eng.n_past and r.sampled == token
+        ),
+        None,
+    )
+    p = next((c.p for c in rec.top if c.id == token), None) if rec else None
+    if p is None:
+        p = float(softmax(eng.logits)[token])
+    if rec is not None and rec.chain is not None:
+        p_final = rec.chain.p_final(token)
+    else:  # the chain's survivors do not depend on the RNG: a preview gives the same p'
+        p_final = eng.preview().p_final(token)
+    return p, p_final
+
+
+def turn_ended(w: Worker) -> None:
+    """The reply ended: autosave, then send the message queued while it played."""
+    saving.autosave(w)
+    s = w.state
+    if s.queued:
+        text, s.queued = s.queued, None
+        chat.send_now(w, text)
+
+
+def toggle_play(w: Worker) -> None:
+    s = w.state
+    if s.mode == "autoplay":
+        s.mode = "step"
+        s.note("Step mode: → decodes one token, ← rewinds one, space plays again.")
+    else:
+        s.mode = "autoplay"
+        if s.activity == "done":
+            s.note("Autoplay on. The reply has ended; the next message plays on its own.")
+        elif s.activity == "idle":
+            s.note("Autoplay on: replies generate on their own.")
+        else:
+            s.note("Playing. Space pauses.")
+    s.action = "mode"
+
+
+def pause(w: Worker) -> None:
+    if w.state.mode == "autoplay":
+        toggle_play(w)
+
+
+def rewind(w: Worker, n: int) -> None:
+    s, eng = w.state, w.engine
+    s.mode = "step"  # rewinding is stepping: autoplay would resample at once
+    n = min(n, chat.reply_tokens(w))
+    if eng.branches:
+        drop_forks(w)
+    if n <= 0:
+        s.note("Nothing to rewind: the reply is empty (rewind stops at your message).")
+        return
+    before = eng.kv.used
+    removed = eng.rewind(n)
+    s.activity = "generating"
+    s.action = "rewind"
+    s.lit = (FEED_BACK,)
+    s.last_pick = None
+    s.last_records = ()
+    s.new_cells = (eng.kv.used, eng.kv.used)
+    s.spans = clip(s.spans, eng.n_past)
+    s.dirty_since_save = True
+    if eng.logits is not None:
+        how = "the logits for the new last token came from memory, nothing was recomputed"
+    else:
+        how = "its logits were not kept, so the next step decodes that token again"
+    s.note(f"Rewound {removed} token: KV cells {before} → {eng.kv.used}; {how}.")
+
+
+def fork(w: Worker) -> None:
+    """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
+    s, eng = w.state, w.engine
+    w.require("fork")
+    if s.activity == "done" and not eng.branches:
+        s.activity = "generating"  # a fork may continue where the reply ended
+        eng.stop_reason = None
+    at = eng.n_past
+    dst = eng.fork(0)
+    s.fork_at = at
+    s.fork_tokens = {0: [], dst: []}
+    s.mode = "step"
+    s.action = "fork"
+    s.lit = ()
+    s.note(
+        f"Forked: sequence {dst} shares all {at} KV cells of sequence 0 "
+        "(llama_memory_seq_cp); → steps both in one llama_decode."
+    )
+
+
+def drop_forks(w: Worker) -> None:
+    eng = w.engine
+    for seq in list(eng.branches):
+        eng.drop_seq(seq)
+    w.state.fork_at = None
+    w.state.fork_tokens = {}

@@ -1,0 +1,303 @@
+"""The decode worker: one thread owns the Engine; the UI talks to it through a queue.
+
+The app never calls the engine. It puts small commands (send, step, rewind, adjust a sampler
+setting, ...) on a queue; the worker thread runs them one at a time, in order, between decode
+calls, and publishes an immutable :class:`~tui.worker.views.View` of everything the panes draw.
+During autoplay the worker keeps stepping while the queue is empty. A view is built only when
+the UI has taken the previous one (or when the worker goes idle), so a slow screen never slows
+the decode loop and the screen always draws the latest state.
+
+Nothing here imports Textual or Rich: the worker is plain Python and can be driven from a test.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..engine.errors import TokenstepError
+from ..engine.session import Engine
+from . import chat, sampler_keys, saving, session_store, stepping, verify
+from .attention import AttentionControl
+from .build import ViewBuilder
+from .commands import (
+    Adjust,
+    AttentionHead,
+    AttentionLayer,
+    AttentionTabs,
+    AttentionToggle,
+    Call,
+    Command,
+    Force,
+    Fork,
+    Greedy,
+    NewChat,
+    Pause,
+    Rewind,
+    Save,
+    Seed,
+    Send,
+    Step,
+    Stop,
+    TogglePlay,
+    Verify,
+)
+from .state import State
+from .views import View
+
+MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
+_STOP = Stop()
+
+
+class Worker:
+    """Owns an :class:`Engine` on one thread and publishes :class:`View` objects.
+
+    ``on_view`` is called from the worker thread; it must only hand the view over (e.g. post
+    a Textual message), never draw."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        raw: bool = False,
+        prefix_cache: bool = True,
+        autoplay: bool = True,
+        autosave_dir: str | Path | None = None,
+        on_view: Callable[[View], None] | None = None,
+        close_engine: bool = True,
+    ) -> None:
+        # The engine is typed as the local Engine: the worker reads its KV mirror, vocab and
+        # logits, which the Backend protocol does not promise; what a backend lacks is asked
+        # of ``engine.capabilities`` before use.
+        self.engine = engine
+        self.raw = raw
+        self.prefix_cache = prefix_cache
+        self.close_engine = close_engine
+        self.on_view = on_view
+        self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
+        self.state = State(mode="autoplay" if autoplay else "step")
+        self.error: str | None = None  # an unexpected failure in the worker
+        self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
+        self.commands = 0  # user commands handled so far
+        self.attention = AttentionControl(self)
+        self._q: queue.Queue[Command] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._latest: View | None = None
+        self._taken = True  # the UI has taken the latest view
+        self._dirty = False
+        self._built_at = 0.0
+        self._started = time.time()
+        self._views = ViewBuilder(self)
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Send: lambda c: chat.send(self, c.text),
+            Step: lambda c: stepping.user_step(self),
+            Force: lambda c: stepping.force(self, c.token),
+            TogglePlay: lambda c: stepping.toggle_play(self),
+            Pause: lambda c: stepping.pause(self),
+            Rewind: lambda c: stepping.rewind(self, c.n),
+            Adjust: lambda c: sampler_keys.adjust(self, c.name, c.direction),
+            Greedy: lambda c: sampler_keys.toggle_greedy(self),
+            Seed: lambda c: sampler_keys.next_seed(self, c.delta),
+            NewChat: lambda c: saving.new_chat(self),
+            Save: lambda c: saving.save(self, c.path),
+            AttentionToggle: lambda c: self.attention.toggle(),
+            AttentionLayer: lambda c: self.attention.set_layer(c.layer),
+            AttentionHead: lambda c: self.attention.set_head(c.head),
+            AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
+            Verify: lambda c: verify.verify(self, c.mode),
+            Fork: lambda c: stepping.fork(self),
+            Call: lambda c: c.fn(),
+        }
+
+    # -- the UI side ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tokenstep-decode", daemon=True)
+        self._thread.start()
+
+    def take(self) -> View | None:
+        """The latest view (called by the UI thread; marks it as taken)."""
+        with self._lock:
+            self._taken = True
+            return self._latest
+
+    @property
+    def latest(self) -> View | None:
+        return self._latest
+
+    def put(self, cmd: Command) -> None:
+        """Queue a command for the worker thread."""
+        self._q.put(cmd)
+
+    def queue_empty(self) -> bool:
+        """True when the worker has taken every queued command."""
+        return self._q.empty()
+
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the worker thread between decode calls (the engine is only ever
+        touched there)."""
+        self.put(Call(fn))
+
+    def send(self, text: str) -> None:
+        self.put(Send(text))
+
+    def step(self) -> None:
+        self.put(Step())
+
+    def force(self, token: int) -> None:
+        self.put(Force(token))
+
+    def toggle_play(self) -> None:
+        self.put(TogglePlay())
+
+    def pause(self) -> None:
+        self.put(Pause())
+
+    def rewind(self, n: int = 1) -> None:
+        self.put(Rewind(n))
+
+    def adjust(self, name: str, direction: int) -> None:
+        """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
+        self.put(Adjust(name, direction))
+
+    def toggle_greedy(self) -> None:
+        self.put(Greedy())
+
+    def next_seed(self, delta: int = 1) -> None:
+        self.put(Seed(delta))
+
+    def new_chat(self) -> None:
+        self.put(NewChat())
+
+    def save(self, path: str) -> None:
+        self.put(Save(path))
+
+    def attention_cmd(self, name: str, *args: Any) -> None:
+        """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
+        if name == "toggle":
+            self.put(AttentionToggle())
+        elif name == "layer":
+            self.put(AttentionLayer(int(args[0])))
+        elif name == "head":
+            self.put(AttentionHead(args[0]))
+        elif name == "tabs":
+            self.put(AttentionTabs(bool(args[0]), bool(args[1])))
+        else:
+            raise ValueError(name)
+
+    def verify(self, mode: str = "batched") -> None:
+        """Recompute the context from scratch in a fresh context and compare the logits."""
+        self.put(Verify(mode))
+
+    def fork(self) -> None:
+        """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
+        self.put(Fork())
+
+    def stop(self, timeout: float | None = 60.0) -> bool:
+        """Ask the worker to finish (after the decode it is in) and wait for it. The worker
+        autosaves and frees the context itself; True when it has ended."""
+        self._stop.set()
+        self._q.put(_STOP)
+        if self._thread is None:
+            self._shutdown()
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def autosave_path(self) -> Path | None:
+        if self.autosave_dir is None:
+            return None
+        return self.autosave_dir / session_store.autosave_name(self._started, self.state.chat_no)
+
+    # -- for the commands (worker thread) --------------------------------------------------------
+    def replace_engine(self, new: Engine) -> None:
+        """Drive ``new`` from now on; the old engine is closed if the worker owned it. The
+        worker made ``new``, so it frees it."""
+        if self.close_engine:
+            self.engine.close()
+        self.engine = new
+        self.close_engine = True
+
+    def drop_forks(self) -> None:
+        stepping.drop_forks(self)
+
+    def require(self, what: str) -> None:
+        """Refuse a command the backend cannot do (a ``Capabilities`` field), in its words."""
+        missing = self.engine.capabilities.missing(what)
+        if missing is not None:
+            raise TokenstepError(f"{what} {missing}.")
+
+    def handle(self, cmd: Command) -> None:
+        """Run one command now, on this thread (the worker loop, or a test driving it)."""
+        self.commands += 1
+        self.state.returned_text = None
+        self._handlers[type(cmd)](cmd)
+
+    def build_view(self) -> View:
+        """A view of the current state (worker thread; the UI takes published ones)."""
+        return self._views.build()
+
+    # -- the worker ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._publish(force=True)
+            while not self._stop.is_set():
+                playing = self.state.playing
+                if self._dirty and not playing:
+                    self._publish(force=True)
+                try:
+                    cmd = self._q.get_nowait() if playing else self._q.get()
+                except queue.Empty:
+                    cmd = None
+                if cmd is _STOP or self._stop.is_set():
+                    break
+                if cmd is not None:
+                    self._guarded(self.handle, cmd)
+                    self._publish(force=True)
+                else:
+                    self._guarded(stepping.step, self, None)
+                    self._publish(force=False)
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        try:
+            if self.state.dirty_since_save:
+                saving.autosave(self)
+        except Exception:  # never lose the exit over an autosave problem
+            pass
+        if self.close_engine:
+            self.engine.close()
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except TokenstepError as exc:
+            self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
+        except Exception as exc:  # keep the worker alive; show what happened
+            self.error = traceback.format_exc()
+            self.state.note(f"Internal error: {type(exc).__name__}: {exc}", "error")
+            self.state.mode = "step"
+
+    def _publish(self, *, force: bool) -> None:
+        """Build and hand over a view, unless the UI is still busy with the previous one."""
+        with self._lock:
+            too_soon = time.monotonic() - self._built_at < MIN_VIEW_INTERVAL
+            if not force and (not self._taken or too_soon):
+                self._dirty = True
+                return
+        self._built_at = time.monotonic()
+        view = self.build_view()
+        with self._lock:
+            self._latest = view
+            self._taken = False
+            self._dirty = False
+        if self.on_view is not None:
+            self.on_view(view)

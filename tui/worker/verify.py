@@ -1,0 +1,28 @@
+"""Verify: recompute the context from scratch in a fresh context and compare the logits with
+the ones the cached steps produced (the exactness lesson of the cache tabs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+def verify(w: Worker, mode: str) -> None:
+    s = w.state
+    w.require("verify")
+    if w.engine.logits is None:
+        s.note("Nothing to verify yet: send a message first.", "warn")
+        return
+    res = w.engine.verify_last(mode)
+    s.verify = res
+    s.action = "verify"
+    s.lit = ()
+    agree = "agrees" if res.top1_agree else "DISAGREES"
+    s.note(
+        f"Verify ({mode}): recomputed {res.n_tokens} tokens from scratch in "
+        f"{res.recompute_ms:.0f} ms; max |Δ| {res.max_abs_diff:.3g}, top-1 {agree}. "
+        "Tab 0 shows why.",
+        "info" if res.top1_agree else "error",
+    )

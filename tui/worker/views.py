@@ -1,0 +1,126 @@
+"""The immutable view the worker publishes: everything the panes draw, copied out of the engine.
+
+Fields are grouped by the pane that draws them (the builder in :mod:`tui.worker.build` fills
+each group with one function). Nothing here refers to the engine: a view can be drawn on the
+UI thread while the worker decodes the next token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..engine.backend import LOCAL, Capabilities
+from ..engine.chat import Message
+from ..engine.kvcache import KVLogReport
+from ..engine.memory import MemoryReport
+from ..engine.sampling import ChainResult, SamplerSettings
+from ..engine.step import PrefillTurn, ShiftEvent, StepRecord
+from ..engine.verify import VerifyResult
+from ..engine.work import WorkSnapshot
+from .attention import AttentionView
+from .chat import Span
+from .state import Pick, Tokenized
+from .timeline import TimelineTotals
+
+TOP_ROWS = 16  # candidates shown in the logits pane
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    id: int
+    piece: bytes
+    logit: float
+    p: float  # softmax of the raw logits (temperature 1, whole vocabulary)
+    p_final: float  # probability after the sampler chain (0 if cut)
+    cut_by: str | None  # the stage that removed it, None if it survived
+
+
+@dataclass(frozen=True)
+class SeqView:
+    """One sequence after a fork: the tokens it generated since the fork point."""
+
+    seq_id: int
+    pieces: tuple[bytes, ...]
+    n_tokens: int  # the sequence's length in the KV cache
+    stop_reason: str | None
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the panes draw, copied out of the engine by the worker thread."""
+
+    # header and status line
+    seq: int
+    mode: str  # "autoplay" or "step"
+    activity: str  # "idle", "generating" or "done"
+    action: str  # what the last command did
+    raw: bool
+    settings: SamplerSettings
+    queued: str | None
+    notice: str
+    notice_level: str  # "info", "warn" or "error"
+    autosave_path: str | None
+    last_saved: str | None
+    n_records: int
+    flash_attn: str
+    n_batch: int
+    n_ubatch: int
+    # conversation and tokens panes
+    tokens: tuple[int, ...]
+    pieces: tuple[bytes, ...]
+    spans: tuple[Span, ...]
+    reply_start: int | None
+    n_ctx: int
+    n_vocab: int
+    messages: tuple[Message, ...]
+    last_pick: Pick | None
+    tokenized: Tokenized | None
+    stop_reason: str | None
+    # pipeline and batch panes
+    lit: tuple[int, ...]  # pipeline stages the last command ran, in order
+    last_records: tuple[StepRecord, ...]  # the llama_decode calls of the last decoding command
+    batch_pieces: tuple[tuple[bytes, ...], ...]  # the pieces of those calls' tokens
+    new_cells: tuple[int, int]  # [start, end) of the KV cells those calls wrote
+    # KV cache pane
+    kv_cells: tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
+    kv_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_allocated: int
+    kv_report: KVLogReport | None
+    kv_problems: tuple[str, ...]
+    # timeline pane
+    timeline: tuple[tuple[str, int, float], ...]  # (phase, n_tokens, decode_ms), newest calls
+    # logits pane
+    candidates: tuple[CandidateRow, ...]
+    chain: ChainResult | None
+    entropy: float | None
+    next_pick: int | None
+    returned_text: str | None = None  # a message that could not be sent, for the chat box
+    attention: AttentionView | None = None  # the Attention and Anatomy tabs
+    # The cache lessons (issue 5): all copied out of the engine by the worker thread.
+    memory: MemoryReport | None = None
+    work: WorkSnapshot | None = None
+    verify: VerifyResult | None = None
+    turns: tuple[PrefillTurn, ...] = ()  # this chat's prefills: reused vs computed tokens
+    shifts: tuple[ShiftEvent, ...] = ()  # context shifts, with the tokens each forgot
+    shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
+    context_full: str = "stop"
+    n_keep: int = 0
+    fork_at: int | None = None  # sequence 0's length when it was forked
+    seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
+    commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
+    timeline_totals: TimelineTotals = TimelineTotals()  # over every call, not only those kept
+    timeline_older: int = 0  # calls before ``timeline[0]`` that are only counted
+    capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
+
+    @property
+    def kv_used(self) -> int:
+        return len(self.kv_cells)
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def reply_tokens(self) -> int:
+        return 0 if self.reply_start is None else len(self.tokens) - self.reply_start
