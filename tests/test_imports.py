@@ -49,3 +49,69 @@ def test_headless_modules_do_not_load_textual_or_rich():
     )
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == [], f"loaded by {mods}: {loaded[:5]}"
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(edges[w])))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circles_among_tui_modules():
+    """grimp (import-linter's graph) counts imports inside functions too; only imports under
+    ``if TYPE_CHECKING:`` are left out, because they never run."""
+    grimp = __import__("grimp")
+    g = grimp.build_graph("tui", exclude_type_checking_imports=True)
+    mods = sorted(m for m in g.modules if m.startswith("tui"))
+    edges = {
+        m: sorted(x for x in g.find_modules_directly_imported_by(m) if x.startswith("tui"))
+        for m in mods
+    }
+    assert _cycles({"a": ["b"], "b": ["a"], "c": []}) == [["a", "b"]]  # the check can fail
+    assert _cycles(edges) == []
+
+
+def test_no_module_over_400_lines():
+    root = __import__("pathlib").Path(tui.__file__).parent
+    long = {
+        str(p.relative_to(root)): n
+        for p in root.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}

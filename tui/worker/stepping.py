@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..engine import loop
 from ..engine.sampling import softmax
-from ..engine.step import ShiftEvent, StepRecord
+from ..engine.step import Sampled, ShiftEvent, StepRecord
 from . import chat, saving
 from .chat import clip, cut
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
@@ -73,17 +74,19 @@ def step(w: Worker, forced: int | None) -> None:
 
 
 def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
-    """Sample (or force) the next token and note the pick; stop on an end token, else feed it
-    and decode. The record is None when generation stopped (end token or a full context)."""
+    """One turn of the engine's loop (:func:`tui.engine.loop.advance`: sample or force, stop
+    on an end token, else feed and decode), and the pick noted for the panes. The record is
+    None when generation stopped (end token or a full context)."""
     eng = w.engine
     greedy, seed = eng.settings.is_greedy, eng.settings.seed
-    token = eng.sample_next(forced)  # may decode the last token again after a deep rewind
+    turn = loop.sample_step(eng, forced)  # may decode the last token again after a deep rewind
     w.picks += 1
-    p, p_final = pick_probabilities(w, token)
-    eog = eng.vocab.is_eog(token)
-    piece = eng.vocab.piece(token)
-    w.state.last_pick = Pick(token, piece, p, p_final, forced is not None, eog, greedy, seed)
-    return None if eog else eng.feed(token)
+    p, p_final = pick_probabilities(turn.sampled)
+    sp = turn.sampled
+    w.state.last_pick = Pick(
+        sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed
+    )
+    return loop.feed_step(eng, turn).record
 
 
 def stepped(w: Worker, rec: StepRecord, before: int) -> bool:
@@ -139,28 +142,14 @@ def step_forked(w: Worker, forced: int | None) -> None:
         s.note(f"One llama_decode for sequences {ids}: one token each, own positions.")
 
 
-def pick_probabilities(w: Worker, token: int) -> tuple[float, float]:
-    """p and p' of the token just picked. The record whose logits it came from already
-    holds the top candidates (with p) and the pick's chain (with p'); only a token outside
-    that top needs the full softmax."""
-    eng = w.engine
-    assert eng.logits is not None
-    rec = next(
-        (
-            r
-            for r in reversed(eng.records)
-            if r.has_logits and r.n_ctx_tokens == eng.n_past and r.sampled == token
-        ),
-        None,
-    )
-    p = next((c.p for c in rec.top if c.id == token), None) if rec else None
+def pick_probabilities(sp: Sampled) -> tuple[float, float]:
+    """p and p' of the token just picked. The record whose logits it came from already holds
+    the top candidates (with p); only a token outside that top needs the full softmax. p' is
+    the pick's own chain (a preview when forced: survivors do not depend on the RNG)."""
+    p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
     if p is None:
-        p = float(softmax(eng.logits)[token])
-    if rec is not None and rec.chain is not None:
-        p_final = rec.chain.p_final(token)
-    else:  # the chain's survivors do not depend on the RNG: a preview gives the same p'
-        p_final = eng.preview().p_final(token)
-    return p, p_final
+        p = float(softmax(sp.logits)[sp.token])
+    return p, sp.chain.p_final(sp.token)
 
 
 def turn_ended(w: Worker) -> None:
