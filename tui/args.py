@@ -220,6 +220,12 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="tokens to generate (default 32)",
     )
     _graph_flags(trace)
+    trace.add_argument(
+        "--lens",
+        action="store_true",
+        help="add the logit lens: each layer's top 5 for the predicted row (l_out projected "
+        "by the model's head; costs n_layer x n_vocab x n_embd per step)",
+    )
 
     info = _Parser(
         prog="tokenstep info",

@@ -66,23 +66,43 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     if getattr(args, "attention", None) is not None:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
     model = Model(args.model)
+    if getattr(args, "lens", False):
+        from .engine.lens import head_problem
+
+        problem = head_problem(model.header)
+        if problem is not None:
+            model.close()
+            raise TokenstepError(f"--lens: {problem}.")
     return Engine(model, config, settings, graph_observers(args, model.info.n_layer))
 
 
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
-    """--attention / --graph / --profile as one eval-callback observer (a context has one
+    """--attention / --lens / --graph / --profile as one eval-callback observer (a context has one
     cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
     from .engine.attention_capture import AttentionCapture, parse_layers
     from .engine.graph_tap import GraphTap
 
     spec = getattr(args, "attention", None)
     census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
+    lens = getattr(args, "lens", False)
     if spec is not None:
         conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
         if conflict is not None:
             raise TokenstepError(conflict.replace("attention capture", "--attention", 1))
         layers = parse_layers(spec, n_layer)
+        if lens:
+            from .engine.lens_capture import AttentionLensCapture
+
+            return [
+                AttentionLensCapture(
+                    n_layer=n_layer, layers=layers, census=census, profile=profile, lens=True
+                )
+            ]
         return [AttentionCapture(n_layer, layers, census=census, profile=profile)]
+    if lens:
+        from .engine.lens_capture import LensCapture
+
+        return [LensCapture(n_layer=n_layer, census=census, profile=profile)]
     if census or profile:
         return [GraphTap(census=census, profile=profile, n_layer=n_layer)]
     return []

@@ -46,6 +46,7 @@ class Capabilities:
 
 
 LOCAL = Capabilities("local llama.cpp")
+LOCAL_LENS = Capabilities("local llama.cpp", lens=True)  # the model has a head the lens reads
 
 
 @runtime_checkable

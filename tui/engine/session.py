@@ -19,12 +19,13 @@ import llama_cpp
 import numpy as np
 
 from . import loop, prompt, sequences, shift
-from .backend import LOCAL, Capabilities
+from .backend import LOCAL, LOCAL_LENS, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
 from .context import Context, EngineConfig
 from .decode import DecodeObserver, decode
 from .errors import TokenstepError
 from .kvcache import KVLayout, KVLogReport, KVMirror
+from .lens import head_problem
 from .logits import LogitsMemory
 from .model import Model
 from .records import RecordLog
@@ -50,6 +51,7 @@ class Engine:
         observers: list[DecodeObserver] | None = None,
     ) -> None:
         self.model = model
+        self._caps: Capabilities | None = None
         self.observers = list(observers or [])
         self.info = model.info
         self.config = config or EngineConfig()
@@ -105,8 +107,11 @@ class Engine:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Everything: a local context can show its cells, attention, graph and verify."""
-        return LOCAL
+        """Everything: a local context can show its cells, attention, graph and verify; the
+        logit lens when the model file has a head the lens can read."""
+        if self._caps is None:
+            self._caps = LOCAL_LENS if head_problem(self.model.header) is None else LOCAL
+        return self._caps
 
     @property
     def tokens(self) -> list[int]:

@@ -85,3 +85,17 @@ def read_tensor(ptr: int) -> np.ndarray:
         raise ValueError("cannot read a non-contiguous tensor")
     _tensor_get(ptr, out.__array_interface__["data"][0], 0, out.nbytes)
     return out
+
+
+def read_last_row(ptr: int) -> np.ndarray | None:
+    """Copy only the last row (the last token) of a float32 tensor of ne = [n, n_rows]:
+    one ``ggml_backend_tensor_get`` of n floats. None when it has no rows."""
+    hdr = TensorHeader.from_address(ptr)
+    if hdr.type != 0 or hdr.ne[2] != 1 or hdr.ne[3] != 1 or hdr.nb[0] != 4:
+        raise ValueError(f"expected a float32 matrix, not a {ggml.type_name(hdr.type)} tensor")
+    n, rows = int(hdr.ne[0]), int(hdr.ne[1])
+    if rows < 1:
+        return None
+    out = np.empty(n, dtype=np.float32)
+    _tensor_get(ptr, out.__array_interface__["data"][0], (rows - 1) * int(hdr.nb[1]), out.nbytes)
+    return out

@@ -1,0 +1,193 @@
+"""The logit lens: what each layer would predict if the model stopped there.
+
+The residual stream after layer N (the graph's node ``l_out-N``) is projected the way the
+model's own head projects the last one: the output norm (llama.cpp's ``result_norm``: RMS
+norm with ``output_norm.weight`` and the model's epsilon; a LayerNorm when the model's output
+norm has a bias), then the output matrix (``output.weight``, or ``token_embd.weight`` when
+the embeddings are tied), then what the architecture does to its final logits (Gemma's
+soft-capping, a logit scale). The last layer's lens is then llama.cpp's own logits up to
+rounding: the head's quantized weights are read here dequantized to float32, while llama.cpp
+multiplies them quantized (with its activations quantized too), so the two differ by that
+rounding (about 0.2 on SmolLM2's Q8_0 head).
+
+The weights are read once per model file with the ``gguf`` package (``GGUFReader`` and
+``gguf.quants.dequantize``) and kept as a float32 matrix; projecting all layers costs
+n_layer × n_vocab × n_embd multiply-adds, so it runs only while the lens is on.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .tokens import display_bytes
+
+if TYPE_CHECKING:
+    from .gguf_header import GGUFHeader
+    from .tokens import Vocab
+
+LENS_TOP = 5
+# Architectures whose final logits llama.cpp divides by ``logit_scale`` (the others with that
+# key multiply by it, as Command-R does).
+DIVIDE_BY_LOGIT_SCALE = ("granite", "granitemoe", "granitehybrid")
+
+
+@dataclass(frozen=True, eq=False)
+class LensHead:
+    """The model's head, as float32 arrays: project a hidden state to logits."""
+
+    arch: str
+    eps: float
+    norm: np.ndarray  # output_norm.weight, (n_embd,)
+    norm_bias: np.ndarray | None  # output_norm.bias: the output norm is a LayerNorm
+    out: np.ndarray  # (n_vocab, n_embd)
+    out_bias: np.ndarray | None
+    out_name: str  # "output.weight" or "token_embd.weight" (tied)
+    softcap: float | None  # final_logit_softcapping
+    logit_scale: float | None  # multiplier applied to the final logits
+
+    def project(self, hidden: np.ndarray) -> np.ndarray:
+        """(k, n_embd) hidden states -> (k, n_vocab) logits, float32."""
+        h = np.asarray(hidden, dtype=np.float32).reshape(-1, self.norm.shape[0])
+        if self.norm_bias is not None:
+            h = h - h.mean(axis=1, keepdims=True)
+            var = (h * h).mean(axis=1, keepdims=True)
+            h = h / np.sqrt(var + self.eps) * self.norm + self.norm_bias
+        else:
+            ms = (h.astype(np.float64) ** 2).mean(axis=1, keepdims=True)
+            h = (h / np.sqrt(ms + self.eps)).astype(np.float32) * self.norm
+        logits = h @ self.out.T
+        if self.out_bias is not None:
+            logits += self.out_bias
+        if self.logit_scale is not None:
+            logits *= np.float32(self.logit_scale)
+        if self.softcap:
+            cap = np.float32(self.softcap)
+            logits = np.tanh(logits / cap) * cap
+        return logits
+
+    def describe(self) -> str:
+        norm = "LayerNorm" if self.norm_bias is not None else "RMS norm"
+        parts = [f"{norm} (eps {self.eps:g})", self.out_name + (" (tied)" if self.tied else "")]
+        if self.logit_scale is not None:
+            parts.append(f"x {self.logit_scale:g}")
+        if self.softcap:
+            parts.append(f"soft-cap {self.softcap:g}")
+        return " · ".join(parts)
+
+    @property
+    def tied(self) -> bool:
+        return self.out_name == "token_embd.weight"
+
+
+def head_problem(header: GGUFHeader) -> str | None:
+    """Why the lens cannot project this model's hidden states (None: it can)."""
+    names = {t.name for t in header.tensors}
+    if "output_norm.weight" not in names:
+        return "the lens needs output_norm.weight; this model has none"
+    if "output.weight" not in names and "token_embd.weight" not in names:
+        return "the lens needs output.weight or token_embd.weight; this model has neither"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def load_head(path: str) -> LensHead:
+    """Read and dequantize the head's weights (once per file: the last one is kept)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+
+    def field(key: str) -> Any:
+        f = reader.fields.get(key)
+        return f.contents() if f is not None else None
+
+    def array(name: str) -> np.ndarray | None:
+        t = tensors.get(name)
+        if t is None:
+            return None
+        a = gguf.quants.dequantize(t.data, t.tensor_type)
+        return np.ascontiguousarray(a, dtype=np.float32)
+
+    arch = str(field("general.architecture") or "?")
+    norm_bias = array("output_norm.bias")
+    if norm_bias is not None:
+        eps = field(f"{arch}.attention.layer_norm_epsilon")
+    else:
+        eps = field(f"{arch}.attention.layer_norm_rms_epsilon")
+    out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    norm, out = array("output_norm.weight"), array(out_name)
+    if norm is None or out is None:
+        raise ValueError("the model has no output norm or output matrix")
+    scale = field(f"{arch}.logit_scale")
+    if scale is not None:
+        scale = 1.0 / float(scale) if arch in DIVIDE_BY_LOGIT_SCALE else float(scale)
+    cap = field(f"{arch}.final_logit_softcapping")
+    return LensHead(
+        arch=arch,
+        eps=float(eps if eps is not None else 1e-5),
+        norm=norm.reshape(-1),
+        norm_bias=norm_bias.reshape(-1) if norm_bias is not None else None,
+        out=out.reshape(-1, norm.size),
+        out_bias=(b.reshape(-1) if (b := array("output.bias")) is not None else None),
+        out_name=out_name,
+        softcap=float(cap) if cap else None,
+        logit_scale=scale,
+    )
+
+
+def lens_figures(
+    head: LensHead,
+    rows: np.ndarray,
+    final: np.ndarray,
+    vocab: Vocab,
+    k: int = LENS_TOP,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per layer the top ``k`` (id, piece, logit, p at temperature 1) and the rank and p of
+    the final pick (llama.cpp's own top-1); and the summary: the layers where the pick first
+    enters the top-1 and the top-5, and the last layer's max |Δ| against ``final``
+    (llama.cpp's logits) over the vocabulary."""
+    logits = head.project(rows)
+    n_vocab = min(logits.shape[1], final.shape[0])
+    logits = logits[:, :n_vocab]
+    final = final[:n_vocab]
+    pick = int(np.argmax(final))
+    top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    m = logits.max(axis=1, keepdims=True)
+    z = np.exp(logits - m, dtype=np.float32).sum(axis=1, dtype=np.float64)
+    pick_logit = logits[:, pick]
+    rank = (logits > pick_logit[:, None]).sum(axis=1)
+    layers: list[dict[str, Any]] = []
+    piece = vocab.piece
+    for i in range(logits.shape[0]):
+        ids = sorted(top[i].tolist(), key=lambda t: -float(logits[i, t]))
+        p = np.exp(logits[i, ids].astype(np.float64) - float(m[i, 0])) / z[i]
+        layers.append(
+            {
+                "layer": i,
+                "top": [
+                    {
+                        "id": t,
+                        "piece": display_bytes(piece(t)),
+                        "logit": round(float(logits[i, t]), 5),
+                        "p": round(float(pt), 6),
+                    }
+                    for t, pt in zip(ids, p.tolist(), strict=True)
+                ],
+                "pick_rank": int(rank[i]),
+                "pick_p": round(float(np.exp(float(pick_logit[i]) - float(m[i, 0])) / z[i]), 6),
+            }
+        )
+    first1 = next((i for i in range(len(rank)) if rank[i] == 0), None)
+    first5 = next((i for i in range(len(rank)) if rank[i] < LENS_TOP), None)
+    summary = {
+        "pick": {"id": pick, "piece": display_bytes(piece(pick))},
+        "top1_layer": first1,
+        "top5_layer": first5,
+        "max_abs_diff": round(float(np.abs(logits[-1] - final).max()), 5),
+        "head": head.describe(),
+    }
+    return layers, summary

@@ -1,0 +1,135 @@
+"""The logit lens's capture: the row being predicted, after every layer, from the graph.
+
+Each layer of the graph ends with a node ``l_out-N`` (ne = [n_embd, n_rows]): the residual
+stream after layer N. While the lens is on, :class:`LensCapture` answers True for those nodes
+and copies only their last row, which in the ubatch that holds the logits is the position
+being predicted (llama.cpp keeps only the output rows in the last layer, so its ``l_out`` is
+that row too). After the decode it projects all layers at once (:mod:`tui.engine.lens`) and
+puts the figures in the record: ``extras["lens"]`` (one entry per layer, in order) and
+``extras["lens_check"]`` (the pick's first layers in the top-1 and top-5, the last layer's
+max |Δ| against llama.cpp's logits, and the projection's ms).
+
+A context has one eval callback, so the lens rides on the same :class:`GraphTap`:
+:class:`LensCapture` for the lens alone (with census or profile if asked) and
+:class:`AttentionLensCapture` for the lens with attention capture.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .attention_capture import AttentionCapture
+from .graph_tap import GraphTap
+from .lens import LensHead, lens_figures, load_head
+from .logits import read_row
+from .tensor import read_last_row
+
+if TYPE_CHECKING:
+    from .batch import DecodeCall
+    from .session import Engine
+
+LOUT_NODE = "l_out-{}"
+
+
+class LensCapture(GraphTap):
+    """A :class:`GraphTap` that also captures ``l_out-N`` of the predicted row for every
+    layer while :attr:`lens_on` (:meth:`set_lens`); the callback stays installed when off.
+
+    Keyword arguments besides ``lens`` go to the next class (GraphTap, or AttentionCapture in
+    :class:`AttentionLensCapture`)."""
+
+    # The lens's node names join whatever the tap wants (AttentionCapture reassigns
+    # ``wanted`` when its layers change): ``wanted`` is the union, kept precomputed because
+    # the ask phase tests every node against it.
+    _lens_wanted: frozenset[bytes] = frozenset()
+    _wanted_base: set[bytes] = set()
+    _wanted_all: set[bytes] = set()
+
+    def __init__(self, *, lens: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lout = {LOUT_NODE.format(i).encode(): i for i in range(self.n_layer)}
+        self.lens_on = False
+        self._rows: dict[int, tuple[int, np.ndarray]] = {}
+        self._lens_head: LensHead | None = None
+        self.lens_errors: list[str] = []
+        self.set_lens(lens)
+
+    @property  # type: ignore[override]
+    def wanted(self) -> set[bytes]:
+        return self._wanted_all
+
+    @wanted.setter
+    def wanted(self, names: set[bytes]) -> None:
+        self._wanted_base = set(names)
+        self._wanted_all = self._wanted_base | self._lens_wanted
+
+    def set_lens(self, on: bool) -> None:
+        self.lens_on = on
+        self._lens_wanted = frozenset(self._lout) if on else frozenset()
+        self.wanted = self._wanted_base
+
+    def lens_head(self, engine: Engine) -> LensHead:
+        """The model's head as float32 (read from the GGUF file on first use)."""
+        if self._lens_head is None:
+            self._lens_head = load_head(str(engine.model.path))
+        return self._lens_head
+
+    # -- GraphTap hooks --------------------------------------------------------------------------
+    def before_decode(self, engine: Engine, call: DecodeCall) -> None:
+        super().before_decode(engine, call)
+        self._rows = {}
+
+    def on_data(self, name: bytes, ptr: int, graph: int) -> None:
+        layer = self._lout.get(name) if self.lens_on else None
+        if layer is None:
+            super().on_data(name, ptr, graph)
+            return
+        row = read_last_row(ptr)
+        if row is not None:  # a later ubatch's row replaces an earlier one's
+            self._rows[layer] = (graph, row)
+
+    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+        super().after_decode(engine, call, extras)
+        if not self.lens_on or not call.tokens or not call.tokens[-1].logits:
+            return
+        problem = self._problem(call)
+        if problem is not None:
+            extras["lens_problems"] = [problem]
+            return
+        rows = np.stack([self._rows[i][1] for i in range(self.n_layer)])
+        head = self.lens_head(engine)  # read once; not part of the projection's time
+        t0 = time.perf_counter()
+        final = read_row(engine.ctx, -1, engine.info.n_vocab)
+        layers, summary = lens_figures(head, rows, final, engine.vocab)
+        summary["ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
+        summary["pos"] = call.tokens[-1].pos
+        extras["lens"] = layers
+        extras["lens_check"] = summary
+
+    def _problem(self, call: DecodeCall) -> str | None:
+        """Why this decode's rows cannot be projected, or None."""
+        if self._skipped:
+            return "lens not captured: it would exceed the capture memory limit"
+        missing = [i for i in range(self.n_layer) if i not in self._rows]
+        if missing:
+            return f"the graph had no node {LOUT_NODE.format(missing[0])} with rows"
+        last = len(call.ubatches) - 1
+        if any(g != last for g, _ in self._rows.values()):
+            return "the l_out rows did not all come from the ubatch with the logits"
+        return None
+
+
+class AttentionLensCapture(LensCapture, AttentionCapture):
+    """Attention capture and the lens on one eval callback: ``AttentionLensCapture(
+    n_layer=..., layers=[...], lens=True)``."""
+
+
+def find_lens(engine: Engine) -> LensCapture | None:
+    """The engine's lens capture among its decode observers, or None."""
+    for obs in engine.observers:
+        if isinstance(obs, LensCapture):
+            return obs
+    return None
