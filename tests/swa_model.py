@@ -21,7 +21,9 @@ N_CTX_TRAIN = 2048
 N_SWA = 128
 
 
-def write_swa_model(path: Path) -> Path:
+def write_swa_model(path: Path, *, output_norm: float = 1.0) -> Path:
+    """``output_norm`` scales the output norm's weight: large values give final logits big
+    enough for the soft-cap (30) to bend them."""
     import gguf
 
     rng = np.random.default_rng(0)
@@ -57,7 +59,7 @@ def write_swa_model(path: Path) -> Path:
         w.add_tensor(name, np.ones(N_EMBD, dtype=np.float32))
 
     t("token_embd.weight", n_vocab, N_EMBD)
-    ones("output_norm.weight")
+    w.add_tensor("output_norm.weight", np.full(N_EMBD, output_norm, dtype=np.float32))
     for i in range(N_LAYER):
         ones(f"blk.{i}.attn_norm.weight")
         t(f"blk.{i}.attn_q.weight", N_HEAD * HEAD_DIM, N_EMBD)

@@ -84,8 +84,9 @@ class LensCapture(GraphTap):
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
         layer = self._lout.get(name) if self.lens_on else None
-        if layer is None:
+        if layer is None or name in self._wanted_base:  # asked for by name too: copy it whole
             super().on_data(name, ptr, graph)
+        if layer is None:
             return
         row = read_last_row(ptr)
         if row is not None:  # a later ubatch's row replaces an earlier one's
