@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.attention_capture import AttentionCapture, find_capture
 from ..engine.attention_map import ContextAttention, context_attention
 from ..engine.errors import TokenstepError
+from ..engine.lens_capture import AttentionLensCapture, find_lens
 from ..engine.model import ModelInfo
 from ..engine.session import Engine
 from .caches import Memo
@@ -200,7 +201,13 @@ class AttentionControl:
                 "needs it on; start with -ctv f16."
             )
         config = dataclasses.replace(old.config, flash_attn="off")
-        cap = AttentionCapture(old.info.n_layer, [self.layer], census=self.want_census)
+        lens = find_lens(old)  # the lens shares the one eval callback: keep it as it was
+        cap = AttentionLensCapture(
+            n_layer=old.info.n_layer,
+            layers=[self.layer],
+            census=self.want_census,
+            lens=lens is not None and lens.lens_on,
+        )
         new = Engine(old.model, config, old.settings, [cap])
         # The session keeps its history: step records, prefill turns, context shifts.
         new.adopt_history(old)
@@ -211,6 +218,10 @@ class AttentionControl:
         new.stop_reason = stop
         self._after_prefill(new)
         return len(tokens)
+
+    def forget_matrix(self) -> None:
+        """The context was prefilled again (e.g. by the lens): rebuild the matrix."""
+        self._matrix.clear()
 
     def _after_prefill(self, eng: Engine) -> None:
         s = self.w.state

@@ -89,6 +89,16 @@ class AttentionTabs:
 
 
 @dataclass(frozen=True)
+class LensTab:
+    visible: bool  # the Lens tab is showing: capture and project each step
+
+
+@dataclass(frozen=True)
+class LensMode:
+    """Switch the Lens pane between the preview and the last step."""
+
+
+@dataclass(frozen=True)
 class Verify:
     mode: str = "batched"
 
@@ -127,6 +137,8 @@ Command = (
     | AttentionLayer
     | AttentionHead
     | AttentionTabs
+    | LensTab
+    | LensMode
     | Verify
     | Fork
     | Call

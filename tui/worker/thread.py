@@ -36,6 +36,8 @@ from .commands import (
     Force,
     Fork,
     Greedy,
+    LensMode,
+    LensTab,
     NewChat,
     Pause,
     Rewind,
@@ -47,6 +49,7 @@ from .commands import (
     TogglePlay,
     Verify,
 )
+from .lens import LensControl
 from .state import State
 from .views import View
 
@@ -85,6 +88,7 @@ class Worker:
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self.commands = 0  # user commands handled so far
         self.attention = AttentionControl(self)
+        self.lens = LensControl(self)
         self._q: queue.Queue[Command] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -111,6 +115,8 @@ class Worker:
             AttentionLayer: lambda c: self.attention.set_layer(c.layer),
             AttentionHead: lambda c: self.attention.set_head(c.head),
             AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
+            LensTab: lambda c: self.lens.set_visible(c.visible),
+            LensMode: lambda c: self.lens.toggle_mode(),
             Verify: lambda c: verify.verify(self, c.mode),
             Fork: lambda c: stepping.fork(self),
             Call: lambda c: c.fn(),
