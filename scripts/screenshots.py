@@ -10,6 +10,7 @@ cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix
                fork (tab 0, and the text pane's one column per sequence)
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
+lens.svg       tab 8: the logit lens on the raw prompt "The capital of France is"
 
 Times shown are really measured on the machine that runs this script.
 """
@@ -214,12 +215,46 @@ async def attention_screen(model: Model) -> None:
         save(app, "attention.svg")
 
 
+# -- see what the model almost said (issue 14): tab 8, the logit lens -------------------------
+
+CAPITAL = "The capital of France is"
+
+
+async def lens_screen(model: Model) -> None:
+    """Tab 8 on the raw prompt "The capital of France is": each layer's top 5 for the next
+    token, and the layer where " Paris" first enters the top 5 and the top 1."""
+    from tui.widgets.lens import LensTab
+
+    engine = Engine(model, EngineConfig(n_threads=app_threads()), SamplerSettings(temp=0.0))
+    app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*CAPITAL, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0)
+        await pilot.press("escape", "8")
+        tab = app.query_one(LensTab)
+
+        def ready() -> bool:
+            lens = app.view.lens if app.view is not None else None
+            return lens is not None and lens.step is not None
+
+        await wait_for(pilot, ready)
+        step = app.view.lens.step
+        tab.scroll_to(y=max(0, (step.first_top5 or 0) - 8), animate=False)
+        await pilot.pause(0.3)
+        print(
+            f"lens: {step.mark_piece!r} enters the top 5 at layer {step.first_top5}, the top 1 "
+            f"at layer {step.first_top1}; max |Δ| {step.check['max_abs_diff']:.3f}"
+        )
+        save(app, "lens.svg")
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
     shots = [main_screen, step_mode, help_screen]
     shots += [cache_memory, cache_quadratic, cache_verify, cache_prefix, cache_shift, cache_fork]
     shots += [attention_screen]
+    shots += [lens_screen]
     only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
     for shot in shots:
         if only and shot.__name__ not in only:

@@ -64,9 +64,9 @@ def render_lens(step: LensStep, mode: str) -> RenderableType:
             )
         flag = Text()
         if layer == step.first_top1:
-            flag.append("★ top-1 from here", "green")
+            flag.append("★ first top-1", "green")
         elif layer == step.first_top5:
-            flag.append("▸ enters the top 5", "yellow")
+            flag.append("▸ first in the top 5", "yellow")
         table.add_row(Text(str(layer), "grey62"), *cells, flag)
     foot = Text.assemble(
         ("check ", "bold"),

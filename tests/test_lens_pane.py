@@ -1,0 +1,86 @@
+"""The Lens tab drawn from hand-made views (a pure widget test, no model): layers down with
+their top 5, the marked token's first layers flagged, the check's max |Δ|, and the capability
+sentence for a backend without the lens instead of stale rows."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from textual.app import App, ComposeResult
+
+from tui.engine.backend import LOCAL_LENS, Capabilities
+from tui.widgets.lens import LensPane, LensTab
+from tui.worker.lens import LensStep, LensView, first_layers
+
+REMOTE = Capabilities("llama-server at http://127.0.0.1:8080", attention=False, graph=False)
+PARIS = 7042
+
+
+def _layers() -> list[dict[str, Any]]:
+    """Widget-test data only: 4 layers; ' Paris' enters the top 5 at layer 2, top 1 at 3."""
+    tops = [
+        [(11, " a"), (12, " the"), (13, " so"), (14, "."), (15, " not")],
+        [(12, " the"), (11, " a"), (13, " so"), (14, "."), (16, ",")],
+        [(12, " the"), (11, " a"), (PARIS, " Paris"), (14, "."), (16, ",")],
+        [(PARIS, " Paris"), (12, " the"), (17, " London"), (11, " a"), (16, ",")],
+    ]
+    return [
+        {
+            "layer": i,
+            "top": [
+                {"id": t, "piece": p, "logit": 10.0 - j, "p": 0.5 / (j + 1)}
+                for j, (t, p) in enumerate(top)
+            ],
+        }
+        for i, top in enumerate(tops)
+    ]
+
+
+def _view(caps: Capabilities) -> Any:
+    layers = _layers()
+    first1, first5 = first_layers(layers, PARIS)
+    check = {"max_abs_diff": 0.23245, "head": "RMS norm (eps 1e-05) · token_embd.weight", "ms": 80}
+    step = LensStep(3, 4, layers, check, PARIS, " Paris", "llama.cpp's top-1", first1, first5)
+    return SimpleNamespace(capabilities=caps, lens=LensView(True, "preview", step, 4, ""))
+
+
+class Host(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LensTab(id="lens")
+
+
+def _text(pane: Any) -> str:
+    return "\n".join(pane.render_line(y).text for y in range(pane.size.height))
+
+
+def test_first_layers_of_the_marked_token() -> None:
+    assert first_layers(_layers(), PARIS) == (3, 2)
+    assert first_layers(_layers(), 99) == (None, None)
+
+
+def test_lens_tab_draws_layers_and_says_what_a_backend_cannot_give() -> None:
+    async def run() -> None:
+        app = Host()
+        async with app.run_test(size=(120, 30)) as pilot:
+            tab = app.query_one(LensTab)
+            tab.show(_view(LOCAL_LENS))
+            await pilot.pause()
+            text = _text(app.query_one(LensPane))
+            lines = text.splitlines()
+            row2 = next(x for x in lines if x.strip().startswith("2 "))
+            row3 = next(x for x in lines if x.strip().startswith("3 "))
+            assert "▸ first in the top 5" in row2 and "␣Paris" in row2
+            assert "★ first top-1" in row3
+            assert "max |Δ| 0.232" in text
+            assert "first in the top 5 at layer 2" in text and "first top-1 at layer 3" in text
+
+            tab.show(_view(REMOTE))
+            await pilot.pause()
+            text = _text(app.query_one(LensPane))
+            want = REMOTE.missing("lens")
+            assert want is not None and f"the logit lens {want}" in text
+            assert "␣Paris" not in text  # no stale rows
+
+    asyncio.run(run())
