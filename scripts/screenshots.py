@@ -200,7 +200,7 @@ async def attention_screen(model: Model) -> None:
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*PRONOUN, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0)
         await pilot.press("6")
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None)
@@ -229,8 +229,8 @@ async def lens_screen(model: Model) -> None:
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*CAPITAL, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0)
-        await pilot.press("escape", "8")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0)
+        await pilot.press("8")
         tab = app.query_one(LensTab)
 
         def ready() -> bool:

@@ -38,6 +38,7 @@ from .widgets.common import literal
 from .widgets.header import StatusHeader
 from .widgets.keybar import KeyBar
 from .widgets.kvcache import KVCachePane
+from .widgets.lens import LensTab
 from .widgets.logits import LogitsPane
 from .widgets.mask import CausalMaskPane
 from .widgets.pipeline import PipelinePane
@@ -116,6 +117,7 @@ class TokenstepApp(AppActions):
                     yield CausalMaskPane(id="mask")
                     yield AttentionTab(id="attention")
                     yield AnatomyTab(id="anatomy")
+                    yield LensTab(id="lens")
                     yield MemoryTab(id="memory")
                     yield CacheTab(id="cache")
         yield ChatInput(

@@ -38,6 +38,7 @@ TABS_SHORT = (
     ("mask", "5 mask"),
     ("attention", "6 att"),
     ("anatomy", "7 anat"),
+    ("lens", "8 lens"),
     ("memory", "9 mem"),
     ("cache", "0 cache"),
 )
@@ -49,6 +50,7 @@ TABS = (
     ("mask", "5 mask"),
     ("attention", "6 attention"),
     ("anatomy", "7 anatomy"),
+    ("lens", "8 lens"),
     ("memory", "9 memory"),
     ("cache", "0 cache"),
 )
@@ -160,6 +162,7 @@ class AppActions(App[int]):
             self.main.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
         # The worker builds the whole-context attention matrix only while tab 6 or 7 shows it.
         self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
+        self.controller.lens_cmd("tab", name == "lens")  # the lens is computed only on tab 8
         if name in ("attention", "anatomy"):
             self.main.query_one(f"#{name}").focus()
 
@@ -175,6 +178,11 @@ class AppActions(App[int]):
         self.controller.attention_cmd("toggle")
         if self._tab not in ("attention", "anatomy"):
             self.action_tab("attention")
+
+    def action_lens_mode(self) -> None:
+        self.controller.lens_cmd("mode")
+        if self._tab != "lens":
+            self.action_tab("lens")
 
     def on_attention_pane_layer_requested(self, event: AttentionPane.LayerRequested) -> None:
         self.controller.attention_cmd("layer", event.layer)

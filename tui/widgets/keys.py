@@ -76,6 +76,16 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("7", "tab('anatomy')", "", "", "", "view"),
     Key(
+        "8",
+        "tab('lens')",
+        "8/L",
+        "lens",
+        "Logit lens: what each layer would predict (its l_out through the model's head), "
+        "computed only while tab 8 shows; L switches between the preview and the last step.",
+        "view",
+    ),
+    Key("L", "lens_mode", "", "", "", "view"),
+    Key(
         "a",
         "attention",
         "a",

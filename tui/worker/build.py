@@ -87,6 +87,7 @@ class ViewBuilder:
             logits=self.logits(),
             cache=self.cache(),
             attention=w.attention.view(),
+            lens=w.lens.view(),
             commands=w.commands,
             capabilities=eng.capabilities,
         )

@@ -197,6 +197,15 @@ class Worker:
         else:
             raise ValueError(name)
 
+    def lens_cmd(self, name: str, *args: Any) -> None:
+        """The lens: "tab" visible (the Lens tab shows or not), "mode" (preview / last step)."""
+        if name == "tab":
+            self.put(LensTab(bool(args[0])))
+        elif name == "mode":
+            self.put(LensMode())
+        else:
+            raise ValueError(name)
+
     def verify(self, mode: str = "batched") -> None:
         """Recompute the context from scratch in a fresh context and compare the logits."""
         self.put(Verify(mode))

@@ -19,6 +19,7 @@ from ..engine.verify import VerifyResult
 from ..engine.work import WorkSnapshot
 from .attention import AttentionView
 from .chat import Span
+from .lens import LensView
 from .state import Pick, Tokenized
 from .timeline import TimelineTotals
 
@@ -165,5 +166,6 @@ class View:
     logits: LogitsView
     cache: CacheView = CacheView()
     attention: AttentionView | None = None  # the Attention and Anatomy tabs
+    lens: LensView | None = None  # the Lens tab
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type

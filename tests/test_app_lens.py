@@ -1,0 +1,57 @@
+"""Tab 8 in the real app: the lens is computed only while the tab shows, draws what the step
+records hold (checked against llama.cpp in tests/test_lens.py), and L switches between the
+preview and the last step."""
+
+from __future__ import annotations
+
+from tui.engine.lens_capture import find_lens
+from tui.widgets.lens import LensPane
+
+from .test_app import SIZE, make_app, run_async, wait_for
+
+CAPITAL = "The capital of France is"
+
+
+def _text(pane) -> str:
+    return "\n".join(pane.render_line(y).text for y in range(pane.size.height))
+
+
+@run_async
+async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*CAPITAL, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
+        assert find_lens(app.controller.engine) is None  # not showing: no capture installed
+        await pilot.press("8")
+
+        def step():
+            lens = app.view.lens if app.view is not None else None
+            return lens.step if lens is not None else None
+
+        await wait_for(pilot, lambda: step() is not None, "the lens")
+        s = step()
+        assert s.mark_piece == " Paris" and s.mark_what == "llama.cpp's top-1"
+        eng = app.controller.engine
+        rec = eng.records[s.record]
+        assert s.layers == rec.extras["lens"] and len(s.layers) == eng.info.n_layer
+        assert s.layers[-1]["top"][0]["id"] == rec.top[0].id  # llama.cpp's own top-1
+        await pilot.pause()
+        text = _text(app.query_one(LensPane))
+        assert f"first top-1 at layer {s.first_top1}" in text
+        assert f"max |Δ| {s.check['max_abs_diff']:.3f}" in text
+
+        await pilot.press("right")  # step: " Paris" is sampled and fed
+        await wait_for(pilot, lambda: step() is not None and step().record > s.record, "a step")
+        await pilot.press("L")
+        await wait_for(pilot, lambda: app.view.lens.mode == "last", "the last step")
+        last = step()
+        assert last is not None and last.record == s.record and last.mark_piece == " Paris"
+        assert last.mark_what == "the token sampled"
+
+        await pilot.press("1")  # another tab: the capture copies nothing, nothing is projected
+        await wait_for(pilot, lambda: not find_lens(app.controller.engine).lens_on, "lens off")
+        await pilot.press("right")
+        n = app.view.header.n_records
+        await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
+        assert "lens" not in app.controller.engine.records[-1].extras
