@@ -51,7 +51,7 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
 
         await pilot.press("1")  # another tab: the capture copies nothing, nothing is projected
         await wait_for(pilot, lambda: not find_lens(app.controller.engine).lens_on, "lens off")
-        await pilot.press("right")
         n = app.view.header.n_records
+        await pilot.press("right")
         await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
         assert "lens" not in app.controller.engine.records[-1].extras

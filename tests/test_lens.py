@@ -168,3 +168,17 @@ def test_trace_lens_flag() -> None:
             assert set(e["top"][0]) >= {"id", "piece", "logit", "p"}
         assert d["lens"][-1]["top"][0]["id"] == d["top"][0]["id"]
         assert d["lens_check"]["max_abs_diff"] <= SMOL_TOL
+
+
+def test_lens_says_so_for_a_decode_of_several_sequences(model: Model) -> None:
+    cap = LensCapture(n_layer=model.info.n_layer)
+    eng = Engine(model, EngineConfig(n_ctx=256, n_threads=2), SamplerSettings(temp=0.0), [cap])
+    try:
+        eng.prefill(eng.vocab.tokenize("Once upon a time", add_special=True))
+        eng.fork(0)
+        rec = eng.step_seqs()
+        assert rec is not None and len(rec.rows) == 2
+        assert "lens" not in rec.extras
+        assert "a fork" in rec.extras["lens_problems"][0]
+    finally:
+        eng.close()

@@ -117,6 +117,8 @@ class LensCapture(GraphTap):
         missing = [i for i in range(self.n_layer) if i not in self._rows]
         if missing:
             return f"the graph had no node {LOUT_NODE.format(missing[0])} with rows"
+        if len({s for t in call.tokens if t.logits for s in t.seq_ids}) > 1:
+            return "the lens follows one sequence; this decode stepped several (a fork)"
         last = len(call.ubatches) - 1
         if any(g != last for g, _ in self._rows.values()):
             return "the l_out rows did not all come from the ubatch with the logits"

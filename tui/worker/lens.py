@@ -138,6 +138,10 @@ class LensControl:
         eng.sync_prompt(tokens, reuse=True)  # everything but the last token is re-used
         eng.stop_reason = stop
         self._noted(eng)
+        self.w.state.note(
+            "Logit lens on: the last token was decoded again (the rest re-used) so the lens "
+            "sees the position being predicted."
+        )
 
     def _noted(self, eng: Engine) -> None:
         s = self.w.state
