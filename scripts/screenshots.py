@@ -239,8 +239,9 @@ async def lens_screen(model: Model) -> None:
 
         await wait_for(pilot, ready)
         step = app.view.lens.step
-        tab.scroll_to(y=max(0, (step.first_top5 or 0) - 8), animate=False)
-        await pilot.pause(0.3)
+        await pilot.pause(0.5)  # the rows laid out
+        tab.scroll_to_layer(step.first_top5 or 0)  # down to the layers where ' Paris' arrives
+        await pilot.pause(0.5)
         print(
             f"lens: {step.mark_piece!r} enters the top 5 at layer {step.first_top5}, the top 1 "
             f"at layer {step.first_top1}; max |Δ| {step.check['max_abs_diff']:.3f}"

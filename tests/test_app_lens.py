@@ -37,9 +37,12 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert s.layers == rec.extras["lens"] and len(s.layers) == eng.info.n_layer
         assert s.layers[-1]["top"][0]["id"] == rec.top[0].id  # llama.cpp's own top-1
         await pilot.pause()
-        text = _text(app.query_one(LensPane))
-        assert f"first top-1 at layer {s.first_top1}" in text
-        assert f"max |Δ| {s.check['max_abs_diff']:.3f}" in text
+        head = _text(app.query_one("#lens-summary"))
+        assert f"top-1 first at layer {s.first_top1}" in head
+        assert f"max |Δ| {s.check['max_abs_diff']:.3f}" in head
+        rows = app.query_one(LensPane)
+        assert rows.size.height == eng.info.n_layer  # one row per layer (they scroll)
+        assert rows.render_line(s.first_top1).text.startswith(f"★{s.first_top1:>2}")
 
         await pilot.press("right")  # step: " Paris" is sampled and fed
         await wait_for(pilot, lambda: step() is not None and step().record > s.record, "a step")

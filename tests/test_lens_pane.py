@@ -67,14 +67,14 @@ def test_lens_tab_draws_layers_and_says_what_a_backend_cannot_give() -> None:
             tab = app.query_one(LensTab)
             tab.show(_view(LOCAL_LENS))
             await pilot.pause()
-            text = _text(app.query_one(LensPane))
-            lines = text.splitlines()
-            row2 = next(x for x in lines if x.strip().startswith("2 "))
-            row3 = next(x for x in lines if x.strip().startswith("3 "))
-            assert "▸ first in the top 5" in row2 and "␣Paris" in row2
-            assert "★ first top-1" in row3
-            assert "max |Δ| 0.232" in text
-            assert "first in the top 5 at layer 2" in text and "first top-1 at layer 3" in text
+            rows = _text(app.query_one(LensPane)).splitlines()
+            head = _text(app.query_one("#lens-summary"))
+            assert rows[2].startswith("▸ 2") and "␣Paris" in rows[2]
+            assert rows[3].startswith("★ 3") and rows[3].split()[2] == "␣Paris"
+            assert rows[0].startswith("  0") and "␣Paris" not in rows[0] + rows[1]
+            assert rows[3].split()[3] == ".50"  # p of the layer's top-1
+            assert "max |Δ| 0.232" in head
+            assert "top 5 first at layer 2" in head and "top-1 first at layer 3" in head
 
             tab.show(_view(REMOTE))
             await pilot.pause()
@@ -82,5 +82,6 @@ def test_lens_tab_draws_layers_and_says_what_a_backend_cannot_give() -> None:
             want = REMOTE.missing("lens")
             assert want is not None and f"the logit lens {want}" in text
             assert "␣Paris" not in text  # no stale rows
+            assert not app.query_one("#lens-summary").display
 
     asyncio.run(run())

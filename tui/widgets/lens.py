@@ -3,7 +3,7 @@
 Layers down, the top 5 tokens of each with p (the layer's ``l_out`` projected through the
 model's own head, :mod:`tui.engine.lens`); the marked token (llama.cpp's top-1 for the
 preview, the token sampled for the last step) in bold wherever it appears, and the layers
-where it first enters the top 5 and the top 1 flagged. The footer shows the check of the whole
+where it first enters the top 5 and the top 1 flagged. The header shows the check of the whole
 method: the last layer's max |Δ| against llama.cpp's own logits. Draws a
 :class:`~tui.worker.lens.LensView` built on the decode thread; a backend without the lens gets
 the sentence ``Capabilities.missing`` gives.
@@ -13,102 +13,137 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
 from ..engine.tokens import escape_controls
 from ..worker.lens import LensStep, LensView
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
-PIECE_W = 10
+MARK = "bold bright_cyan"
 
 
-def _piece(text: str) -> str:
-    shown = escape_controls(text).replace(" ", "␣")
-    return shown if len(shown) <= PIECE_W else shown[: PIECE_W - 1] + "…"
+# Invisible characters get the stand-ins the other panes use (tui.widgets.common).
+VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 
 
-def render_lens(step: LensStep, mode: str) -> RenderableType:
+def _piece(text: str, width: int) -> str:
+    shown = escape_controls(text).translate(VISIBLE)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
+def _p(p: float) -> str:
+    """p in three characters: .78, .05, 1.0 (rounded to two decimals)."""
+    return "1.0" if p >= 0.995 else f"{p:.2f}"[1:]
+
+
+class LensRows:
+    """One line per layer: a flag, the layer, then the top 5 as piece and p. The pieces get
+    whatever width the pane has (4 to 14 characters)."""
+
+    def __init__(self, step: LensStep) -> None:
+        self.step = step
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        step = self.step
+        full = options.max_width
+        width = max(4, min(14, (full - 4) // 5 - 4))  # a cell: piece, space, p (3)
+        sep = " " if 4 + 5 * (width + 4) + 4 <= full else ""
+        for entry in step.layers:
+            layer = entry["layer"]
+            t = Text(no_wrap=True, overflow="ellipsis")
+            if layer == step.first_top1:
+                t.append("★", "bold green")
+            elif layer == step.first_top5:
+                t.append("▸", "bold yellow")
+            else:
+                t.append(" ")
+            t.append(f"{layer:>2} ", "grey62")
+            for i, c in enumerate(entry["top"][:5]):
+                style = MARK if c["id"] == step.mark else ""
+                t.append(sep if i else "")
+                t.append(f"{_piece(c['piece'], width):<{width}}", style)
+                t.append(" " + _p(c["p"]), "grey50")
+            t.truncate(full)
+            yield t
+
+
+def summary(step: LensStep, mode: str) -> RenderableType:
+    """The header: what is shown, the marked token's first layers, the check against llama.cpp."""
     check = step.check
-    head = Text.assemble(
-        ("Logit lens ", "bold"),
-        (f"· {MODE_NAMES.get(mode, mode)}: ", ""),
-        (f"position {step.pos} predicted · marked ", "grey70"),
-        (repr(step.mark_piece), "bold bright_cyan"),
-        (f" ({step.mark_what})", "grey70"),
+    first5 = f"layer {step.first_top5}" if step.first_top5 is not None else "no layer"
+    first1 = f"layer {step.first_top1}" if step.first_top1 is not None else "no layer"
+    return Group(
+        Text.assemble(
+            (f"{MODE_NAMES.get(mode, mode)} ", "bold"),
+            (f"· position {step.pos} · ", "grey70"),
+            (repr(step.mark_piece), MARK),
+            (f" ({step.mark_what})", "grey70"),
+        ),
+        Text.assemble(
+            ("▸", "bold yellow"),
+            f" top 5 first at {first5} · ",
+            ("★", "bold green"),
+            f" top-1 first at {first1}",
+        ),
+        Text.assemble(
+            "last layer vs llama.cpp's logits: ",
+            (f"max |Δ| {check['max_abs_diff']:.3f}", "bold"),
+        ),
     )
-    enters = Text.assemble(
-        "first in the top 5 at ",
-        (f"layer {step.first_top5}" if step.first_top5 is not None else "no layer", "yellow"),
-        " · first top-1 at ",
-        (f"layer {step.first_top1}" if step.first_top1 is not None else "no layer", "green"),
-    )
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=False)
-    table.add_column("layer", justify="right")
-    for i in range(5):
-        table.add_column(f"#{i + 1}", no_wrap=True)
-    table.add_column("", no_wrap=True)
-    for entry in step.layers:
-        layer = entry["layer"]
-        cells: list[Text] = []
-        for t in entry["top"][:5]:
-            style = "bold bright_cyan" if t["id"] == step.mark else ""
-            cells.append(
-                Text.assemble(
-                    (f"{_piece(t['piece']):<{PIECE_W}}", style), (f" {t['p']:.2f}", "grey62")
-                )
-            )
-        flag = Text()
-        if layer == step.first_top1:
-            flag.append("★ first top-1", "green")
-        elif layer == step.first_top5:
-            flag.append("▸ first in the top 5", "yellow")
-        table.add_row(Text(str(layer), "grey62"), *cells, flag)
-    foot = Text.assemble(
-        ("check ", "bold"),
-        f"last layer vs llama.cpp's logits: max |Δ| {check['max_abs_diff']:.3f} over the "
-        "vocabulary (the head's quantization rounding) · ",
-        (f"head: {check['head']}", "grey70"),
-        f" · projection {check['ms']:.0f} ms",
-    )
-    return Group(head, enters, table, foot)
 
 
 class LensPane(Static):
-    """The lens of one decode, or a sentence saying why there is none."""
+    """The layers of one decode's lens, or a sentence saying why there is none."""
 
     def show_lens(self, lv: LensView | None, missing: str | None) -> None:
         if missing is not None:
             self.update(Text(missing, "grey70"))
-            return
-        if lv is None or lv.step is None:
-            status = lv.status if lv is not None else "the lens is not available"
-            self.update(Text(status or "no lens yet", "grey70"))
-            return
-        body = render_lens(lv.step, lv.mode)
-        if lv.status:
-            body = Group(body, Text(lv.status, "bright_yellow"))
-        self.update(body)
+        elif lv is None or lv.step is None:
+            status = lv.status if lv is not None else ""
+            self.update(Text(status or "the lens is not available", "grey70"))
+        else:
+            self.update(LensRows(lv.step))
 
 
-class LensTab(VerticalScroll):
-    """Tab 8: the lens pane (scrolls: one row per layer)."""
+class LensTab(Vertical):
+    """Tab 8: the summary (fixed) above the layers (they scroll)."""
 
-    DEFAULT_CSS = "LensTab > LensPane { height: auto; }"
+    DEFAULT_CSS = """
+    LensTab > #lens-summary { height: auto; }
+    LensTab > VerticalScroll { height: 1fr; }
+    LensTab LensPane { height: auto; }
+    """
 
     def compose(self) -> ComposeResult:
-        yield LensPane()
+        yield Static(id="lens-summary")
+        with VerticalScroll():
+            yield LensPane()
+
+    def scroll_to_layer(self, layer: int) -> None:
+        """Put ``layer``'s row at the top (as far as the rows go), once they are laid out."""
+        rows = self.query_one(VerticalScroll)
+        self.call_after_refresh(rows.scroll_to, y=max(0, layer), animate=False)
 
     def show(self, view: Any) -> None:
+        lv: LensView | None = getattr(view, "lens", None)
         missing = view.capabilities.missing("lens")
-        pane = self.query_one(LensPane)
-        pane.show_lens(
-            getattr(view, "lens", None), None if missing is None else f"the logit lens {missing}"
-        )
-        self.border_title = "logit lens"
-        mode = getattr(getattr(view, "lens", None), "mode", "preview")
-        self.border_subtitle = f"showing the {MODE_NAMES.get(mode, mode)} · L switches"
+        note = None if missing is None else f"the logit lens {missing}"
+        self.query_one(LensPane).show_lens(lv, note)
+        head = self.query_one("#lens-summary", Static)
+        if note is None and lv is not None and lv.step is not None:
+            parts: list[RenderableType] = [summary(lv.step, lv.mode)]
+            if lv.status:
+                parts.append(Text(lv.status, "bright_yellow"))
+            head.update(Group(*parts))
+            head.display = True
+        else:
+            head.update("")
+            head.display = False
+        self.border_title = "logit lens · what each layer would predict"
+        mode = lv.mode if lv is not None else "preview"
+        ms = f" · {lv.step.check['ms']:.0f} ms" if lv is not None and lv.step is not None else ""
+        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches"
