@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.serve_server import TIMEOUT, Served, conversation, free_port, gone, wait_for
 from tests.test_cli_errors import one_sentence
+from tui.widgets.help import help_text
 
 MESSAGE = "Write a long story about a dragon who learns to read."
 
@@ -204,3 +205,39 @@ def test_another_host_is_warned_about_before_it_listens():
     assert "warning: listening on 192.0.2.1, so anyone who can reach port" in warning
     assert "can use the model" in warning
     assert error.startswith("tokenstep: cannot listen on 192.0.2.1:") and error.endswith(".")
+
+
+def test_keys_help_and_resizes_in_a_tab(served):
+    """The keys reach the app through the web driver as from a terminal; the help screen says
+    what differs in a browser; a tab shrunk below 80×24 and grown back carries on."""
+    f1, f2, end = "\x1bOP", "\x1bOQ", "\x1b[F"  # what xterm.js sends for F1, F2 and End
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as session:
+            tab = await open_tab(session, served)
+            await tab.until(drawn, "the app")
+            await tab.send("resize", {"width": 60, "height": 20})
+            await tab.until(lambda s: b"this terminal is 60" in s, "the too-small notice")
+            await tab.send("resize", {"width": 120, "height": 40})
+            await tab.send("stdin", "Say hello.\r")
+            await tab.until(lambda s: b"reply ended" in s, "the reply")
+            await tab.send("stdin", f2)  # ctrl+n is the browser's (a new window)
+            await tab.until(lambda s: b"New chat: the KV cache is empty" in s, "the new chat")
+            await tab.send("stdin", f1)
+            await tab.until(lambda s: b"PgUp PgDn scroll" in s, "the help screen")
+            await tab.send("stdin", end)
+            await tab.until(lambda s: b"Closing the tab is how to quit" in s, "the browser part")
+            await tab.ws.close()
+
+    run(go())
+    wait_for(lambda: served.apps() == [], "the app process to end")
+    (saved,) = served.autosave_files()  # the first chat, autosaved by the new chat
+    assert conversation(saved)[0] == {"role": "user", "content": "Say hello."}
+
+
+def test_the_browser_part_of_the_help_shows_only_under_the_web_driver(monkeypatch):
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    assert "In a browser" not in help_text(None).plain
+    monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")
+    text = help_text(None).plain
+    assert "Closing the tab is how to quit" in text and "F2 starts" in text
