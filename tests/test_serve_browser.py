@@ -113,7 +113,7 @@ def test_a_tab_in_chromium_chats_and_closing_it_ends_its_process(chromium, tmp_p
         page.wait_for_selector("body.-first-byte", timeout=TIMEOUT * 1000)  # the terminal drew
         wait_for(lambda: screen.has(page, b"waiting for a message"), "the app in the page")
         (app,) = served.apps()
-        page.click("#terminal")
+        page.focus(".xterm-helper-textarea")  # keys to the terminal, no click on the app
         page.keyboard.type(MESSAGE)
         page.keyboard.press("Enter")
         (saved,) = wait_for(served.autosave_files, "the reply's autosave")
