@@ -10,6 +10,7 @@ cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix
                fork (tab 0, and the text pane's one column per sequence)
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
+browser.png    `tokenstep serve` in headless Chromium after a reply (scripts/browser_screenshot.py)
 
 Times shown are really measured on the machine that runs this script.
 """
@@ -225,6 +226,10 @@ def main() -> int:
         if only and shot.__name__ not in only:
             continue
         asyncio.run(shot(model))
+    if not only or "browser" in only:  # browser.png: Chromium's screenshot of `tokenstep serve`
+        import browser_screenshot  # scripts/ is on sys.path when this script runs
+
+        browser_screenshot.main()
     return 0
 
 
