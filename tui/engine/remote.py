@@ -17,20 +17,19 @@ Panes that need a local context (KV cells, attention, graph, verify, forks, the 
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from .backend import Capabilities
 from .batch import BatchToken, DecodeCall
 from .context import EngineConfig
-from .errors import ContextFullError, TokenstepError, one_line
+from .errors import ContextFullError, TokenstepError
 from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
-from .model import ModelInfo
 from .records import RecordLog
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
-from .remote_step import EOG_NAMES, PICKS, ServerStep, chain_exactness, fill_row
+from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
+from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .trace import record_to_dict
@@ -41,117 +40,6 @@ if TYPE_CHECKING:
     from .verify import VerifyResult
 
 DEFAULT_N_PROBS = 100
-SAMPLERS = ["top_k", "top_p", "min_p", "temperature"]  # tokenstep's chain, in llama.cpp's order
-
-
-def remote_capabilities(url: str) -> Capabilities:
-    return Capabilities(
-        f"the server at {url}",
-        kv_cells=False,
-        attention=False,
-        graph=False,
-        verify=False,
-        fork=False,
-        full_vocab=False,
-        context_shift=False,
-        lens=False,
-    )
-
-
-class RemoteVocab:
-    """The server's vocabulary: ``/tokenize`` (with pieces) and ``/detokenize``, cached."""
-
-    def __init__(self, client: ServerClient, n_vocab: int) -> None:
-        self.client = client
-        self.n_vocab = n_vocab
-        self._pieces: dict[int, bytes] = {}
-        self.eog_ids: set[int] = set()
-
-    def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        if not text:
-            return []
-        body = {
-            "content": text,
-            "add_special": add_special,
-            "parse_special": parse_special,
-            "with_pieces": True,
-        }
-        out: list[int] = []
-        for item in self.client.post("/tokenize", body).body.get("tokens", []):
-            tok, piece = int(item["id"]), item.get("piece", "")
-            self.learn(tok, piece)
-            out.append(tok)
-        return out
-
-    def learn(self, token: int, piece: str | list[int] | bytes) -> None:
-        """Remember a token's bytes: the server sends text, or a list of bytes when the piece
-        is not valid UTF-8 on its own."""
-        if isinstance(piece, str):
-            data = piece.encode("utf-8")
-        else:
-            data = bytes(piece)
-        self._pieces[token] = data
-
-    def piece(self, token: int) -> bytes:
-        cached = self._pieces.get(token)
-        if cached is not None:
-            return cached
-        if not 0 <= token < self.n_vocab:
-            raise TokenstepError(
-                f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})."
-            )
-        text = self.client.post("/detokenize", {"tokens": [token]}).body.get("content", "")
-        self._pieces[token] = str(text).encode("utf-8")
-        return self._pieces[token]
-
-    def text(self, tokens: list[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
-
-    def is_eog(self, token: int) -> bool:
-        return token in self.eog_ids
-
-
-def _model_info(
-    url: str, props: dict[str, Any], meta: dict[str, Any], vocab: RemoteVocab
-) -> ModelInfo:
-    path = str(props.get("model_path") or props.get("model_alias") or url)
-    eos_text = props.get("eos_token") or ""
-    bos_text = props.get("bos_token") or ""
-    names = [n for n in dict.fromkeys([eos_text, *EOG_NAMES]) if n]
-    toks = vocab.tokenize("".join(names), add_special=False, parse_special=True)
-    pieces = {vocab.piece(t).decode("utf-8", "replace"): t for t in toks}
-    vocab.eog_ids = {t for name, t in pieces.items() if name in names}
-    eos = pieces.get(eos_text, -1)
-    bos_toks = vocab.tokenize(bos_text, add_special=False, parse_special=True) if bos_text else []
-    n_vocab = int(meta.get("n_vocab") or vocab.n_vocab)
-    return ModelInfo(
-        path=path,
-        arch="?",
-        name=one_line(os.path.basename(path).removesuffix(".gguf")),
-        desc=one_line(f"served by llama-server at {url}"),
-        quant=one_line(str(props.get("model_ftype") or meta.get("ftype") or "?")),
-        size_bytes=int(meta.get("size") or 0),
-        n_params=int(meta.get("n_params") or 0),
-        n_vocab=n_vocab,
-        n_layer=0,
-        n_head=0,
-        n_head_kv=0,
-        n_embd=int(meta.get("n_embd") or 0),
-        head_dim_k=0,
-        head_dim_v=0,
-        n_ff=0,
-        n_ctx_train=int(meta.get("n_ctx_train") or 0),
-        n_swa=0,
-        vocab_type="?",
-        bos=bos_toks[0] if len(bos_toks) == 1 else -1,
-        eos=eos,
-        eot=-1,
-        eog_ids=sorted(vocab.eog_ids),
-        chat_template=props.get("chat_template") or None,
-        add_bos=False,  # the chat template writes its own markers; ids are sent as they are
-    )
 
 
 class RemoteBackend:
@@ -177,12 +65,12 @@ class RemoteBackend:
         self.settings.validate()
         self.n_probs, self.pick, self.slot = n_probs, pick, slot
         self._capabilities = remote_capabilities(self.url)
-        self.props = self._handshake()
-        meta = self._model_meta()
+        self.props = handshake(self.client)
+        meta = model_meta(self.client)
         dgs = self.props.get("default_generation_settings") or {}
         self.n_ctx = int(dgs.get("n_ctx") or meta.get("n_ctx") or 0)
         self.vocab = RemoteVocab(self.client, int(meta.get("n_vocab") or 0))
-        self.info = _model_info(self.url, self.props, meta, self.vocab)
+        self.info = model_info(self.url, self.props, meta, self.vocab)
         if self.info.n_vocab <= 0 or self.n_ctx <= 0:
             raise ServerError(f"{self.url} did not say its vocabulary or context size.")
         self.vocab.n_vocab = self.info.n_vocab
@@ -202,30 +90,7 @@ class RemoteBackend:
         self.branches: dict[int, Any] = {}
         self.n_prompt = 0
         self._sent: list[int] = []  # the prompt of the last answered request (the slot's cache)
-        self._full_top: dict[int, tuple[list[int], list[float]]] = {}  # record -> all K (ids, lp)
-
-    # -- connecting ------------------------------------------------------------------------------
-    def _handshake(self) -> dict[str, Any]:
-        """``GET /health`` (503 while the model loads), then ``GET /props``."""
-        health = self.client.get("/health").body
-        if health.get("status") not in ("ok", "no slot available"):
-            raise ServerError(f"{self.url} answered /health without status ok: not llama-server?")
-        props = self.client.get("/props").body
-        if "default_generation_settings" not in props:
-            raise ServerError(
-                f"{self.url} answered /props without default_generation_settings: it does not "
-                "look like llama-server."
-            )
-        return props
-
-    def _model_meta(self) -> dict[str, Any]:
-        """``GET /v1/models``: n_vocab, n_ctx_train, size (one model per server)."""
-        try:
-            data = self.client.get("/v1/models").body.get("data") or []
-        except ServerError:
-            return {}
-        meta = data[0].get("meta") if data and isinstance(data[0], dict) else None
-        return meta if isinstance(meta, dict) else {}
+        self._pending: tuple[int, int | None, int] | None = None  # a pick whose feed failed
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -268,26 +133,6 @@ class RemoteBackend:
         return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
 
     # -- one request -----------------------------------------------------------------------------
-    def _body(self, prompt: list[int], reuse: bool) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "prompt": prompt,
-            "n_predict": 1,
-            "n_probs": self.n_probs,
-            "cache_prompt": reuse,
-            "id_slot": self.slot,
-            "return_tokens": True,
-            "timings_per_token": True,
-            "samplers": SAMPLERS,
-            "temperature": 0.0 if s.is_greedy else s.temp,
-            "top_k": s.top_k,
-            "top_p": s.top_p,
-            "min_p": s.min_p,
-            "seed": s.seed,
-            "repeat_penalty": 1.0,
-            "n_keep": 0,
-        }
-
     def _request(
         self, new: list[int], *, phase: str, reuse: bool = True, reused_hint: int = 0
     ) -> StepRecord:
@@ -299,48 +144,34 @@ class RemoteBackend:
                 f"the prompt needs {len(prompt)} tokens but the server's slot holds "
                 f"{self.n_ctx}; use a shorter prompt or a larger -c on the server."
             )
-        reply = self.client.post("/completion", self._body(prompt, reuse))
-        body = reply.body
-        probs = body.get("completion_probabilities") or []
-        top = (probs[0].get("top_logprobs") if probs else None) or []
-        if not top:
-            raise ServerError(
-                f"{self.url} sent no top_logprobs for n_probs {self.n_probs}; it does not "
-                "look like llama-server."
+        try:
+            reply = self.client.post(
+                "/completion", request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
             )
-        t = body.get("timings") or {}
-        cache_n = int(t.get("cache_n", 0))
-        expected = 0
+        except ServerError as exc:
+            busy = "did not answer" in str(exc) and self._slot_busy()
+            if busy:
+                raise ServerError(
+                    f"slot {self.slot} of llama-server at {self.url} is busy with another "
+                    f"client's request (tokenstep waited {self.client.timeout:.0f} s).",
+                    retry=True,
+                ) from exc
+            raise
+        expected = 0  # the prefix the slot should still hold from our last request
         while expected < min(len(self._sent), len(prompt) - 1) and (
             self._sent[expected] == prompt[expected]
         ):
             expected += 1
+        step, top = read_reply(self.url, reply, self.settings, self.n_probs, self.info.n_vocab)
         self._sent = prompt
-        picks = body.get("tokens") or []
-        step = ServerStep(
-            url=self.url,
-            slot=int(body.get("id_slot", self.slot)),
-            n_probs=self.n_probs,
-            n_top=len(top),
-            n_vocab=self.info.n_vocab,
-            mass=0.0,
-            prompt_tokens=len(prompt),
-            prompt_n=int(t.get("prompt_n", len(prompt) - cache_n)),
-            cache_n=cache_n,
-            tokens_cached=int(body.get("tokens_cached", 0)),
-            prompt_ms=float(t.get("prompt_ms", 0.0)),
-            predicted_ms=float(t.get("predicted_ms", 0.0)),
-            round_trip_ms=reply.round_trip_ms,
-            json_ms=reply.json_ms,
-            server_pick=int(picks[0]) if picks else None,
-            pick_settings=self.settings.to_dict(),
-            cache_lost=reuse and cache_n < expected,
-            pick=self.pick,
-        )
-        ids = [int(c["id"]) for c in top]
+        step.slot = step.slot if step.slot >= 0 else self.slot
+        step.pick = self.pick
+        step.prompt_tokens = len(prompt)
+        step.cache_lost = reuse and step.cache_n < expected
+        cache_n = step.cache_n
         for c in top:
             self.vocab.learn(int(c["id"]), c.get("bytes") or c.get("token", ""))
-        row, step.mass = fill_row(ids, [float(c["logprob"]) for c in top], self.info.n_vocab)
+        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
         index = len(self.records)
         start = self.kv.last_pos(0) + 1
         call = DecodeCall(
@@ -365,7 +196,6 @@ class RemoteBackend:
             Candidate(i, self.vocab.piece(i), float(row[i]), p)
             for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
         ]
-        self._full_top[index] = (ids, [float(c["logprob"]) for c in top])
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
@@ -374,8 +204,22 @@ class RemoteBackend:
 
     def _top_all(self, rec: StepRecord) -> list[Candidate]:
         """All K candidates of a record (best first), with their exact probabilities."""
-        ids, lps = self._full_top.get(rec.index, ([], []))
+        if rec.server is None:
+            return []
+        ids, lps = rec.server.top_ids, rec.server.top_logprobs
         return [Candidate(i, b"", lp, math.exp(lp)) for i, lp in zip(ids, lps, strict=True)]
+
+    def _slot_busy(self) -> bool:
+        """``GET /slots``: is our slot processing someone else's request?"""
+        saved, self.client.timeout = self.client.timeout, 5.0
+        try:
+            slots = self.client.get("/slots").body
+        except ServerError:
+            return False
+        finally:
+            self.client.timeout = saved
+        mine = [s for s in slots if isinstance(s, dict) and s.get("id") == self.slot]
+        return bool(mine and mine[0].get("is_processing"))
 
     # -- the loop --------------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
@@ -444,10 +288,15 @@ class RemoteBackend:
         logits = self.logits
         assert logits is not None
         settings = self.settings
+        pending = self._pending
         if force is not None:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
             token, result = force, self.chain.run(logits, settings, commit=False)
+        elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
+            # The last feed failed (the server was unreachable): retry the same pick, so a
+            # fault does not advance the seeded RNG twice.
+            token, result = pending[2], self.chain.run(logits, settings, commit=False)
         elif self.pick == "server" and rec is not None and rec.server is not None:
             result = self.chain.run(logits, settings, commit=False)
             token = (
@@ -473,7 +322,14 @@ class RemoteBackend:
         if self.n_past + 1 > self.n_ctx:
             self.stop_reason = "context full"
             return None
-        return self._request([token], phase="decode")
+        pending = (self.n_past, self.logits_record, token)
+        try:
+            rec = self._request([token], phase="decode")
+        except ServerError:
+            self._pending = pending
+            raise
+        self._pending = None
+        return rec
 
     def rewind(self, n: int = 1) -> int:
         n = max(0, min(n, self.n_past - 1))

@@ -19,18 +19,22 @@ from typing import Any
 from .errors import TokenstepError
 
 DEFAULT_TIMEOUT_S = 60.0
-RETRY = "press → to retry"
 
 
 class ServerError(TokenstepError):
-    """llama-server could not answer a request; the session is kept and can retry."""
+    """llama-server could not answer a request. ``retry``: trying again may work (the server
+    was down, loading, busy or slow), so the app keeps the session and offers a key for it."""
+
+    def __init__(self, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 @dataclass(frozen=True)
 class Reply:
     """A JSON answer and the round trip measured here (connect, send, wait, read, parse)."""
 
-    body: dict[str, Any]
+    body: Any  # a dict, or a list for /slots
     round_trip_ms: float
     json_ms: float  # time spent encoding the request and decoding the answer
 
@@ -80,13 +84,16 @@ class ServerClient:
             parsed = None
         t2 = time.perf_counter()
         json_ms += (t2 - t1) * 1000.0
-        if not isinstance(parsed, dict):
+        if not isinstance(parsed, (dict, list)):
             raise ServerError(
                 f"{self.url} answered {method} {path} with something that is not JSON: "
                 "it does not look like llama-server."
             )
         if status != 200:
-            raise ServerError(self._refusal(status, path, parsed))
+            raise ServerError(
+                self._refusal(status, path, parsed if isinstance(parsed, dict) else {}),
+                retry=status in (500, 503),
+            )
         return Reply(parsed, (t2 - t0) * 1000.0, json_ms)
 
     def _exchange(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
@@ -102,21 +109,23 @@ class ServerClient:
                 self.close()
                 raise ServerError(
                     f"llama-server at {self.url} did not answer {path} within "
-                    f"{self.timeout:.0f} s; {RETRY}."
+                    f"{self.timeout:.0f} s (busy with another client's request, or slow).",
+                    retry=True,
                 ) from exc
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                 self.close()
                 if attempt == 0:
                     continue  # a keep-alive connection the server closed: open a new one
                 raise ServerError(
-                    f"llama-server at {self.url} closed the connection (stopped or restarted?); "
-                    f"{RETRY}."
+                    f"llama-server at {self.url} closed the connection (stopped or restarted?).",
+                    retry=True,
                 ) from exc
             except ConnectionRefusedError as exc:
                 self.close()
                 raise ServerError(
                     f"nothing answers at {self.url} (connection refused): is llama-server "
-                    f"running there? Start it, then {RETRY}."
+                    "running there?",
+                    retry=True,
                 ) from exc
             except socket.gaierror as exc:
                 self.close()
@@ -126,7 +135,7 @@ class ServerClient:
             except (OSError, http.client.HTTPException) as exc:
                 self.close()
                 reason = getattr(exc, "strerror", None) or type(exc).__name__
-                raise ServerError(f"cannot reach {self.url}: {reason}; {RETRY}.") from exc
+                raise ServerError(f"cannot reach {self.url}: {reason}.", retry=True) from exc
         raise AssertionError("unreachable")
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -139,8 +148,7 @@ class ServerClient:
         message = err.get("message") if isinstance(err, dict) else None
         if status == 503:
             return (
-                f"llama-server at {self.url} is still loading its model "
-                f"({message or 'HTTP 503'}); wait, then {RETRY}."
+                f"llama-server at {self.url} is still loading its model ({message or 'HTTP 503'})."
             )
         if status == 404:
             return (

@@ -15,11 +15,12 @@ the top K (:func:`chain_exactness` says when they do not).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .remote_http import Reply, ServerError
 from .sampling import SamplerSettings
 
 # Token texts llama.cpp itself treats as end of generation (llama-vocab.cpp's EOG names).
@@ -37,6 +38,7 @@ EOG_NAMES = (
 )
 
 PICKS = ("tokenstep", "server")
+SAMPLERS = ["top_k", "top_p", "min_p", "temperature"]  # tokenstep's chain, in llama.cpp's order
 SERVER_PICK_NOTE = (
     "the server's own pick: it builds a new sampler for every request, so its RNG restarts at "
     "each step and its seeded picks never equal one streamed completion"
@@ -66,6 +68,8 @@ class ServerStep:
     cache_lost: bool = False  # the server re-evaluated tokens it had cached before
     pick: str = "tokenstep"  # who picked the token sampled from this row: tokenstep or server
     approx: str | None = None  # why tokenstep's pick from the top K may differ (None: exact)
+    top_ids: list[int] = field(default_factory=list, repr=False)  # all K, best first
+    top_logprobs: list[float] = field(default_factory=list, repr=False)
 
     @property
     def top_of(self) -> str:
@@ -149,3 +153,64 @@ def chain_exactness(settings: SamplerSettings, probs: list[float], n_vocab: int)
         f"approximation: the chain saw only the top {k_top} of {n_vocab} ({reach}; {cover}; "
         "min-p does not cut inside them), the rest stand in as an even spread"
     )
+
+
+def request_body(
+    s: SamplerSettings, prompt: list[int], reuse: bool, n_probs: int, slot: int
+) -> dict[str, Any]:
+    """One token: ``n_predict`` 1 and the top ``n_probs`` of the next position, sampled by
+    tokenstep's chain (the same four samplers, neutral penalties) with its seed."""
+    return {
+        "prompt": prompt,
+        "n_predict": 1,
+        "n_probs": n_probs,
+        "cache_prompt": reuse,
+        "id_slot": slot,
+        "return_tokens": True,
+        "timings_per_token": True,
+        "samplers": SAMPLERS,
+        "temperature": 0.0 if s.is_greedy else s.temp,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "seed": s.seed,
+        "repeat_penalty": 1.0,
+        "n_keep": 0,
+    }
+
+
+def read_reply(
+    url: str, reply: Reply, settings: SamplerSettings, n_probs: int, n_vocab: int
+) -> tuple[ServerStep, list[dict[str, Any]]]:
+    """The ServerStep of a ``/completion`` answer, and its raw top_logprobs entries."""
+    body = reply.body if isinstance(reply.body, dict) else {}
+    probs = body.get("completion_probabilities") or []
+    top = (probs[0].get("top_logprobs") if probs else None) or []
+    if not top:
+        raise ServerError(
+            f"{url} sent no top_logprobs for n_probs {n_probs}; it does not look like llama-server."
+        )
+    t = body.get("timings") or {}
+    cache_n = int(t.get("cache_n", 0))
+    picks = body.get("tokens") or []
+    step = ServerStep(
+        url=url,
+        slot=int(body.get("id_slot", -1)),
+        n_probs=n_probs,
+        n_top=len(top),
+        n_vocab=n_vocab,
+        mass=0.0,
+        prompt_tokens=0,
+        prompt_n=int(t.get("prompt_n", 0)),
+        cache_n=cache_n,
+        tokens_cached=int(body.get("tokens_cached", 0)),
+        prompt_ms=float(t.get("prompt_ms", 0.0)),
+        predicted_ms=float(t.get("predicted_ms", 0.0)),
+        round_trip_ms=reply.round_trip_ms,
+        json_ms=reply.json_ms,
+        server_pick=int(picks[0]) if picks else None,
+        pick_settings=settings.to_dict(),
+        top_ids=[int(c["id"]) for c in top],
+        top_logprobs=[float(c["logprob"]) for c in top],
+    )
+    return step, top

@@ -60,8 +60,9 @@ def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
         "kv": {
             "used": rec.kv_used,
             "n_ctx": engine.n_ctx,
-            "bytes": rec.kv_bytes,
-            "bytes_per_token": engine.layout.bytes_per_token,
+            # Over llama-server the cache's bytes are not known here (None, not 0).
+            "bytes": rec.kv_bytes if rec.server is None else None,
+            "bytes_per_token": engine.layout.bytes_per_token if rec.server is None else None,
             "check": "ok" if not rec.kv_problems else rec.kv_problems,
         },
     }
