@@ -134,11 +134,19 @@ class RemoteBackend:
 
     # -- one request -----------------------------------------------------------------------------
     def _request(
-        self, new: list[int], *, phase: str, reuse: bool = True, reused_hint: int = 0
+        self,
+        new: list[int],
+        *,
+        phase: str,
+        reuse: bool = True,
+        reused_hint: int = 0,
+        keep: int | None = None,
     ) -> StepRecord:
-        """Send the context plus ``new`` and record what came back for the next position."""
-        before = self.tokens
-        prompt = before + new
+        """Send the first ``keep`` tokens of the context (all by default) plus ``new`` and
+        record what came back for the next position. The context changes only once the server
+        has answered, so a fault leaves the conversation as it was."""
+        n_keep = self.n_past if keep is None else keep
+        prompt = self.tokens[:n_keep] + new
         if len(prompt) > self.n_ctx:
             raise ContextFullError(
                 f"the prompt needs {len(prompt)} tokens but the server's slot holds "
@@ -173,6 +181,7 @@ class RemoteBackend:
             self.vocab.learn(int(c["id"]), c.get("bytes") or c.get("token", ""))
         row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
         index = len(self.records)
+        self._truncate(n_keep)
         start = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(tok, start + i, (0,), i == len(new) - 1) for i, tok in enumerate(new)],
@@ -237,9 +246,8 @@ class RemoteBackend:
         while common < limit and have[common] == tokens[common]:
             common += 1
         common = min(common, len(tokens) - 1)
-        self._truncate(common)
         t0 = time.perf_counter()
-        rec = self._request(list(tokens[common:]), phase="prefill", reuse=reuse)
+        rec = self._request(list(tokens[common:]), phase="prefill", reuse=reuse, keep=common)
         assert rec.server is not None
         self.turns.append(
             PrefillTurn(
@@ -265,9 +273,7 @@ class RemoteBackend:
         """After a rewind past the remembered rows: ask for the shorter prefix again."""
         if self.n_past == 0:
             raise TokenstepError("the context is empty: send a prompt first.")
-        last = self.tokens[-1]
-        self._truncate(self.n_past - 1)
-        self._request([last], phase="decode")
+        self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
 
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         if self.logits is None:
@@ -281,9 +287,8 @@ class RemoteBackend:
         rec = self.records.get(self.logits_record) if self.logits_record is not None else None
         if self.pick == "server" and force is None and rec is not None and rec.server:
             if rec.server.pick_settings != self.settings.to_dict():
-                last = self.tokens[-1]  # the settings changed: ask the server again with them
-                self._truncate(self.n_past - 1)
-                self._request([last], phase="decode")
+                # The settings changed since that answer: ask the server again with them.
+                self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
                 rec = self.records.get(self.logits_record or 0)
         logits = self.logits
         assert logits is not None
