@@ -88,6 +88,7 @@ class RemoteBackend:
         self.turns: list[PrefillTurn] = []
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Any] = {}
+        self.observers: list[Any] = []  # no eval callback: the graph runs on the server
         self.n_prompt = 0
         self._sent: list[int] = []  # the prompt of the last answered request (the slot's cache)
         self._pending: tuple[int, int | None, int] | None = None  # a pick whose feed failed
