@@ -31,9 +31,11 @@ async def test_killing_the_server_mid_reply_shows_the_error_and_keeps_the_text(t
             server.proc.wait(30)
             await wait_for(
                 pilot,
-                lambda: app.view is not None
-                and app.view.notice_level == "error"
-                and "press → to retry" in app.view.notice,
+                lambda: (
+                    app.view is not None
+                    and app.view.notice_level == "error"
+                    and "press → to retry" in app.view.notice
+                ),
                 "the error sentence",
             )
             v = app.view

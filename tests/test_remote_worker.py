@@ -21,7 +21,9 @@ def wait(c: Worker, pred: Callable[[View], bool], what: str, timeout: float = 12
         if v is not None and pred(v):
             return v
         time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}; last notice: {c.latest and c.latest.notice}")
+    raise AssertionError(
+        f"timed out waiting for {what}; last notice: {c.latest and c.latest.notice}"
+    )
 
 
 def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(
