@@ -205,3 +205,29 @@ def test_the_filled_row_keeps_every_top_k_probability_exact():
     rest = np.delete(row, [1, 3, 7])
     assert rest.max() < row[1]  # the stand-ins never outrank a real candidate
     assert ctypes.sizeof(ctypes.c_float) == row.itemsize
+
+
+def test_trace_over_http_marks_every_figure_that_comes_from_the_top_k(llama_server):  # noqa: F811
+    from .conftest import run_cli
+
+    out = run_cli("trace", "--server", llama_server.url, "-p", "The cat sat", "-n", "3")
+    assert out.returncode == 0, out.stderr.decode()
+    import json
+
+    recs = [json.loads(line) for line in out.stdout.decode().splitlines()]
+    assert len(recs) == 3 and recs[0]["phase"] == "prefill"
+    for r in recs:
+        srv = r["server"]
+        assert srv["candidates"] == "top 100 of 49152"
+        assert "known up to a constant" in srv["logits"]
+        assert all("logprob" in c and "logit" not in c for c in r["top"])
+        assert srv["pick"] == "tokenstep" and srv["pick_exact"] is True  # top-k 40 of 100
+        assert r["kv"]["bytes"] is None  # not known over HTTP (not 0)
+        assert srv["timings_ms"]["round_trip"] >= srv["timings_ms"]["server_prompt"]
+    assert recs[1]["server"]["cached"] == 3 and recs[1]["server"]["evaluated"] == 1
+    out = run_cli(
+        "trace", "--server", llama_server.url, "-p", "The cat", "-n", "2", "--pick", "server"
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    note = json.loads(out.stdout.decode().splitlines()[0])["server"]["pick_note"]
+    assert "RNG restarts at each step" in note
