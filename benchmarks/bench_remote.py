@@ -27,13 +27,13 @@ from .common import TEXT, Row, median
 N_TOKENS = 64
 
 
-def _binary() -> Path | None:
+def server_binary() -> Path | None:
     env = os.environ.get("TOKENSTEP_LLAMA_SERVER")
     path = Path(env) if env else Path(sys.prefix) / "llama-server" / "bin" / "llama-server"
     return path if path.is_file() else None
 
 
-def _start(binary: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(binary: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -90,7 +90,7 @@ def _remote_steps(url: str, prompt: list[int]) -> dict[str, float]:
 
 
 def run(rounds: int = 3) -> list[Row]:
-    binary = _binary()
+    binary = server_binary()
     if binary is None:
         return [
             Row(
@@ -102,7 +102,7 @@ def run(rounds: int = 3) -> list[Row]:
             )
         ]
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = _start(binary, Path(tmp) / "server.log")
+        proc, url = start_server(binary, Path(tmp) / "server.log")
         try:
             r = RemoteBackend(url)
             prompt = r.vocab.tokenize(TEXT, add_special=False)

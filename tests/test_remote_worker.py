@@ -36,22 +36,22 @@ def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(
     try:
         w.send("Say hello.")
         v = wait(w, lambda v: v.activity == "generating", "the prefill")
-        n0 = len(v.tokens)
-        assert v.capabilities.kv_cells is False and v.kv_cells == () and v.memory is None
+        n0 = len(v.text.tokens)
+        assert v.capabilities.kv_cells is False and v.kv.kv_cells == () and v.cache.memory is None
         for _ in range(3):
             w.step()
-        v = wait(w, lambda v: len(v.tokens) == n0 + 3, "three steps")
-        assert v.candidates and v.last_pick is not None
+        v = wait(w, lambda v: len(v.text.tokens) == n0 + 3, "three steps")
+        assert v.logits.candidates and v.text.last_pick is not None
         w.rewind(1)
-        v = wait(w, lambda v: len(v.tokens) == n0 + 2, "the rewind")
-        w.force(v.candidates[1].id)
-        v = wait(w, lambda v: len(v.tokens) == n0 + 3, "the forced token")
-        assert v.tokens[-1] == v.last_pick.id and v.last_pick.forced
+        v = wait(w, lambda v: len(v.text.tokens) == n0 + 2, "the rewind")
+        w.force(v.logits.candidates[1].id)
+        v = wait(w, lambda v: len(v.text.tokens) == n0 + 3, "the forced token")
+        assert v.text.tokens[-1] == v.text.last_pick.id and v.text.last_pick.forced
         w.adjust("temp", 1)
         w.toggle_greedy()
         w.next_seed()
         w.step()
-        v = wait(w, lambda v: len(v.tokens) == n0 + 4, "a step after the sampler keys")
+        v = wait(w, lambda v: len(v.text.tokens) == n0 + 4, "a step after the sampler keys")
         for refused, what in ((w.fork, "fork"), (w.verify, "verify")):
             refused()
             v = wait(w, lambda v, what=what: v.notice.startswith(what.capitalize()), what)
@@ -61,7 +61,7 @@ def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(
         assert "needs a local model" in v.notice
         path = tmp_path / "remote.jsonl"
         w.save(str(path))
-        wait(w, lambda v: v.last_saved is not None, "the save")
+        wait(w, lambda v: v.header.last_saved is not None, "the save")
         header, records = read_session(path)
         assert records and all("server" in r for r in records)
         assert all("logprob" in r["top"][0] for r in records if "top" in r)

@@ -108,7 +108,7 @@ class ServerClient:
             except TimeoutError as exc:
                 self.close()
                 raise ServerError(
-                    f"llama-server at {self.url} did not answer {path} within "
+                    f"the llama-server at {self.url} did not answer {path} within "
                     f"{self.timeout:.0f} s (busy with another client's request, or slow).",
                     retry=True,
                 ) from exc
@@ -117,7 +117,7 @@ class ServerClient:
                 if attempt == 0:
                     continue  # a keep-alive connection the server closed: open a new one
                 raise ServerError(
-                    f"llama-server at {self.url} closed the connection (stopped or restarted?).",
+                    f"the llama-server at {self.url} closed the connection (stopped or restarted?).",
                     retry=True,
                 ) from exc
             except ConnectionRefusedError as exc:
@@ -147,16 +147,14 @@ class ServerClient:
         err = body.get("error")
         message = err.get("message") if isinstance(err, dict) else None
         if status == 503:
-            return (
-                f"llama-server at {self.url} is still loading its model ({message or 'HTTP 503'})."
-            )
+            return f"the llama-server at {self.url} is still loading its model ({message or 'HTTP 503'})."
         if status == 404:
             return (
                 f"{self.url} has no {path} (HTTP 404): it is not llama-server, or not a "
                 "version tokenstep knows."
             )
         detail = f": {' '.join(str(message).split())}" if message else ""
-        return f"llama-server at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
+        return f"the llama-server at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
 
     def close(self) -> None:
         if self._conn is not None:

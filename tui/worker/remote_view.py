@@ -27,25 +27,26 @@ class RemoteView:
     evaluated: int  # tokens it evaluated
     cache_lost: bool  # it had lost tokens it held before (restarted, or another client)
 
-    def line(self) -> str:
-        """One line for the header and the logits pane."""
-        who = "tokenstep's chain on the top K" if self.pick == "tokenstep" else "the server's pick"
-        parts = [
-            f"{self.top_of} ({self.mass:.1%} of the mass)",
-            f"logits known up to a constant, shown as logprobs; pick: {who}",
-            f"server {self.server_ms:.1f} ms, round trip {self.round_trip_ms:.1f} ms",
-            f"cache {self.cached} reused, {self.evaluated} evaluated",
-        ]
+    def lines(self) -> tuple[str, str]:
+        """Two short lines for the logits pane: what crossed HTTP, and how exact the pick is."""
+        first = f"{self.top_of} hold {self.mass:.1%} · log p = logit + c"
         if self.cache_lost:
-            parts.append("the server had lost its cache (restarted, or another client)")
-        return " · ".join(parts)
+            first += " · the server had lost its cache"
+        if self.pick == "server":
+            second = "server's pick: its RNG restarts every request (same seed each step)"
+        elif self.pick_note is None:
+            second = "tokenstep's pick, exact: survivors inside the top K"
+        else:
+            second = self.pick_note.split(" (")[0]  # "approximation: the chain saw only ..."
+        return first, second
 
 
 def remote_view(engine: Any) -> RemoteView | None:
-    """The remote summary of ``engine`` (duck-typed: only a remote backend has ``pick``)."""
-    pick = getattr(engine, "pick", None)
-    if pick is None or not engine.records:
+    """The remote summary of ``engine``; None for a backend with the whole vocabulary (the
+    capabilities say which, never the type)."""
+    if engine.capabilities.full_vocab or not engine.records:
         return None
+    pick = str(engine.pick)
     rec = engine.records.get(engine.logits_record) if engine.logits_record is not None else None
     rec = rec or engine.records[-1]
     step = rec.server
@@ -65,3 +66,14 @@ def remote_view(engine: Any) -> RemoteView | None:
         evaluated=step.prompt_n,
         cache_lost=step.cache_lost,
     )
+
+
+def where_it_runs(engine: Any) -> str | None:
+    """The header's note on where the model runs: llama-server's URL, or (local) where
+    llama.cpp put the layers and the KV cache when it says anything beyond the plain CPU."""
+    if not engine.capabilities.full_vocab:  # a model served elsewhere
+        return f"on {engine.capabilities.name}"
+    placement = getattr(engine, "placement", None)
+    if placement is None or (not placement.gpu_build and placement.asked_layers == "0"):
+        return None  # a CPU build asked for nothing: the header stays as it was
+    return str(placement.describe())
