@@ -33,6 +33,14 @@ def test_nothing_listening_is_one_sentence():
     assert "nothing answers" in err and "connection refused" in err
 
 
+def test_the_app_and_verify_with_a_server_that_is_not_there_are_one_sentence():
+    port = free_port()
+    err = _one_sentence(run_cli("--server", f"http://127.0.0.1:{port}"))  # before the UI
+    assert "nothing answers" in err
+    err = _one_sentence(run_cli("verify", "--server", f"http://127.0.0.1:{port}", "-p", "x"))
+    assert "verify needs a local model: this one runs on the server at" in err
+
+
 def test_a_bad_address_and_an_unknown_host_are_one_sentence():
     err = _one_sentence(run_cli("trace", "--server", "ftp://127.0.0.1:1", "-p", "hi"))
     assert "not an address like http://HOST:PORT" in err

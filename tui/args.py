@@ -333,6 +333,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _sampler_flags(verify)
     _prompt_flags(verify)
     _gpu_flags(verify)
+    verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     verify.add_argument(
         "-n",
         "--n-predict",

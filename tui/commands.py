@@ -248,6 +248,10 @@ def verify_main(args: argparse.Namespace) -> int:
     context. Exit code 3 when a top-1 token disagrees (the cache would then not be exact)."""
     from .engine.tokens import display_bytes
 
+    if getattr(args, "server", None):
+        from .engine.remote import remote_capabilities
+
+        raise TokenstepError(f"verify {remote_capabilities(args.server).missing('verify')}.")
     if args.n_predict < 0:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)
