@@ -7,6 +7,11 @@ on the local Engine: sample from the last answer, then feed the token, which is 
 A rewind or a forced token simply sends the shorter or forced prefix next time; the server reuses
 what its cache still holds and ``timings.cache_n`` says how much that was.
 
+A prefill is the same request: ``n_predict: 0`` is no pure prefill on this llama-server (checked
+here: it still samples one token, ``tokens_predicted`` 1), and the sampled token is never
+decoded with ``n_predict: 1`` either (``predicted_ms`` 0.001), so one request costs one prompt
+evaluation of what the slot lacks.
+
 Two picks: tokenstep's own llama.cpp chain and seeded RNG on the server's top K (the default),
 or the server's own pick from the same request (its RNG restarts at every request).
 
@@ -75,7 +80,7 @@ class RemoteBackend:
             raise ServerError(f"{self.url} did not say its vocabulary or context size.")
         self.vocab.n_vocab = self.info.n_vocab
         self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
-        self.flash_attn_resolved = "server's setting"
+        self.flash_attn_resolved = "unknown (the server's -fa)"
         self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
         self.kv = KVMirror(self.n_ctx)  # the tokens the server's slot should hold (no cells)
         self.layout = KVLayout(0, 0, 0, 1, 1)  # nothing known: no cells here
