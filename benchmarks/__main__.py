@@ -1,4 +1,5 @@
-"""``make bench``: all seven benchmarks of the performance issue, each figure beside its target.
+"""``make bench``: the benchmarks of the performance issue (and 8, remote stepping), each figure
+beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
 and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
