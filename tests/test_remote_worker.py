@@ -68,3 +68,25 @@ def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(
     finally:
         assert w.stop()
     assert w.error is None, w.error
+
+
+def test_a_message_the_server_could_not_take_goes_back_to_the_chat_box(tmp_path):
+    from .llama_server import free_port, start_server
+
+    port = free_port()
+    server = start_server(tmp_path, port=port)
+    w = Worker(RemoteBackend(server.url, SamplerSettings(temp=0.0)), autoplay=False)
+    w.start()
+    try:
+        server.stop()
+        w.send("Hello there.")
+        v = wait(w, lambda v: v.notice_level == "error", "the error")
+        assert "Enter sends it again" in v.notice and v.header.returned_text == "Hello there."
+        assert v.text.tokens == ()
+        server = start_server(tmp_path, port=port)
+        w.send("Hello there.")
+        wait(w, lambda v: v.activity == "generating", "the prefill after the retry")
+    finally:
+        assert w.stop()
+        server.stop()
+    assert w.error is None, w.error

@@ -284,7 +284,8 @@ class Worker:
             text = str(exc)[:1].upper() + str(exc)[1:]
             if exc.retry:
                 self.state.mode = "step"  # autoplay would retry in a loop; the user retries
-                text += " The conversation is kept; press → to retry."
+                key = "Enter sends it again" if self.state.returned_text else "press → to retry"
+                text += f" The conversation is kept; {key}."
             self.state.note(text, "error")
         except TokenstepError as exc:
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
