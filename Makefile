@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint typecheck pytest screenshots bench clean
+.PHONY: run test lint typecheck pytest screenshots bench clean llama-server llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy tui
 
-pytest: $(VENV)/.installed-test browser
+# llama.cpp's own llama-server, built once from the llama.cpp llama-cpp-python vendors (the
+# remote-backend tests run it; about 15 minutes on 2 cores, then cached under .venv).
+llama-server: $(VENV)/.installed-test
+	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server
+
+pytest: $(VENV)/.installed-test llama-server browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
@@ -49,7 +54,7 @@ browser:
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
 
-bench: $(VENV)/.installed-test
+bench: $(VENV)/.installed-test llama-server
 	$(BIN)/python -m benchmarks
 
 clean:

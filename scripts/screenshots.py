@@ -8,6 +8,8 @@ help.svg       the help screen
 cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix reuse,
                context shift (-c 64 --context-full shift --keep 4; tab 4 and the text's gap),
                fork (tab 0, and the text pane's one column per sequence)
+remote.svg     stepping over --server (a real llama-server): top K of N, logprobs, the server's
+               timings, and the KV cache pane saying it needs a local model
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
 browser.png    `tokenstep serve` in headless Chromium after a reply (scripts/browser_screenshot.py)
@@ -215,12 +217,45 @@ async def attention_screen(model: Model) -> None:
         save(app, "attention.svg")
 
 
+async def remote_screen(model: Model) -> None:
+    """Stepping over --server: a real llama-server with the bundled model; the KV cache pane
+    (tab 4), which needs a local model, says so."""
+    import tempfile
+
+    from benchmarks.bench_remote import server_binary, start_server
+    from tui.engine.remote import RemoteBackend
+
+    binary = server_binary()
+    if binary is None:
+        print("screenshots: remote.svg skipped (no llama-server binary: make llama-server)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(binary, Path(tmp) / "server.log")
+        try:
+            settings = SamplerSettings(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=42)
+            app = TokenstepApp(RemoteBackend(url, settings), autoplay=False, autosave_dir=None)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.press(*"Write a haiku about the sea.", "enter")
+                await wait_for(
+                    pilot, lambda: app.view is not None and app.view.activity == "generating"
+                )
+                for _ in range(6):
+                    await pilot.press("right")
+                await wait_for(pilot, lambda: app.view.text.reply_tokens >= 6)
+                await pilot.press("4")  # the KV cache pane: it needs a local model
+                await pilot.pause(0.3)
+                save(app, "remote.svg")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
     shots = [main_screen, step_mode, help_screen]
     shots += [cache_memory, cache_quadratic, cache_verify, cache_prefix, cache_shift, cache_fork]
-    shots += [attention_screen]
+    shots += [attention_screen, remote_screen]
     only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
     for shot in shots:
         if only and shot.__name__ not in only:

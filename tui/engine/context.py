@@ -43,6 +43,7 @@ class EngineConfig:
     # Sliding-window layers: a full-size cache (llama_context's default) keeps every token,
     # so rewind, prefix reuse and shifts work; llama.cpp's tools default to a smaller one.
     swa_full: bool = True
+    offload_kqv: bool = True  # --no-kv-offload: keep the KV cache in system memory
 
     def validate(self) -> None:
         if self.n_ctx < 8:
@@ -153,6 +154,7 @@ class Context:
         p.type_k, p.type_v = self.type_k, self.type_v
         p.kv_unified = True
         p.swa_full = config.swa_full
+        p.offload_kqv = config.offload_kqv
         p.no_perf = True
         for obs in observers:
             obs.configure(p)

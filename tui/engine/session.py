@@ -27,6 +27,7 @@ from .errors import TokenstepError
 from .kvcache import KVLayout, KVLogReport, KVMirror
 from .logits import LogitsMemory
 from .model import Model
+from .offload import placement
 from .records import RecordLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -62,6 +63,8 @@ class Engine:
         self.log_lines = self.context.log_lines
         self.kv_reports: list[KVLogReport] = self.context.kv_reports
         self.flash_attn_resolved = self.context.flash_attn_resolved
+        # Where the layers and the KV cache live, from llama.cpp's log (GPU offload).
+        self.placement = placement(model.load_log, self.log_lines, model.offload)
         self.n_cells = self.context.n_cells
         self.n_ctx = self.context.n_ctx
         self.batch = LlamaBatch(max(self.config.n_batch, 1), self.config.n_seq_max)

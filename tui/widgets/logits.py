@@ -43,11 +43,17 @@ class LogitsPane(Pane):
             self.cursor = 0  # new logits: back to the top candidate
         if view.logits.candidates:
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
-        self.border_subtitle = (
-            f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
-            if view.logits.entropy is not None
-            else ""
-        )
+        rv = view.logits.remote
+        if view.logits.entropy is None:
+            self.border_subtitle = ""
+        elif rv is not None:  # only the top K are known: the entropy is an upper bound
+            self.border_subtitle = (
+                f"entropy ≤ {view.logits.entropy:.2f} bits · {rv.top_of} · ★ next pick"
+            )
+        else:
+            self.border_subtitle = (
+                f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
+            )
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.logits.candidates:
@@ -91,7 +97,8 @@ class LogitsPane(Pane):
         t = Text(no_wrap=True, overflow="ellipsis")
         if v.logits.chain is None:
             return t
-        t.append(f"{v.text.n_vocab:,}")
+        rv = v.logits.remote
+        t.append(f"top {rv.n_top} of {v.text.n_vocab:,}" if rv else f"{v.text.n_vocab:,}")
         for st in v.logits.chain.stages:
             t.append(f" →{st.name} ", DIM)
             t.append(f"{st.n:,}", Style(bold=True))
@@ -118,9 +125,9 @@ class LogitsPane(Pane):
         t.append_text(self.chain_line(v))
         t.append("\n")
         show_id, show_logit, piece_w, bar_w = self._columns(width)
-        t.append_text(self._head(width))
+        t.append_text(self._head(width, v))
         t.append("\n")
-        rows_room = max((self.size.height or 20) - 5, 3)
+        rows_room = max((self.size.height or 20) - 5 - 2 * (v.logits.remote is not None), 3)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             row = Text(no_wrap=True)
             is_next = c.id == v.logits.next_pick
@@ -165,8 +172,8 @@ class LogitsPane(Pane):
 
         rows = [line(self.settings_line(v)), line(self.chain_line(v))]
         show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
-        rows.append(line(self._head(self.size.width or 50)))
-        rows_room = max((self.size.height or 20) - 5, 3)
+        rows.append(line(self._head(self.size.width or 50, v)))
+        rows_room = max((self.size.height or 20) - 5 - 2 * (v.logits.remote is not None), 3)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             is_next = c.id == v.logits.next_pick
             segs = [
@@ -196,15 +203,17 @@ class LogitsPane(Pane):
         rows += [line(t) for t in self.pick_lines(v).split("\n")]
         return rows
 
-    def _head(self, width: int) -> Text:
-        """The column titles over the candidates."""
+    def _head(self, width: int, v: View | None = None) -> Text:
+        """The column titles over the candidates. Over llama-server the scores are logprobs:
+        the logits up to a constant, which is never shown as if it were the raw logit."""
+        score = "log p" if v is not None and v.logits.remote is not None else "logit"
         show_id, show_logit, piece_w, bar_w = self._columns(width)
         head = Text(no_wrap=True)
         head.append(f"  {'piece':<{piece_w}}", DIM)
         if show_id:
             head.append(f"{'id':>6}", DIM)
         if show_logit:
-            head.append(f"{'logit':>7}", DIM)
+            head.append(f"{score:>7}", DIM)
         head.append(f"{'p':>7}{'p′':>7} ", DIM)
         head.append(f"{'':<{bar_w}} cut by", DIM)
         return head
@@ -224,6 +233,8 @@ class LogitsPane(Pane):
             t.append("next ", DIM)
             t.append_text(piece_text(nxt.piece if nxt else b"", NEXT))
             how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
+            if v.logits.remote is not None and v.logits.remote.pick == "server":
+                how = "the server's pick"
             t.append(f" ← the next step picks this ({how})", DIM)
         pk = v.text.last_pick
         if pk is not None:
@@ -234,6 +245,12 @@ class LogitsPane(Pane):
                 t.append(" forced", Style(color="bright_magenta", bold=True))
             if pk.eog:
                 t.append(" end of generation", Style(color="bright_red", bold=True))
+        rv = v.logits.remote
+        if rv is not None:  # what crossed HTTP, and how exact the pick is
+            first, second = rv.lines()
+            t.append("\n" + first, DIM)
+            t.append("\n")
+            t.append(second, DIM if rv.pick_note is None else Style(color="bright_yellow"))
         return t
 
 

@@ -85,7 +85,8 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     if isinstance(att, dict) and att.get("on") and getattr(args, "attention", None) is None:
         args.attention = str(att.get("layer", 0))
     saved_model = header.get("model", {}).get("path")
-    if args.model is None and saved_model and Path(saved_model).is_file():
+    local = not getattr(args, "server", None)  # a server has its own model
+    if local and args.model is None and saved_model and Path(saved_model).is_file():
         args.model = saved_model
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.errors import TokenstepError
+from ..engine.remote_http import ServerError
 from ..engine.session import Engine
 from . import chat, sampler_keys, saving, session_store, stepping, verify
 from .attention import AttentionControl
@@ -279,6 +280,13 @@ class Worker:
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
+        except ServerError as exc:  # llama-server went away, is loading, busy or slow
+            text = str(exc)[:1].upper() + str(exc)[1:]
+            if exc.retry:
+                self.state.mode = "step"  # autoplay would retry in a loop; the user retries
+                key = "Enter sends it again" if self.state.returned_text else "press → to retry"
+                text += f" The conversation is kept; {key}."
+            self.state.note(text, "error")
         except TokenstepError as exc:
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
         except Exception as exc:  # keep the worker alive; show what happened
