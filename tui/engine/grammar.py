@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
+import sys
+import tempfile
 from typing import Any
 
 import llama_cpp
@@ -36,11 +39,25 @@ def schema_to_gbnf(schema_text: str) -> str:
 
 
 def init_grammar(vocab: Any, text: str) -> Any:
-    smpl = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
+    """llama.cpp's grammar sampler; its parser prints errors straight to stderr, so that is
+    caught here and its reason put in one sentence."""
+    with tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            smpl = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        said = tmp.read().decode("utf-8", "replace")
     if not smpl:
+        why = next((ln for ln in said.splitlines() if ln.strip()), "")
+        why = why.split("error parsing grammar:", 1)[-1].strip().rstrip(".")
         raise TokenstepError(
-            "the grammar does not parse (llama.cpp's GBNF parser refused it; "
-            "its log says where), or it has no root rule."
+            f"the grammar does not parse ({why or 'llama.cpp refused it'}); "
+            "it needs a root rule in GBNF."
         )
     return smpl
 

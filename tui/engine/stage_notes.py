@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .sampler_settings import SamplerSettings
     from .chain_result import Stage
+    from .sampler_settings import SamplerSettings
 
 MOVES = ("logit_bias", "penalties", "dry")  # stages that change logits in place
 
