@@ -30,10 +30,21 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy tui
 
-pytest: $(VENV)/.installed-test
+pytest: $(VENV)/.installed-test browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
+
+# Chromium for tests/test_serve_browser.py: Debian's package, with apt-get, when running as root
+# on Debian. Nothing to do once /usr/bin/chromium exists; elsewhere the step says so and the
+# test skips with the reason (.ci/run sets TOKENSTEP_REQUIRE_BROWSER=1: there a skip fails).
+.PHONY: browser
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+		(apt-get update -q && apt-get install -y -q chromium) \
+			|| echo "make: apt-get could not install chromium; the browser test will skip"; \
+	else echo "make: no /usr/bin/chromium (Debian as root installs it); the browser test will skip"; fi
 
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py

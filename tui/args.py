@@ -16,16 +16,12 @@ from typing import NoReturn
 
 from .engine.errors import TokenstepError
 
-COMMANDS = ("trace", "info", "verify")
+COMMANDS = ("trace", "info", "verify", "serve")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise TokenstepError(f"{message} (see 'tokenstep {self._cmd} --help').")
-
-    @property
-    def _cmd(self) -> str:
-        return self.prog.split()[-1] if " " in self.prog else ""
+        raise TokenstepError(f"{message} (see '{self.prog} --help').")
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -204,7 +200,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         "eval callback, so decoding is slower; 'a' toggles it in the app",
     )
     app.epilog = (
-        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
+        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "
+        "'tokenstep serve --help'."
     )
 
     trace = _Parser(
@@ -261,11 +258,37 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         action="store_true",
         help="skip the final replay of the engine's own decode calls",
     )
-    return {"app": app, "trace": trace, "info": info, "verify": verify}
+    return {"app": app, "trace": trace, "info": info, "verify": verify, "serve": _serve_parser()}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    serve = _Parser(
+        prog="tokenstep serve",
+        description="Serve the app to browsers (textual-serve): each tab runs its own app "
+        "process on the same model.",
+        epilog="Every other flag is the app's (see 'tokenstep --help') and reaches each tab's app.",
+        allow_abbrev=False,  # an app flag is never taken for an abbreviated serve flag
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=8,
+        metavar="N",
+        help="tabs open at once; one over the cap is told so, with no process (default 8)",
+    )
+    return serve
 
 
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     parsers = build_parsers()
+    if argv and argv[0] == "serve":  # the flags serve does not know are the app's
+        served, app_argv = parsers["serve"].parse_known_args(list(argv[1:]))
+        served.app_argv = app_argv
+        return "serve", served
     if argv and argv[0] in COMMANDS:
         return argv[0], parsers[argv[0]].parse_args(list(argv[1:]))
     return "app", parsers["app"].parse_args(list(argv))

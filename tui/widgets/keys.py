@@ -123,7 +123,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("i,slash", "focus_chat", "i", "type", "Go to the chat box (Esc comes back).", "view"),
     Key(
-        "ctrl+n",
+        "ctrl+n,f2",  # F2 for a browser, which keeps ctrl+n (a new window) for itself
         "new_chat",
         "^n",
         "new chat",
