@@ -7,8 +7,10 @@ look up their new tail.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.errors import TokenstepError
 from ..engine.memory import memory_report
 from ..engine.sampling import ChainResult, top_stats
 from ..engine.work import WorkSnapshot
@@ -154,7 +156,13 @@ class ViewBuilder:
         rows, chain, entropy, next_pick = (
             _NO_CANDIDATES if self.w.engine.logits is None else self.candidates.get()
         )
-        return LogitsView(candidates=rows, chain=chain, entropy=entropy, next_pick=next_pick)
+        return LogitsView(
+            candidates=rows,
+            chain=chain,
+            entropy=entropy,
+            next_pick=next_pick,
+            chain_cursor=self.w.state.chain_cursor,
+        )
 
     def cache(self) -> CacheView:
         """The cache tabs: memory, work, verify, prefix reuse per turn, context shifts."""
@@ -221,7 +229,11 @@ class ViewBuilder:
         eng = self.w.engine
         logits = eng.logits
         assert logits is not None
-        chain = eng.preview()
+        try:
+            chain = eng.preview()
+        except TokenstepError as exc:  # a grammar that cannot go on: say so, show the rest
+            self.w.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
+            chain = eng.preview(replace(eng.settings, grammar=""))
         top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
         ids = top.tolist()
         rows = tuple(

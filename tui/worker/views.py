@@ -127,6 +127,7 @@ class LogitsView:
     chain: ChainResult | None
     entropy: float | None
     next_pick: int | None
+    chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
 
 
 @dataclass(frozen=True)
