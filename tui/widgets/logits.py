@@ -107,6 +107,7 @@ class LogitsPane(Pane):
             t.append(f" ({name} off)", CUT + (Style(underline=True) if name == picked else Style()))
         if (
             picked
+            and v.action == "settings"  # just after a chain key: say where the cursor is
             and picked not in s.off
             and not any(st.key == picked for st in v.logits.chain.stages)
         ):
