@@ -17,6 +17,7 @@ from tui.engine import Model
 from . import (
     attention_cost,
     bench_app,
+    bench_chain,
     bench_engine,
     bench_memory,
     bench_remote,
@@ -65,6 +66,7 @@ def main() -> int:
         (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
         (8, "remote", lambda: bench_remote.run(rounds=rounds)),
+        (9, "sampler chain", lambda: bench_chain.run(model, rounds=rounds)),
     ]
     rows: list[Row] = []
     print(f"machine: {_machine()}", file=sys.stderr)

@@ -208,6 +208,9 @@ def _sampler_flags(p: argparse.ArgumentParser) -> None:
         "-s", "--seed", type=int, default=42, help="RNG seed for the dist sampler (default 42)"
     )
     p.add_argument("--greedy", action="store_true", help="always take the highest logit")
+    from .sampler_flags import add_chain_flags
+
+    add_chain_flags(p)
 
 
 def _attention_spec(text: str) -> str:

@@ -29,6 +29,16 @@ GGML_MAX_N_THREADS = 512  # ggml.h
 
 
 def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
+    from .sampler_flags import apply_chain_flags
+
+    saved = getattr(args, "saved_settings", None)
+    if isinstance(saved, dict):  # --resume: the saved chain, every parameter
+        try:
+            s = SamplerSettings.from_dict(saved)
+        except (TypeError, ValueError):
+            raise TokenstepError("the saved sampler settings are not valid.") from None
+        s.validate()
+        return s
     s = SamplerSettings(
         temp=args.temp,
         top_k=args.top_k,
@@ -37,6 +47,7 @@ def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
         seed=args.seed,
         greedy=args.greedy,
     )
+    apply_chain_flags(args, s)
     s.validate()
     return s
 

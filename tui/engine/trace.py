@@ -13,6 +13,7 @@ import numpy as np
 from .tokens import display_bytes
 
 if TYPE_CHECKING:
+    from .chain_result import ChainResult
     from .kvcache import KVLayout
     from .step import StepRecord
 
@@ -86,9 +87,11 @@ def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
         ]
         d["entropy_bits"] = round(rec.entropy, 4)
         if chain is not None:
-            d["stages"] = [
-                {"name": s.name, "param": s.param, "survivors": s.n} for s in chain.stages
-            ]
+            d["stages"] = stages_to_dicts(chain, ids, list(cut_by))
+            if chain.n_forbidden or chain.grammar_first:
+                d["grammar"] = {"forbidden": chain.n_forbidden, "resampled": chain.grammar_first}
+            if chain.mu is not None:
+                d["mirostat_mu"] = round(chain.mu, 5)
         d["sampled"] = _piece(engine, rec.sampled) if rec.sampled is not None else None
         d["forced"] = rec.forced
         d["eog"] = rec.eog
@@ -116,6 +119,37 @@ def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
     for key, value in rec.extras.items():
         d[key] = jsonable(value)
     return d
+
+
+def stages_to_dicts(
+    chain: ChainResult, top: list[int], cut_by: list[str | None]
+) -> list[dict[str, Any]]:
+    """Every stage in order: its parameters, the count after it, and among the top
+    candidates the ones it cut and the ones whose logit it changed (and why)."""
+    out = []
+    in_top = set(top)
+    for st in chain.stages:
+        e: dict[str, Any] = {"name": st.name, "param": st.param, "survivors": st.n}
+        if st.key:
+            e["sampler"] = st.key
+        if st.params:
+            e["params"] = jsonable(st.params)
+        e["cut"] = [t for t, cb in zip(top, cut_by, strict=True) if cb == st.name]
+        moved = [
+            {"id": t, "before": round(a, 5), "after": round(b, 5), "why": st.why.get(t)}
+            for t, a, b in st.changed
+            if t in in_top
+        ]
+        if moved:
+            e["changed"] = moved
+        if st.changed:
+            e["n_changed"] = len(st.changed)
+        if st.removed:
+            e["removed"] = st.removed
+        if st.note:
+            e["note"] = st.note
+        out.append(e)
+    return out
 
 
 def jsonable(value: Any) -> Any:

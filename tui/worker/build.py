@@ -7,8 +7,10 @@ look up their new tail.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.errors import TokenstepError
 from ..engine.memory import memory_report
 from ..engine.sampling import ChainResult, top_stats
 from ..engine.work import WorkSnapshot
@@ -162,6 +164,7 @@ class ViewBuilder:
             entropy=entropy,
             next_pick=next_pick,
             remote=remote_view(self.w.engine),
+            chain_cursor=self.w.state.chain_cursor,
         )
 
     def cache(self) -> CacheView:
@@ -229,7 +232,11 @@ class ViewBuilder:
         eng = self.w.engine
         logits = eng.logits
         assert logits is not None
-        chain = eng.preview()
+        try:
+            chain = eng.preview()
+        except TokenstepError as exc:  # a grammar that cannot go on: say so, show the rest
+            self.w.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
+            chain = eng.preview(replace(eng.settings, grammar=""))
         # Over llama-server only the top K are real candidates (the rest of the row stands in).
         n_rows = TOP_ROWS if eng.capabilities.full_vocab else min(TOP_ROWS, _n_top(eng))
         top, p_top, entropy = top_stats(logits, n_rows)  # one exp pass, no full softmax

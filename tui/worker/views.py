@@ -131,6 +131,7 @@ class LogitsView:
     entropy: float | None
     next_pick: int | None
     remote: RemoteView | None = None  # over llama-server: top K of N, logprobs, who picks
+    chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
 
 
 @dataclass(frozen=True)
