@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint typecheck pytest screenshots bench clean
+.PHONY: run test lint typecheck pytest screenshots bench clean llama-server llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,15 +30,31 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy tui
 
-pytest: $(VENV)/.installed-test
+# llama.cpp's own llama-server, built once from the llama.cpp llama-cpp-python vendors (the
+# remote-backend tests run it; about 15 minutes on 2 cores, then cached under .venv).
+llama-server: $(VENV)/.installed-test
+	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server
+
+pytest: $(VENV)/.installed-test llama-server browser
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
 
+# Chromium for tests/test_serve_browser.py: Debian's package, with apt-get, when running as root
+# on Debian. Nothing to do once /usr/bin/chromium exists; elsewhere the step says so and the
+# test skips with the reason (.ci/run sets TOKENSTEP_REQUIRE_BROWSER=1: there a skip fails).
+.PHONY: browser
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+		(apt-get update -q && apt-get install -y -q chromium) \
+			|| echo "make: apt-get could not install chromium; the browser test will skip"; \
+	else echo "make: no /usr/bin/chromium (Debian as root installs it); the browser test will skip"; fi
+
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
 
-bench: $(VENV)/.installed-test
+bench: $(VENV)/.installed-test llama-server
 	$(BIN)/python -m benchmarks
 
 clean:

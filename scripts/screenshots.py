@@ -8,8 +8,11 @@ help.svg       the help screen
 cache-*.svg    the cache lessons: memory (tab 9), quadratic wall, verify, prefix reuse,
                context shift (-c 64 --context-full shift --keep 4; tab 4 and the text's gap),
                fork (tab 0, and the text pane's one column per sequence)
+remote.svg     stepping over --server (a real llama-server): top K of N, logprobs, the server's
+               timings, and the KV cache pane saying it needs a local model
 attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, head 8:
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
+browser.png    `tokenstep serve` in headless Chromium after a reply (scripts/browser_screenshot.py)
 lens.svg       tab 8: the logit lens on the raw prompt "The capital of France is"
 
 Times shown are really measured on the machine that runs this script.
@@ -73,7 +76,7 @@ async def step_mode(model: Model) -> None:
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         for _ in range(6):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens >= 6)
+        await wait_for(pilot, lambda: app.view.text.reply_tokens >= 6)
         await pilot.press("p")  # top-p 0.90 -> 0.85: re-run the chain on the same logits
         await wait_for(pilot, lambda: app.view.settings.top_p < 0.9)
         await pilot.press("down", "5", "e")
@@ -118,7 +121,7 @@ async def cache_quadratic(model: Model) -> None:
     app = cache_app(model, autoplay=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 100)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.reply_tokens >= 100)
         await pilot.press("space", "0")  # pause after ~100 generated tokens
         await show_section(app, pilot, "#c-work")
         save(app, "cache-quadratic.svg")
@@ -128,9 +131,9 @@ async def cache_verify(model: Model) -> None:
     app = cache_app(model, autoplay=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 60)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.reply_tokens >= 60)
         await pilot.press("space", "v")  # pause, then recompute the context in one batch
-        await wait_for(pilot, lambda: app.view.verify is not None)
+        await wait_for(pilot, lambda: app.view.cache.verify is not None)
         await show_section(app, pilot, "#c-verify")
         save(app, "cache-verify.svg")
 
@@ -141,7 +144,7 @@ async def cache_prefix(model: Model) -> None:
         await pilot.press(*"Name three colors.", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
         await pilot.press(*"And three animals?", "enter")
-        await wait_for(pilot, lambda: len(app.view.turns) == 2 and app.view.activity == "done")
+        await wait_for(pilot, lambda: len(app.view.cache.turns) == 2 and app.view.activity == "done")
         await pilot.press("escape", "0")
         await show_section(app, pilot, "#c-turns")
         save(app, "cache-prefix.svg")
@@ -154,11 +157,11 @@ async def cache_shift(model: Model) -> None:
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         if app.focused is not None and app.focused.id == "chat":
             await pilot.press("escape")  # from the prompt box to the controls
-        while not app.view.shifts:  # step until the context is full and shifts once
-            n = app.view.n_records
+        while not app.view.cache.shifts:  # step until the context is full and shifts once
+            n = app.view.header.n_records
             await pilot.press("right")
             await wait_for(
-                pilot, lambda n=n: app.view.n_records > n or app.view.activity != "generating"
+                pilot, lambda n=n: app.view.header.n_records > n or app.view.activity != "generating"
             )
             if app.view.activity != "generating":
                 raise SystemExit("screenshots: the reply ended before the context filled")
@@ -175,10 +178,10 @@ async def cache_fork(model: Model) -> None:
         await pilot.press(*"Write a haiku about the sea.", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         await pilot.press("F")
-        await wait_for(pilot, lambda: app.view.fork_at is not None)
+        await wait_for(pilot, lambda: app.view.text.fork_at is not None)
         for _ in range(10):
             await pilot.press("right")
-        await wait_for(pilot, lambda: all(len(s.pieces) >= 10 for s in app.view.seqs))
+        await wait_for(pilot, lambda: all(len(s.pieces) >= 10 for s in app.view.text.seqs))
         await show_section(app, pilot, "#c-seqs")
         save(app, "cache-fork.svg")
 
@@ -205,7 +208,7 @@ async def attention_screen(model: Model) -> None:
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None)
         pane.set_head(head)
-        it = list(app.view.pieces).index(b" it")
+        it = list(app.view.text.pieces).index(b" it")
         pane.move_cursor(it)
         await pilot.pause(0.3)
         pane.scroll_to(y=max(0, it - pane.body_h + 1), animate=False)  # the rows before " it"
@@ -213,6 +216,39 @@ async def attention_screen(model: Model) -> None:
         top = pane.ranked(1)
         print(f"attention: ' it' -> {top[0][1]!r} {top[0][2]:.3f} (layer {layer}, head {head})")
         save(app, "attention.svg")
+
+
+async def remote_screen(model: Model) -> None:
+    """Stepping over --server: a real llama-server with the bundled model; the KV cache pane
+    (tab 4), which needs a local model, says so."""
+    import tempfile
+
+    from benchmarks.bench_remote import server_binary, start_server
+    from tui.engine.remote import RemoteBackend
+
+    binary = server_binary()
+    if binary is None:
+        print("screenshots: remote.svg skipped (no llama-server binary: make llama-server)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(binary, Path(tmp) / "server.log")
+        try:
+            settings = SamplerSettings(temp=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=42)
+            app = TokenstepApp(RemoteBackend(url, settings), autoplay=False, autosave_dir=None)
+            async with app.run_test(size=SIZE) as pilot:
+                await pilot.press(*"Write a haiku about the sea.", "enter")
+                await wait_for(
+                    pilot, lambda: app.view is not None and app.view.activity == "generating"
+                )
+                for _ in range(6):
+                    await pilot.press("right")
+                await wait_for(pilot, lambda: app.view.text.reply_tokens >= 6)
+                await pilot.press("4")  # the KV cache pane: it needs a local model
+                await pilot.pause(0.3)
+                save(app, "remote.svg")
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
 
 # -- see what the model almost said (issue 14): tab 8, the logit lens -------------------------
@@ -254,13 +290,17 @@ def main() -> int:
     model = Model()
     shots = [main_screen, step_mode, help_screen]
     shots += [cache_memory, cache_quadratic, cache_verify, cache_prefix, cache_shift, cache_fork]
-    shots += [attention_screen]
+    shots += [attention_screen, remote_screen]
     shots += [lens_screen]
     only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
     for shot in shots:
         if only and shot.__name__ not in only:
             continue
         asyncio.run(shot(model))
+    if not only or "browser" in only:  # browser.png: Chromium's screenshot of `tokenstep serve`
+        import browser_screenshot  # scripts/ is on sys.path when this script runs
+
+        browser_screenshot.main()
     return 0
 
 

@@ -147,6 +147,18 @@ class AppActions(App[int]):
     def action_adjust(self, name: str, direction: int) -> None:
         self.controller.adjust(name, direction)
 
+    def action_chain(self, op: str, arg: str = "") -> None:
+        self.controller.chain_edit(op, arg)
+
+    def action_chain_set(self) -> None:
+        from .widgets.chain_dialog import ChainScreen
+
+        def done(line: str | None) -> None:
+            if line:
+                self.controller.chain_edit("set", line)
+
+        self.push_screen(ChainScreen(), done)
+
     def action_greedy(self) -> None:
         self.controller.toggle_greedy()
 

@@ -16,16 +16,12 @@ from typing import NoReturn
 
 from .engine.errors import TokenstepError
 
-COMMANDS = ("trace", "info", "verify")
+COMMANDS = ("trace", "info", "verify", "serve")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise TokenstepError(f"{message} (see 'tokenstep {self._cmd} --help').")
-
-    @property
-    def _cmd(self) -> str:
-        return self.prog.split()[-1] if " " in self.prog else ""
+        raise TokenstepError(f"{message} (see '{self.prog} --help').")
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -106,6 +102,89 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _server_flags(p: argparse.ArgumentParser) -> None:
+    """A model that lives elsewhere: step a running llama-server instead of a local context."""
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="step the model of a running llama-server (http://HOST:PORT) instead of a local one",
+    )
+    p.add_argument(
+        "--n-probs",
+        type=int,
+        default=100,
+        metavar="K",
+        help="with --server: candidates the server returns per step (default 100)",
+    )
+    p.add_argument(
+        "--pick",
+        choices=["tokenstep", "server"],
+        default="tokenstep",
+        help="with --server: who samples, tokenstep's chain on the top K (default) or the "
+        "server's own chain (its RNG restarts every request)",
+    )
+
+
+def _gpu_layers(text: str) -> int:
+    """-ngl N, or 'all' (every layer), as llama.cpp takes it."""
+    if text.strip().lower() == "all":
+        return 1 << 30
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of layers or 'all'") from None
+    if n < -1:
+        raise argparse.ArgumentTypeError(f"{n} layers: use 0 or more, -1 or 'all'")
+    return (1 << 30) if n == -1 else n
+
+
+def _tensor_split(text: str) -> list[float]:
+    """-ts 3,1: the share of the model each GPU holds (llama.cpp's proportions)."""
+    try:
+        parts = [float(x) for x in text.replace("/", ",").split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 3,1") from None
+    if not parts or any(not math.isfinite(x) or x < 0 for x in parts) or sum(parts) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of shares like 3,1")
+    return parts
+
+
+def _gpu_flags(p: argparse.ArgumentParser) -> None:
+    """GPU offload for a local model, with llama.cpp's names (a CPU-only build accepts them and
+    says it has no GPU backend)."""
+    p.add_argument(
+        "-ngl",
+        "--n-gpu-layers",
+        "--gpu-layers",
+        type=_gpu_layers,
+        default=0,
+        metavar="N",
+        help="layers to store in VRAM (N, or 'all'; default 0)",
+    )
+    p.add_argument(
+        "-sm",
+        "--split-mode",
+        choices=["none", "layer", "row"],
+        default="layer",
+        help="how to split the model across GPUs (default layer)",
+    )
+    p.add_argument(
+        "-ts",
+        "--tensor-split",
+        type=_tensor_split,
+        metavar="N0,N1,...",
+        help="share of the model on each GPU, e.g. 3,1",
+    )
+    p.add_argument(
+        "-mg", "--main-gpu", type=int, default=0, metavar="I", help="the GPU for -sm none/row"
+    )
+    p.add_argument(
+        "--no-kv-offload",
+        action="store_true",
+        help="keep the KV cache in system memory even when layers are on a GPU",
+    )
+
+
 def _number(text: str) -> float:
     """A float flag value; nan and inf are refused (every comparison with nan is false, so a
     range check alone would let it through)."""
@@ -129,6 +208,9 @@ def _sampler_flags(p: argparse.ArgumentParser) -> None:
         "-s", "--seed", type=int, default=42, help="RNG seed for the dist sampler (default 42)"
     )
     p.add_argument("--greedy", action="store_true", help="always take the highest logit")
+    from .sampler_flags import add_chain_flags
+
+    add_chain_flags(p)
 
 
 def _attention_spec(text: str) -> str:
@@ -183,6 +265,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _model_flags(app)
     _context_flags(app)
     _sampler_flags(app)
+    _server_flags(app)
+    _gpu_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(
@@ -201,7 +285,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         "eval callback, so decoding is slower; 'a' toggles it in the app",
     )
     app.epilog = (
-        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help'."
+        "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "
+        "'tokenstep serve --help'."
     )
 
     trace = _Parser(
@@ -211,6 +296,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _context_flags(trace)
     _sampler_flags(trace)
     _prompt_flags(trace)
+    _server_flags(trace)
+    _gpu_flags(trace)
     trace.add_argument(
         "-n",
         "--n-predict",
@@ -251,6 +338,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _context_flags(verify)
     _sampler_flags(verify)
     _prompt_flags(verify)
+    _gpu_flags(verify)
+    verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     verify.add_argument(
         "-n",
         "--n-predict",
@@ -264,11 +353,37 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         action="store_true",
         help="skip the final replay of the engine's own decode calls",
     )
-    return {"app": app, "trace": trace, "info": info, "verify": verify}
+    return {"app": app, "trace": trace, "info": info, "verify": verify, "serve": _serve_parser()}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    serve = _Parser(
+        prog="tokenstep serve",
+        description="Serve the app to browsers (textual-serve): each tab runs its own app "
+        "process on the same model.",
+        epilog="Every other flag is the app's (see 'tokenstep --help') and reaches each tab's app.",
+        allow_abbrev=False,  # an app flag is never taken for an abbreviated serve flag
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--max-sessions",
+        type=int,
+        default=8,
+        metavar="N",
+        help="tabs open at once; one over the cap is told so, with no process (default 8)",
+    )
+    return serve
 
 
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     parsers = build_parsers()
+    if argv and argv[0] == "serve":  # the flags serve does not know are the app's
+        served, app_argv = parsers["serve"].parse_known_args(list(argv[1:]))
+        served.app_argv = app_argv
+        return "serve", served
     if argv and argv[0] in COMMANDS:
         return argv[0], parsers[argv[0]].parse_args(list(argv[1:]))
     return "app", parsers["app"].parse_args(list(argv))

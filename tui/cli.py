@@ -1,5 +1,5 @@
 """Command line: ``tokenstep`` (the app), ``tokenstep trace``, ``tokenstep info``,
-``tokenstep verify``.
+``tokenstep verify``, ``tokenstep serve``.
 
 The top of the package: it parses (:mod:`tui.args`) and hands over to the command or the app.
 Every user mistake ends with one sentence on stderr and a non-zero exit code, never a traceback.
@@ -30,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands import verify_main
 
             return verify_main(args)
+        if cmd == "serve":
+            from .serve import serve_main  # aiohttp and textual-serve load only to serve
+
+            return serve_main(args)
         from .commands import preflight
 
         preflight(args)  # a bad flag or model file fails here, before the UI takes the screen

@@ -7,6 +7,7 @@ import argparse
 import itertools
 import json
 import sys
+from typing import cast
 
 from .args import read_prompt
 from .engine import (
@@ -22,11 +23,22 @@ from .engine import (
 )
 from .engine import chat as chat_mod
 from .engine.model import probe
+from .engine.offload import Offload
 
 GGML_MAX_N_THREADS = 512  # ggml.h
 
 
 def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
+    from .sampler_flags import apply_chain_flags
+
+    saved = getattr(args, "saved_settings", None)
+    if isinstance(saved, dict):  # --resume: the saved chain, every parameter
+        try:
+            s = SamplerSettings.from_dict(saved)
+        except (TypeError, ValueError):
+            raise TokenstepError("the saved sampler settings are not valid.") from None
+        s.validate()
+        return s
     s = SamplerSettings(
         temp=args.temp,
         top_k=args.top_k,
@@ -35,6 +47,7 @@ def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
         seed=args.seed,
         greedy=args.greedy,
     )
+    apply_chain_flags(args, s)
     s.validate()
     return s
 
@@ -50,6 +63,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         cache_type_v=args.cache_type_v,
         context_full=getattr(args, "context_full", "stop"),
         n_keep=getattr(args, "keep", 0),
+        offload_kqv=not getattr(args, "no_kv_offload", False),
     )
     c.validate()
     if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault
@@ -59,13 +73,28 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     return c
 
 
+def offload_from_args(args: argparse.Namespace) -> Offload:
+    off = Offload(
+        n_gpu_layers=getattr(args, "n_gpu_layers", 0),
+        split_mode=getattr(args, "split_mode", "layer"),
+        tensor_split=getattr(args, "tensor_split", None),
+        main_gpu=getattr(args, "main_gpu", 0),
+        kv_offload=not getattr(args, "no_kv_offload", False),
+    )
+    off.validate()
+    return off
+
+
 def engine_from_args(args: argparse.Namespace) -> Engine:
-    """Validate every flag first (cheap), then load the model and create the context."""
+    """Validate every flag first (cheap), then load the model and create the context (or, with
+    --server, connect to llama-server)."""
     config = config_from_args(args)
     settings = settings_from_args(args)
+    if getattr(args, "server", None):
+        return remote_from_args(args, settings)
     if getattr(args, "attention", None) is not None:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
-    model = Model(args.model)
+    model = Model(args.model, offload=offload_from_args(args))
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -74,6 +103,30 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
     return Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+
+
+def server_conflicts(args: argparse.Namespace) -> None:
+    """Flags that need a local model, refused with --server in one sentence (before connecting)."""
+    from .engine.remote import remote_capabilities
+
+    caps = remote_capabilities(args.server)
+    if args.model:
+        raise TokenstepError("-m and --server both given: the server has its own model.")
+    for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
+        if getattr(args, flag, None) not in (None, False):
+            raise TokenstepError(f"--{flag} {caps.missing(what)}.")
+    if getattr(args, "n_probs", 100) < 1:
+        raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
+
+
+def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
+    """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
+    from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+    from .engine.remote import RemoteBackend
+
+    server_conflicts(args)
+    backend = RemoteBackend(args.server, settings, n_probs=args.n_probs, pick=args.pick)
+    return cast(Engine, backend)
 
 
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
@@ -125,6 +178,13 @@ def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
     config_from_args(args)
     settings_from_args(args)
+    if getattr(args, "server", None):
+        from .engine.remote_http import parse_url
+
+        server_conflicts(args)
+        parse_url(args.server)
+        return
+    offload_from_args(args)
     probe(args.model)
 
 
@@ -219,6 +279,10 @@ def verify_main(args: argparse.Namespace) -> int:
     context. Exit code 3 when a top-1 token disagrees (the cache would then not be exact)."""
     from .engine.tokens import display_bytes
 
+    if getattr(args, "server", None):
+        from .engine.remote import remote_capabilities
+
+        raise TokenstepError(f"verify {remote_capabilities(args.server).missing('verify')}.")
     if args.n_predict < 0:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)

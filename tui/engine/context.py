@@ -43,6 +43,7 @@ class EngineConfig:
     # Sliding-window layers: a full-size cache (llama_context's default) keeps every token,
     # so rewind, prefix reuse and shifts work; llama.cpp's tools default to a smaller one.
     swa_full: bool = True
+    offload_kqv: bool = True  # --no-kv-offload: keep the KV cache in system memory
 
     def validate(self) -> None:
         if self.n_ctx < 8:
@@ -86,15 +87,17 @@ class EngineConfig:
         return self.n_threads or max(1, min(os.cpu_count() or 1, 8))
 
 
-def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> None:
-    """Refuse, in one sentence, a context that would not fit in the memory available
-    (llama.cpp allocates and clears the whole KV cache at once; see ``budget.py``)."""
+def context_budget(
+    model: Model, config: EngineConfig, *, flash_attn_on: bool, model_bytes: int | None = None
+) -> budget.ContextBudget:
+    """What a context with ``config`` will allocate for ``model`` (see ``budget.py``)."""
     i = model.info
-    try:
-        model_bytes = os.path.getsize(model.path)
-    except OSError:
-        model_bytes = 0
-    est = budget.estimate(
+    if model_bytes is None:
+        try:
+            model_bytes = os.path.getsize(model.path)
+        except OSError:
+            model_bytes = 0
+    return budget.estimate(
         n_ctx=config.n_ctx,
         n_ubatch=config.n_ubatch,
         n_seq_max=config.n_seq_max,
@@ -108,6 +111,12 @@ def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> 
         flash_attn_on=flash_attn_on,
         model_bytes=model_bytes,
     )
+
+
+def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> None:
+    """Refuse, in one sentence, a context that would not fit in the memory available
+    (llama.cpp allocates and clears the whole KV cache at once; see ``budget.py``)."""
+    est = context_budget(model, config, flash_attn_on=flash_attn_on)
     why = budget.refusal(est, budget.available_bytes())
     if why:
         raise TokenstepError(why)
@@ -145,6 +154,7 @@ class Context:
         p.type_k, p.type_v = self.type_k, self.type_v
         p.kv_unified = True
         p.swa_full = config.swa_full
+        p.offload_kqv = config.offload_kqv
         p.no_perf = True
         for obs in observers:
             obs.configure(p)

@@ -132,7 +132,7 @@ class AttentionLensCapture(LensCapture, AttentionCapture):
 
 def find_lens(engine: Engine) -> LensCapture | None:
     """The engine's lens capture among its decode observers, or None."""
-    for obs in engine.observers:
+    for obs in getattr(engine, "observers", ()):
         if isinstance(obs, LensCapture):
             return obs
     return None

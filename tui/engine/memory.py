@@ -219,6 +219,9 @@ def memory_report(engine: Engine) -> MemoryReport:
             "sliding-window layers keep only the last n_swa tokens, so llama.cpp gives them "
             "a smaller cache of their own beside the full-context one."
         )
+    placement = getattr(engine, "placement", None)  # GPU offload, from llama.cpp's log
+    if placement is not None and (placement.gpu_build or placement.asked_layers != "0"):
+        notes.append(f"where llama.cpp put the model: {placement.describe()}.")
     if engine.n_cells != engine.n_ctx:
         notes.append(
             f"llama.cpp rounds the cache up to {engine.n_cells:,} cells; "

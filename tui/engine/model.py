@@ -17,6 +17,7 @@ import llama_cpp
 
 from . import gguf_header, llama_log
 from .errors import ModelError, one_line
+from .offload import Offload
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -102,15 +103,25 @@ def _meta_int(model: llama_cpp.llama_model_p, key: str) -> int | None:
 class Model:
     """A loaded ``llama_model``: weights in memory (mmap), vocabulary, metadata."""
 
-    def __init__(self, path: str | Path | None = None, *, n_gpu_layers: int = 0) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        n_gpu_layers: int = 0,
+        offload: Offload | None = None,
+    ) -> None:
         llama_log.install()
         llama_cpp.llama_backend_init()
         p = Path(path) if path is not None else default_model_path()
         self.header = gguf_header.validate(p)
         self.path = p
+        self.offload = offload or Offload(n_gpu_layers=n_gpu_layers)
+        self.offload.validate()
         params = llama_cpp.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
+        self.offload.apply(params)
+        mark = llama_log.mark()
         self.ptr: llama_cpp.llama_model_p = _load(self.header, params)
+        self.load_log = llama_log.since(mark)  # "offloaded N/M layers to GPU", buffers
         self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
         self.info = self._describe()
 

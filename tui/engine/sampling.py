@@ -1,143 +1,50 @@
 """Sample: llama.cpp's own samplers, run one stage at a time so each cut can be seen.
 
-The chain order is llama.cpp's default: top-k, top-p, min-p, temperature, then ``dist`` picks
-with a seeded RNG (``greedy`` replaces all of it). The stages are data (:data:`CHAIN`, one
-:class:`StageSpec` each), so a new sampler is a new entry, not a change to the loop. Each
-stage is a real ``llama_sampler`` applied with ``llama_sampler_apply`` to a
-``llama_token_data_array`` that lives in a NumPy buffer, so the survivors and final
-probabilities are exactly llama.cpp's.
+The chain is llama-server's (``common_sampler_init``): logit bias, then the ``samplers`` in
+their order (default penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc,
+temperature), then ``dist`` picks with a seeded RNG; mirostat 1 or 2 replaces everything after
+the logit bias with temperature and mirostat; greedy takes the highest logit after the rest.
+The stages are data (:mod:`.chain_stages`). Each is a real ``llama_sampler`` applied with
+``llama_sampler_apply`` to a ``llama_token_data_array`` that lives in a NumPy buffer, so the
+survivors and final probabilities are exactly llama.cpp's. A grammar follows
+``common_sampler_sample``: the chain picks; if the pick breaks the grammar, the grammar is
+applied first, the chain again, and the pick is made again.
 
-Re-applying new settings to the *same* logits costs no decode. The preview runs on a clone
-of the ``dist`` sampler, so it shows the very token the next step will pick without advancing
-the real RNG.
+Re-applying new settings to the *same* logits costs no decode. The preview runs on clones of
+the samplers with state (``dist``, XTC, mirostat), so it shows the very token the next step
+will pick without advancing the real RNGs.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import llama_cpp
 import numpy as np
 
+from .chain_result import ChainResult, Stage
+from .chain_stages import (
+    STAGES,
+    Env,
+    HistorySampler,
+    RngSampler,
+    StageSpec,
+    chain_specs,
+    mirostat_mu,
+    mirostat_sampler,
+)
 from .errors import TokenstepError
+from .grammar import GrammarState
+from .sampler_settings import DEFAULT_SEED, SamplerSettings
+from .stage_notes import MOVES, describe
+
+__all__ = ["DEFAULT_SEED", "SamplerSettings", "StageSpec", "SamplerChain", "ChainResult", "Stage"]
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
-DEFAULT_SEED = 42
 _TOP_BLOCK = 256  # block size for top_k_by_logit's lower bound
-
-
-@dataclass
-class SamplerSettings:
-    temp: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = DEFAULT_SEED
-    greedy: bool = False
-
-    @property
-    def is_greedy(self) -> bool:
-        """``--temp 0`` means greedy, as in llama.cpp's tools."""
-        return self.greedy or self.temp <= 0.0
-
-    def validate(self) -> None:
-        if self.temp < 0:
-            raise TokenstepError(f"--temp must be 0 or more, not {self.temp}.")
-        if self.top_k < 0:
-            raise TokenstepError(f"--top-k must be 0 (off) or more, not {self.top_k}.")
-        if not 0.0 <= self.top_p <= 1.0:
-            raise TokenstepError(f"--top-p must be between 0 and 1, not {self.top_p}.")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise TokenstepError(f"--min-p must be between 0 and 1, not {self.min_p}.")
-        if not 0 <= self.seed <= 0xFFFFFFFF:
-            raise TokenstepError(f"--seed must be between 0 and 4294967295, not {self.seed}.")
-
-    def to_dict(self) -> dict[str, float | int | bool]:
-        return asdict(self)
-
-    def copy(self) -> SamplerSettings:
-        return replace(self)
-
-    def describe(self) -> str:
-        if self.is_greedy:
-            return "greedy"
-        return (
-            f"top-k {self.top_k} · top-p {self.top_p:.2f} · min-p {self.min_p:.2f} · "
-            f"temp {self.temp:.2f} · seed {self.seed}"
-        )
-
-
-@dataclass
-class Stage:
-    """One sampler in the chain and the candidates still standing after it."""
-
-    name: str
-    param: str
-    survivors: np.ndarray  # token ids, in the order llama.cpp left them
-
-    @property
-    def n(self) -> int:
-        return int(self.survivors.size)
-
-
-@dataclass
-class ChainResult:
-    n_vocab: int
-    stages: list[Stage]
-    final_ids: np.ndarray
-    final_p: np.ndarray
-    selected: int  # the token id the pick lands on
-    cut_at: dict[int, str] = field(default_factory=dict)
-
-    def p_final(self, token: int) -> float:
-        hit = np.nonzero(self.final_ids == token)[0]
-        return float(self.final_p[hit[0]]) if hit.size else 0.0
-
-    def p_final_many(self, tokens: list[int]) -> list[float]:
-        """:meth:`p_final` for several tokens in one pass over the survivors."""
-        if self.final_ids.size <= 64:
-            found = dict(zip(self.final_ids.tolist(), self.final_p.tolist(), strict=True))
-            return [float(found.get(t, 0.0)) for t in tokens]
-        p = np.zeros(self.n_vocab, dtype=np.float64)
-        p[self.final_ids] = self.final_p
-        return p[np.asarray(tokens, dtype=np.int64)].tolist()  # type: ignore[no-any-return]
-
-    def cut_by_many(self, tokens: list[int]) -> list[str | None]:
-        """:meth:`cut_by` for several tokens: one membership mask per stage (a scatter over
-        the vocabulary is cheaper than comparing each token with 49k survivors)."""
-        ids = np.asarray(tokens, dtype=np.int64)
-        out: list[str | None] = [None] * len(tokens)
-        alive = np.ones(len(tokens), dtype=bool)
-        member = np.zeros(self.n_vocab, dtype=bool)
-        before = self.n_vocab
-        for st in self.stages:
-            if st.survivors.size == before:
-                continue  # survivors only shrink: a stage that kept them all cut nothing
-            before = st.survivors.size
-            member[:] = False
-            member[st.survivors] = True
-            inside = member[ids]
-            for j in np.nonzero(alive & ~inside)[0].tolist():
-                out[j] = st.name
-            alive &= inside
-        return out
-
-    def cut_by(self, token: int) -> str | None:
-        """Name of the stage that removed ``token`` (None if it survived)."""
-        if token in self.cut_at:
-            return self.cut_at[token]
-        prev_in = True
-        for st in self.stages:
-            inside = bool(np.any(st.survivors == token))
-            if prev_in and not inside:
-                self.cut_at[token] = st.name
-                return st.name
-            prev_in = inside
-        return None
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -199,51 +106,32 @@ def top_stats(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float
     return top, (e[top] / z).astype(np.float64), max(float(h), 0.0)
 
 
-@dataclass(frozen=True)
-class StageSpec:
-    """One stage of the sampler chain as data: its name, the parameter it shows, and how it
-    builds its ``llama_sampler`` from the settings. A new sampler (penalties, DRY, XTC,
-    typical, top-n-sigma, mirostat ...) is one more entry in :data:`CHAIN`."""
-
-    name: str
-    param: Callable[[SamplerSettings], str]
-    build: Callable[[SamplerSettings], llama_cpp.llama_sampler_p]
-    active: Callable[[SamplerSettings], bool] = lambda _s: True  # False: skipped, not shown
-
-
-# The llama.cpp default order: top_k, top_p, min_p, temperature (then dist picks).
-CHAIN: tuple[StageSpec, ...] = (
-    StageSpec(
-        "top-k", lambda s: str(s.top_k), lambda s: llama_cpp.llama_sampler_init_top_k(s.top_k)
-    ),
-    StageSpec(
-        "top-p",
-        lambda s: f"{s.top_p:.2f}",
-        lambda s: llama_cpp.llama_sampler_init_top_p(s.top_p, 1),
-    ),
-    StageSpec(
-        "min-p",
-        lambda s: f"{s.min_p:.2f}",
-        lambda s: llama_cpp.llama_sampler_init_min_p(s.min_p, 1),
-    ),
-    StageSpec(
-        "temp", lambda s: f"{s.temp:.2f}", lambda s: llama_cpp.llama_sampler_init_temp(s.temp)
-    ),
-)
-
-
 class SamplerChain:
-    """Owns the token-data buffer and the seeded ``dist`` sampler for one sequence."""
+    """Owns the token-data buffer and the samplers with state for one sequence: the seeded
+    ``dist``, penalties and DRY (kept in step with the history), XTC and mirostat (their state
+    before each pick kept for rewinds) and the grammar."""
 
-    def __init__(self, n_vocab: int, seed: int = DEFAULT_SEED) -> None:
+    def __init__(
+        self, n_vocab: int, seed: int = DEFAULT_SEED, vocab: Any = None, n_ctx: int = 4096
+    ) -> None:
         self.n_vocab = n_vocab
+        self.env = Env(n_vocab, vocab, n_ctx)
         self.buf = np.zeros(n_vocab, dtype=TOKEN_DATA)
         self._ids = np.arange(n_vocab, dtype=np.int32)
         self.arr = llama_cpp.llama_token_data_array()
-        self.arr.data = ctypes.cast(self.buf.ctypes.data, llama_cpp.llama_token_data_p)  # type: ignore[assignment]
+        self._base = ctypes.cast(self.buf.ctypes.data, llama_cpp.llama_token_data_p)
+        self.arr.data = self._base  # type: ignore[assignment]
         self.seed = seed
         self.dist = llama_cpp.llama_sampler_init_dist(seed)
         self.greedy = llama_cpp.llama_sampler_init_greedy()
+        self.history = {n: HistorySampler(STAGES[n]) for n in ("penalties", "dry")}
+        self.xtc = RngSampler(
+            STAGES["xtc"].build, lambda s: (s.seed, s.xtc_probability, s.xtc_threshold)
+        )
+        self.mirostat = RngSampler(
+            mirostat_sampler, lambda s: (s.seed, s.mirostat, s.mirostat_tau, s.mirostat_eta)
+        )
+        self.grammar = GrammarState(vocab)
 
     def reseed(self, seed: int) -> None:
         """A fresh RNG: the same seed replays the same picks from here."""
@@ -251,54 +139,188 @@ class SamplerChain:
         self.dist = llama_cpp.llama_sampler_init_dist(seed)
         self.seed = seed
 
+    def restart(self, seed: int) -> None:
+        """A fresh run: new RNGs for dist, XTC and mirostat, no history."""
+        self.reseed(seed)
+        self.xtc.free()
+        self.mirostat.free()
+
     def _load(self, logits: np.ndarray) -> None:
         self.buf["id"] = self._ids
         self.buf["logit"] = logits
         self.buf["p"] = 0.0
+        self.arr.data = self._base  # type: ignore[assignment]  # XTC moves it forward
         self.arr.size = self.n_vocab
         self.arr.selected = -1
         self.arr.sorted = False
 
-    def _survivors(self) -> np.ndarray:
-        return self.buf["id"][: self.arr.size].copy()
+    def _live(self) -> np.ndarray:
+        """The candidates standing: ``size`` entries from where ``data`` points now (XTC
+        removes the top ones by moving the pointer past them)."""
+        off = (ctypes.cast(self.arr.data, ctypes.c_void_p).value or 0) - self.buf.ctypes.data
+        start = off // TOKEN_DATA.itemsize
+        return self.buf[start : start + self.arr.size]
 
-    def run(self, logits: np.ndarray, settings: SamplerSettings, *, commit: bool) -> ChainResult:
-        """Apply the chain stage by stage. With ``commit`` the real RNG advances (a pick);
-        without it a clone of the RNG is used (a preview that shows the same pick)."""
+    def _survivors(self) -> np.ndarray:
+        return self._live()["id"].copy()
+
+    def run(
+        self,
+        logits: np.ndarray,
+        settings: SamplerSettings,
+        *,
+        commit: bool,
+        history: list[int] | None = None,
+        generated: list[int] | None = None,
+    ) -> ChainResult:
+        """Apply the chain stage by stage. With ``commit`` the real RNGs advance (a pick);
+        without it clones are used (a preview that shows the same pick). ``history`` is what
+        penalties and DRY have seen (llama-server: the prompt, then each generated token);
+        ``generated`` what the grammar has (this turn's generated tokens)."""
         if settings.seed != self.seed:
             self.reseed(settings.seed)
-        self._load(logits)
-        ref = ctypes.byref(self.arr)
-        stages: list[Stage] = []
-        if settings.is_greedy:
-            llama_cpp.llama_sampler_apply(self.greedy, ref)
-            sel = int(self.buf["id"][self.arr.selected])
-            ids = np.array([sel], dtype=np.int32)
-            stages.append(Stage("greedy", "argmax", ids))
-            return ChainResult(self.n_vocab, stages, ids, np.ones(1, dtype=np.float32), sel)
-        for spec in CHAIN:
-            if not spec.active(settings):
-                continue
-            smpl = spec.build(settings)
-            try:
-                llama_cpp.llama_sampler_apply(smpl, ref)
-            finally:
-                llama_cpp.llama_sampler_free(smpl)
-            stages.append(Stage(spec.name, spec.param(settings), self._survivors()))
-        picker = self.dist if commit else llama_cpp.llama_sampler_clone(self.dist)
+        hist = history or []
+        specs = chain_specs(settings)
+        greedy = settings.is_greedy
+        if greedy:
+            specs = [sp for sp in specs if sp.name != "temperature"]
+        owned: list[Any] = []
+        handles = []
+        for spec in specs:
+            if spec.kind == "history":
+                smpl = self.history[spec.name].sync(settings, self.env, hist)
+            elif spec.kind == "rng":
+                smpl = self.xtc.state(settings, self.env, len(hist), commit=commit)
+                if not commit:
+                    owned.append(smpl)
+            else:
+                smpl = spec.build(settings, self.env)
+                owned.append(smpl)
+            handles.append((spec, smpl))
+        if greedy:
+            picker = self.greedy
+        elif settings.mirostat:
+            picker = self.mirostat.state(settings, self.env, len(hist), commit=commit)
+        else:
+            picker = self.dist if commit else llama_cpp.llama_sampler_clone(self.dist)
+        if not commit and picker is not self.greedy:
+            owned.append(picker)
+        gsmpl = self.grammar.sync(settings.grammar, generated or []) if settings.grammar else None
         try:
-            llama_cpp.llama_sampler_apply(picker, ref)
+            return self._sample(logits, settings, handles, picker, gsmpl, hist)
         finally:
-            if not commit:
-                llama_cpp.llama_sampler_free(picker)
-        n = self.arr.size
-        final_ids = self.buf["id"][:n].copy()
-        final_p = self.buf["p"][:n].copy()
-        sel = int(final_ids[self.arr.selected]) if self.arr.selected >= 0 else int(final_ids[0])
-        return ChainResult(self.n_vocab, stages, final_ids, final_p, sel)
+            for smpl in owned:
+                llama_cpp.llama_sampler_free(smpl)
+
+    def _sample(
+        self,
+        logits: np.ndarray,
+        s: SamplerSettings,
+        handles: list[tuple[StageSpec, Any]],
+        picker: Any,
+        gsmpl: Any,
+        hist: list[int],
+    ) -> ChainResult:
+        ref = ctypes.byref(self.arr)
+        grammar_stage = None
+        if gsmpl is not None:
+            self._load(logits)
+            llama_cpp.llama_sampler_apply(gsmpl, ref)
+            allowed = self.buf["id"][np.isfinite(self.buf["logit"])]
+            if allowed.size == 0:
+                raise TokenstepError(
+                    "the grammar can no longer be satisfied: no token may come next "
+                    "(rewind, or turn the grammar off)."
+                )
+            grammar_stage = Stage(
+                "grammar", "gbnf", allowed.astype(np.int32), key="grammar", n_before=self.n_vocab
+            )
+            grammar_stage.note = f"{self.n_vocab - allowed.size:,} forbidden"
+        self._load(logits)
+        stages, sel, mu = self._chain(s, handles, picker, hist)
+        first = False
+        if gsmpl is not None and not self.grammar.allows(sel):
+            first = True  # common_sampler_sample: grammar first, the chain again, pick again
+            self._load(logits)
+            llama_cpp.llama_sampler_apply(gsmpl, ref)
+            stages, sel, mu = self._chain(s, handles, picker, hist)
+        if picker is self.greedy:  # the one token greedy takes, with all the probability
+            final_ids, final_p = np.array([sel], dtype=np.int32), np.ones(1, dtype=np.float32)
+        else:
+            live = self._live()
+            final_ids, final_p = live["id"].copy(), live["p"].copy()
+        res = ChainResult(
+            self.n_vocab,
+            ([grammar_stage] if grammar_stage else []) + stages,
+            final_ids,
+            final_p,
+            sel,
+            mu=mu,
+        )
+        if grammar_stage is not None:
+            res.n_forbidden = self.n_vocab - grammar_stage.n
+            res.grammar_first = first
+        return res
+
+    def _chain(
+        self,
+        s: SamplerSettings,
+        handles: list[tuple[StageSpec, Any]],
+        picker: Any,
+        hist: list[int],
+    ) -> tuple[list[Stage], int, float | None]:
+        ref = ctypes.byref(self.arr)
+        stages = []
+        for spec, smpl in handles:
+            n0 = self.arr.size
+            watch = (
+                spec.name in MOVES
+                or spec.name == "xtc"
+                or (spec.name == "temperature" and s.dynatemp_range > 0)
+            )
+            before = self._live().copy() if watch else None
+            llama_cpp.llama_sampler_apply(smpl, ref)
+            st = Stage(spec.label, spec.param(s), self._survivors(), spec.name, spec.params(s), n0)
+            if before is not None:
+                describe(st, before, self._live(), s, hist)
+            stages.append(st)
+        mu = None
+        if picker is self.greedy:
+            llama_cpp.llama_sampler_apply(picker, ref)
+            sel = int(self._live()["id"][self.arr.selected])
+            stages.append(Stage("greedy", "argmax", np.array([sel], dtype=np.int32), "greedy"))
+            return stages, sel, None
+        n0 = self.arr.size
+        mu0 = mirostat_mu(picker, s) if s.mirostat else None
+        llama_cpp.llama_sampler_apply(picker, ref)
+        if s.mirostat:
+            mu = mirostat_mu(picker, s)
+            st = Stage(
+                "mirostat" if s.mirostat == 1 else "mirostat-v2",
+                f"τ{s.mirostat_tau:g} η{s.mirostat_eta:g}",
+                self._survivors(),
+                "mirostat",
+                {
+                    "mirostat": s.mirostat,
+                    "mirostat_tau": s.mirostat_tau,
+                    "mirostat_eta": s.mirostat_eta,
+                },
+                n0,
+            )
+            if mu0 is not None and mu is not None:
+                st.note = f"μ {mu0:.3f} → {mu:.3f}, target τ {s.mirostat_tau:g}"
+            stages.append(st)
+        ids = self._live()["id"]
+        sel = int(ids[self.arr.selected]) if self.arr.selected >= 0 else int(ids[0])
+        return stages, sel, mu
 
     def free(self) -> None:
         for smpl in (self.dist, self.greedy):
             if smpl:
                 llama_cpp.llama_sampler_free(smpl)
         self.dist = self.greedy = None
+        for h in self.history.values():
+            h.free()
+        self.xtc.free()
+        self.mirostat.free()
+        self.grammar.free()

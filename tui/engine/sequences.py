@@ -16,7 +16,6 @@ import llama_cpp
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
-from .sampling import SamplerChain
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
 
@@ -40,12 +39,17 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
         logits, record = br.logits, br.record
         chain, settings = br.chain, replace(engine.settings, seed=br.seed)
     assert logits is not None
+    history = engine.kv.tokens(seq)  # llama-server: the prompt, then each generated token
+    generated = history[min(engine.gen_start, len(history)) :]  # the grammar's: this turn's
     if force is not None:
         if not 0 <= force < engine.info.n_vocab:
             raise TokenstepError(f"token id {force} is outside the vocabulary.")
-        token, result = force, chain.run(logits, settings, commit=False)
+        token = force
+        result = chain.run(logits, settings, commit=False, history=history, generated=generated)
+        if settings.grammar and not chain.grammar.allows(force):
+            raise TokenstepError(f"token {force} breaks the grammar here, so it cannot be forced.")
     else:
-        result = chain.run(logits, settings, commit=True)
+        result = chain.run(logits, settings, commit=True, history=history, generated=generated)
         token = result.selected
     eog = engine.vocab.is_eog(token)
     source = engine.records.get(record) if record is not None else None  # None: on disk
@@ -82,7 +86,7 @@ def fork(engine: Engine, src: int = 0) -> int:
         dst,
         src,
         engine.kv.last_pos(src) + 1,
-        SamplerChain(engine.info.n_vocab, seed),
+        engine.new_chain(seed),
         logits,
         record,
     )

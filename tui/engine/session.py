@@ -24,10 +24,12 @@ from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
 from .context import Context, EngineConfig
 from .decode import DecodeObserver, decode
 from .errors import TokenstepError
+from .grammar import check_grammar
 from .kvcache import KVLayout, KVLogReport, KVMirror
 from .lens import head_problem
 from .logits import LogitsMemory
 from .model import Model
+from .offload import placement
 from .records import RecordLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -64,10 +66,16 @@ class Engine:
         self.log_lines = self.context.log_lines
         self.kv_reports: list[KVLogReport] = self.context.kv_reports
         self.flash_attn_resolved = self.context.flash_attn_resolved
+        # Where the layers and the KV cache live, from llama.cpp's log (GPU offload).
+        self.placement = placement(model.load_log, self.log_lines, model.offload)
         self.n_cells = self.context.n_cells
         self.n_ctx = self.context.n_ctx
         self.batch = LlamaBatch(max(self.config.n_batch, 1), self.config.n_seq_max)
-        self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
+        self.settings.check_vocab(self.info.n_vocab)
+        if self.settings.grammar:
+            check_grammar(model.vocab, self.settings.grammar)
+        self.chain = SamplerChain(self.info.n_vocab, self.settings.seed, model.vocab, self.n_ctx)
+        self.gen_start = 0  # where this turn's generated tokens begin (the grammar sees those)
         self.kv = KVMirror(self.n_ctx)
         self.layout = KVLayout(
             self.info.n_layer,
@@ -150,29 +158,51 @@ class Engine:
     # -- the prompt ----------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
         """Decode a prompt (after what is already in the context), split into n_batch calls."""
-        return prompt.prefill(self, tokens, reused=reused)
+        recs = prompt.prefill(self, tokens, reused=reused)
+        self.gen_start = self.n_past
+        return recs
 
     def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
         """Make the context hold exactly ``tokens``, re-using the longest common prefix already
         cached (prompt/prefix caching) and prefilling only the rest."""
-        return prompt.sync_prompt(self, tokens, reuse=reuse)
+        recs = prompt.sync_prompt(self, tokens, reuse=reuse)
+        self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
+        return recs
 
     def truncate(self, n_keep: int) -> None:
         """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``)."""
         prompt.truncate(self, n_keep)
 
     # -- sample --------------------------------------------------------------------------------
+    @property
+    def generated(self) -> list[int]:
+        """The tokens generated (or forced) in this turn: what the grammar has accepted."""
+        toks = self.tokens
+        return toks[min(self.gen_start, len(toks)) :]
+
+    def new_chain(self, seed: int) -> SamplerChain:
+        """A sampler chain for one more sequence (a fork), with its own seeded RNGs."""
+        return SamplerChain(self.info.n_vocab, seed, self.model.vocab, self.n_ctx)
+
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         """Run the sampler chain on the current logits without advancing the RNG."""
         if self.logits is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")
-        return self.chain.run(self.logits, settings or self.settings, commit=False)
+        return self.chain.run(
+            self.logits,
+            settings or self.settings,
+            commit=False,
+            history=self.tokens,
+            generated=self.generated,
+        )
 
     def pick(self) -> tuple[int, ChainResult]:
         """Sample the next token with the current settings (advances the seeded RNG)."""
         if self.logits is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")
-        res = self.chain.run(self.logits, self.settings, commit=True)
+        res = self.chain.run(
+            self.logits, self.settings, commit=True, history=self.tokens, generated=self.generated
+        )
         return res.selected, res
 
     def sample(self, force: int | None = None) -> Sampled:
@@ -190,7 +220,7 @@ class Engine:
             raise TokenstepError("the context is empty: send a prompt first.")
         last = self.tokens[-1]
         self.truncate(self.n_past - 1)
-        self.prefill([last])
+        prompt.prefill(self, [last])  # not a new prompt: the turn's start stays
 
     # -- feed back -----------------------------------------------------------------------------
     def feed(self, token: int) -> StepRecord | None:
@@ -229,6 +259,7 @@ class Engine:
         if n:
             self.truncate(self.n_past - n)
             self.stop_reason = None
+            self.gen_start = min(self.gen_start, self.n_past)
         return n
 
     def reset(self) -> None:
@@ -238,7 +269,8 @@ class Engine:
         self.branches.clear()
         self.kv.clear()
         self.logits_memory.clear()
-        self.chain.reseed(self.settings.seed)
+        self.chain.restart(self.settings.seed)
+        self.gen_start = 0
         self.stop_reason = None
         self.work.reset()  # the quadratic-wall counter counts one chat's decode calls
 

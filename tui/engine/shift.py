@@ -66,6 +66,8 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
             br.fork_pos -= p1 - p0
         elif br.fork_pos > p0:
             br.fork_pos = p0
+    if engine.gen_start > n_keep:  # the turn's first generated token moved back with the rest
+        engine.gen_start = max(n_keep, engine.gen_start - n_discard)
     ev = ShiftEvent(
         len(engine.shifts),
         len(engine.records),

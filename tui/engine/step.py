@@ -17,6 +17,8 @@ from .sampling import ChainResult, SamplerChain, SamplerSettings
 if TYPE_CHECKING:
     import numpy as np
 
+    from .remote_step import ServerStep
+
 
 @dataclass
 class Candidate:
@@ -94,6 +96,7 @@ class StepRecord:
     # Several sequences in one call (after a fork): one row per sequence, by seq_id.
     rows: dict[int, SeqRow] = field(default_factory=dict)
     shift: ShiftEvent | None = None  # the context shift made just before this call
+    server: ServerStep | None = None  # the llama-server request behind this record (remote)
 
     def note_pick(
         self,

@@ -6,23 +6,41 @@ them down (arrays rounded, token pieces shown with their bytes)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .tokens import display_bytes
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .chain_result import ChainResult
+    from .kvcache import KVLayout
     from .step import StepRecord
 
 
-def _piece(engine: Engine, token: int) -> dict[str, Any]:
+class _Pieces(Protocol):
+    def piece(self, token: int) -> bytes: ...
+
+
+class Source(Protocol):
+    """What a record needs from its backend: the local Engine or the remote one."""
+
+    n_ctx: int
+    layout: KVLayout
+
+    @property
+    def vocab(self) -> _Pieces: ...
+
+    @property
+    def flash_attn_resolved(self) -> str: ...
+
+
+def _piece(engine: Source, token: int) -> dict[str, Any]:
     b = engine.vocab.piece(token)
     return {"id": token, "piece": display_bytes(b), "bytes": b.hex()}
 
 
-def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
+def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
     d: dict[str, Any] = {
         "step": rec.index,
         "phase": rec.phase,
@@ -43,8 +61,9 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
         "kv": {
             "used": rec.kv_used,
             "n_ctx": engine.n_ctx,
-            "bytes": rec.kv_bytes,
-            "bytes_per_token": engine.layout.bytes_per_token,
+            # Over llama-server the cache's bytes are not known here (None, not 0).
+            "bytes": rec.kv_bytes if rec.server is None else None,
+            "bytes_per_token": engine.layout.bytes_per_token if rec.server is None else None,
             "check": "ok" if not rec.kv_problems else rec.kv_problems,
         },
     }
@@ -53,11 +72,13 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
         ids = [c.id for c in rec.top]
         p_final = chain.p_final_many(ids) if chain else [None] * len(ids)
         cut_by = chain.cut_by_many(ids) if chain else [None] * len(ids)
+        # Over llama-server the top candidates carry logprobs: logits up to a constant.
+        logit_key = "logit" if rec.server is None else "logprob"
         d["top"] = [
             {
                 "id": c.id,
                 "piece": display_bytes(c.piece),
-                "logit": round(c.logit, 5),
+                logit_key: round(c.logit, 5),
                 "p": round(c.p, 6),
                 "p_final": round(pf, 6) if pf is not None else None,
                 "cut_by": cb,
@@ -66,14 +87,19 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
         ]
         d["entropy_bits"] = round(rec.entropy, 4)
         if chain is not None:
-            d["stages"] = [
-                {"name": s.name, "param": s.param, "survivors": s.n} for s in chain.stages
-            ]
+            d["stages"] = stages_to_dicts(chain, ids, list(cut_by))
+            if chain.n_forbidden or chain.grammar_first:
+                d["grammar"] = {"forbidden": chain.n_forbidden, "resampled": chain.grammar_first}
+            if chain.mu is not None:
+                d["mirostat_mu"] = round(chain.mu, 5)
         d["sampled"] = _piece(engine, rec.sampled) if rec.sampled is not None else None
         d["forced"] = rec.forced
         d["eog"] = rec.eog
         if rec.settings is not None:
             d["settings"] = rec.settings.to_dict()
+    if rec.server is not None:  # the llama-server request behind this record
+        d["server"] = rec.server.to_dict()
+        d["entropy_bits_bound"] = "upper bound: only the top K are known"
     if rec.shift is not None:  # a context shift made room just before this call
         d["shift"] = {
             "n_keep": rec.shift.n_keep,
@@ -95,6 +121,37 @@ def record_to_dict(engine: Engine, rec: StepRecord) -> dict[str, Any]:
     return d
 
 
+def stages_to_dicts(
+    chain: ChainResult, top: list[int], cut_by: list[str | None]
+) -> list[dict[str, Any]]:
+    """Every stage in order: its parameters, the count after it, and among the top
+    candidates the ones it cut and the ones whose logit it changed (and why)."""
+    out = []
+    in_top = set(top)
+    for st in chain.stages:
+        e: dict[str, Any] = {"name": st.name, "param": st.param, "survivors": st.n}
+        if st.key:
+            e["sampler"] = st.key
+        if st.params:
+            e["params"] = jsonable(st.params)
+        e["cut"] = [t for t, cb in zip(top, cut_by, strict=True) if cb == st.name]
+        moved = [
+            {"id": t, "before": round(a, 5), "after": round(b, 5), "why": st.why.get(t)}
+            for t, a, b in st.changed
+            if t in in_top
+        ]
+        if moved:
+            e["changed"] = moved
+        if st.changed:
+            e["n_changed"] = len(st.changed)
+        if st.removed:
+            e["removed"] = st.removed
+        if st.note:
+            e["note"] = st.note
+        out.append(e)
+    return out
+
+
 def jsonable(value: Any) -> Any:
     """Observers' extras as JSON: arrays rounded to 4 decimals, dict keys as strings."""
     if isinstance(value, np.ndarray):
@@ -108,5 +165,5 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def dumps(engine: Engine, rec: StepRecord) -> str:
+def dumps(engine: Source, rec: StepRecord) -> str:
     return json.dumps(record_to_dict(engine, rec), ensure_ascii=False)

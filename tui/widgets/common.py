@@ -4,6 +4,7 @@ scrolling base class that renders one line at a time (only the visible lines are
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any, Self, cast
 
 from rich.console import RenderableType
@@ -239,10 +240,15 @@ class LinePane(ScrollView):
             return None
         return self.view.capabilities.missing(self.NEEDS)
 
+    def note_lines(self) -> list[str]:
+        """The :meth:`missing` sentence wrapped to the pane's width (a URL must not be cut)."""
+        note = self.missing() or ""
+        return textwrap.wrap(note, max(self.size.width, 20), break_on_hyphens=False) or [""]
+
     def relayout(self) -> None:
         """Size the virtual canvas; on a new view, bring its follow row into view (the user
         may scroll freely until the next view arrives)."""
-        rows = 1 if self.missing() is not None else self.count_rows()
+        rows = len(self.note_lines()) if self.missing() is not None else self.count_rows()
         size = Size(max(self.content_width(), 1), rows)
         if size != self.virtual_size:
             # Assigning virtual_size lays out the whole screen (tens of ms here). A pane that
@@ -302,9 +308,10 @@ class LinePane(ScrollView):
             return Strip.blank(width, base)
         note = self.missing()
         if note is not None:  # the pane asks the capability, never the backend's type
-            if row:
+            lines = self.note_lines()
+            if row >= len(lines):
                 return Strip.blank(width, base)
-            strip = Strip([Segment(note, NOTE_STYLE)])
+            strip = Strip([Segment(lines[row], NOTE_STYLE)])
         elif row >= self.count_rows():
             return Strip.blank(width, base)
         else:

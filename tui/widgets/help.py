@@ -3,6 +3,8 @@ columns of the logits pane mean."""
 
 from __future__ import annotations
 
+import os
+
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,7 +22,28 @@ K = Style(bold=True, color="bright_cyan")
 DIM = Style(color="grey62")
 
 
-def help_text(autosave: str | None) -> Text:
+def in_browser() -> bool:
+    """True when the app draws into a browser tab: textual-serve starts every tab's app with
+    textual's web driver (``TEXTUAL_DRIVER=textual.drivers.web_driver:WebDriver``)."""
+    return "web_driver" in os.environ.get("TEXTUAL_DRIVER", "")
+
+
+def browser_text() -> Text:
+    """What differs when the app runs in a browser tab (``tokenstep serve``)."""
+    t = Text()
+    t.append("\nIn a browser\n", H)
+    t.append("  This tab runs its own tokenstep process on the server, on the server's model.\n")
+    t.append("  Closing the tab is how to quit: the process ends and the chat is autosaved\n")
+    t.append("  first. ^q ends it too; the page's Restart button then starts a fresh one.\n")
+    t.append("  The browser keeps some keys for itself: ^n opens a window, so ", DIM)
+    t.append("F2", K)
+    t.append(" starts\n  a new chat here; ^w closes the tab, ^t and ^tab are the browser's.\n", DIM)
+    t.append("  Saved and autosaved files are written on the server, in the folder above.\n")
+    t.append("  Resize the window at will: the screen follows it (80×24 at least).\n")
+    return t
+
+
+def help_text(autosave: str | None, browser: bool | None = None) -> Text:
     t = Text()
     t.append("tokenstep", H)
     t.append(" steps a real llama.cpp model one llama_decode at a time.\n", DIM)
@@ -61,6 +84,8 @@ def help_text(autosave: str | None) -> Text:
     t.append("  ctrl+s saves the conversation, the settings and every step record as JSON Lines\n")
     t.append("  (the 'tokenstep trace' format). After every reply the session is autosaved to\n")
     t.append(f"  {autosave or '(autosave is off)'}\n", Style(color="bright_yellow"))
+    if in_browser() if browser is None else browser:
+        t.append_text(browser_text())
     t.append("\nEsc, q, ? or F1 closes this screen.", DIM)
     return t
 

@@ -53,6 +53,20 @@ KEYS: tuple[Key, ...] = (
     Key("m", "adjust('min_p', -1)", "m/M", "min-p", "min-p down/up (0 is off).", "sampler"),
     Key("M", "adjust('min_p', 1)", "", "", "", "sampler"),
     Key("g", "greedy", "g", "greedy", "Greedy on/off (always the highest logit).", "sampler"),
+    Key(
+        "colon",
+        "chain_set",
+        ":",
+        "chain",
+        "Sampler chain: [ ] pick a stage, { } move it up/down, x turn it off/on, : set any "
+        "parameter by llama.cpp's flag name (defaults shown); re-runs on the same logits.",
+        "sampler",
+    ),
+    Key("left_square_bracket", "chain('cursor', '-1')", "", "", "", "sampler"),
+    Key("right_square_bracket", "chain('cursor', '1')", "", "", "", "sampler"),
+    Key("left_curly_bracket", "chain('move', '-1')", "", "", "", "sampler"),
+    Key("right_curly_bracket", "chain('move', '1')", "", "", "", "sampler"),
+    Key("x", "chain('toggle')", "", "", "", "sampler"),
     Key("s", "seed", "s", "seed", "Next seed: a fresh RNG for the dist sampler.", "sampler"),
     Key(
         "1",
@@ -133,7 +147,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("i,slash", "focus_chat", "i", "type", "Go to the chat box (Esc comes back).", "view"),
     Key(
-        "ctrl+n",
+        "ctrl+n,f2",  # F2 for a browser, which keeps ctrl+n (a new window) for itself
         "new_chat",
         "^n",
         "new chat",

@@ -123,6 +123,9 @@ class KVCachePane(LinePane):
         v = self.view
         if v is None:
             return
+        if self.missing() is not None:  # no cells to count (the model runs on a server)
+            self.border_title, self.border_subtitle = "KV cache", ""
+            return
         self.border_title = (
             f"KV cache · {v.kv.kv_used:,}/{v.text.n_ctx:,} cells · {fmt_bytes(v.kv.kv_bytes)} of "
             f"{fmt_bytes(v.kv.kv_bytes_allocated)}"

@@ -37,17 +37,26 @@ class LogitsPane(Pane):
 
     def show(self, view: View) -> None:
         old = self.view
-        fresh = old is None or (old.text.n_past, old.header.n_records) != (view.text.n_past, view.header.n_records)
+        fresh = old is None or (old.text.n_past, old.header.n_records) != (
+            view.text.n_past,
+            view.header.n_records,
+        )
         super().show(view)
         if fresh:
             self.cursor = 0  # new logits: back to the top candidate
         if view.logits.candidates:
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
-        self.border_subtitle = (
-            f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
-            if view.logits.entropy is not None
-            else ""
-        )
+        rv = view.logits.remote
+        if view.logits.entropy is None:
+            self.border_subtitle = ""
+        elif rv is not None:  # only the top K are known: the entropy is an upper bound
+            self.border_subtitle = (
+                f"entropy ≤ {view.logits.entropy:.2f} bits · {rv.top_of} · ★ next pick"
+            )
+        else:
+            self.border_subtitle = (
+                f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
+            )
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.logits.candidates:
@@ -88,14 +97,46 @@ class LogitsPane(Pane):
         return t
 
     def chain_line(self, v: View) -> Text:
+        """The stages row: every stage in order with the count after it; the picked stage
+        (``[``/``]``) underlined, stages turned off (``x``) shown as off."""
         t = Text(no_wrap=True, overflow="ellipsis")
         if v.logits.chain is None:
             return t
-        t.append(f"{v.text.n_vocab:,}")
+        rv = v.logits.remote
+        t.append(f"top {rv.n_top} of {v.text.n_vocab:,}" if rv else f"{v.text.n_vocab:,}")
+        picked = _picked(v)
         for st in v.logits.chain.stages:
-            t.append(f" →{st.name} ", DIM)
-            t.append(f"{st.n:,}", Style(bold=True))
+            mark = Style(underline=True) if st.key and st.key == picked else Style()
+            t.append(f" →{st.name} ", DIM + mark)
+            t.append(f"{st.n:,}", Style(bold=True) + mark)
+        s = v.settings
+        for name in s.off:
+            t.append(f" ({name} off)", CUT + (Style(underline=True) if name == picked else Style()))
+        if (
+            picked
+            and v.action == "settings"  # just after a chain key: say where the cursor is
+            and picked not in s.off
+            and not any(st.key == picked for st in v.logits.chain.stages)
+        ):
+            t.append(f" ({picked}: neutral)", DIM + Style(underline=True))
         return t
+
+    def did_line(self, v: View) -> Text | None:
+        """What each stage did, when one did something worth a word."""
+        chain = v.logits.chain
+        if chain is None:
+            return None
+        t = Text(no_wrap=True, overflow="ellipsis")
+        for st in chain.stages:
+            what = st.note
+            if st.changed and not what:
+                first = st.changed[0]
+                why = st.why.get(first[0], "")
+                what = f"{len(st.changed)} moved, e.g. {first[1]:.2f}→{first[2]:.2f} {why}".rstrip()
+            if what:
+                t.append(f"{st.name}: ", DIM)
+                t.append(what + "  ")
+        return t if t.plain else None
 
     def render(self) -> Text:
         v = self.view
@@ -117,10 +158,16 @@ class LogitsPane(Pane):
             return t
         t.append_text(self.chain_line(v))
         t.append("\n")
+        did = self.did_line(v)
+        if did is not None:
+            t.append_text(did)
+            t.append("\n")
         show_id, show_logit, piece_w, bar_w = self._columns(width)
-        t.append_text(self._head(width))
+        t.append_text(self._head(width, v))
         t.append("\n")
-        rows_room = max((self.size.height or 20) - 5, 3)
+        rows_room = max(
+            (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
+        )
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             row = Text(no_wrap=True)
             is_next = c.id == v.logits.next_pick
@@ -164,9 +211,14 @@ class LogitsPane(Pane):
             return [s for s in t.render(console) if s.text != "\n"]
 
         rows = [line(self.settings_line(v)), line(self.chain_line(v))]
+        did = self.did_line(v)
+        if did is not None:
+            rows.append(line(did))
         show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
-        rows.append(line(self._head(self.size.width or 50)))
-        rows_room = max((self.size.height or 20) - 5, 3)
+        rows.append(line(self._head(self.size.width or 50, v)))
+        rows_room = max(
+            (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
+        )
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             is_next = c.id == v.logits.next_pick
             segs = [
@@ -196,15 +248,17 @@ class LogitsPane(Pane):
         rows += [line(t) for t in self.pick_lines(v).split("\n")]
         return rows
 
-    def _head(self, width: int) -> Text:
-        """The column titles over the candidates."""
+    def _head(self, width: int, v: View | None = None) -> Text:
+        """The column titles over the candidates. Over llama-server the scores are logprobs:
+        the logits up to a constant, which is never shown as if it were the raw logit."""
+        score = "log p" if v is not None and v.logits.remote is not None else "logit"
         show_id, show_logit, piece_w, bar_w = self._columns(width)
         head = Text(no_wrap=True)
         head.append(f"  {'piece':<{piece_w}}", DIM)
         if show_id:
             head.append(f"{'id':>6}", DIM)
         if show_logit:
-            head.append(f"{'logit':>7}", DIM)
+            head.append(f"{score:>7}", DIM)
         head.append(f"{'p':>7}{'p′':>7} ", DIM)
         head.append(f"{'':<{bar_w}} cut by", DIM)
         return head
@@ -224,6 +278,8 @@ class LogitsPane(Pane):
             t.append("next ", DIM)
             t.append_text(piece_text(nxt.piece if nxt else b"", NEXT))
             how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
+            if v.logits.remote is not None and v.logits.remote.pick == "server":
+                how = "the server's pick"
             t.append(f" ← the next step picks this ({how})", DIM)
         pk = v.text.last_pick
         if pk is not None:
@@ -234,6 +290,12 @@ class LogitsPane(Pane):
                 t.append(" forced", Style(color="bright_magenta", bold=True))
             if pk.eog:
                 t.append(" end of generation", Style(color="bright_red", bold=True))
+        rv = v.logits.remote
+        if rv is not None:  # what crossed HTTP, and how exact the pick is
+            first, second = rv.lines()
+            t.append("\n" + first, DIM)
+            t.append("\n")
+            t.append(second, DIM if rv.pick_note is None else Style(color="bright_yellow"))
         return t
 
 
@@ -246,3 +308,9 @@ def _piece_cell(c: CandidateRow, piece_w: int, is_next: bool) -> Text:
     elif c.cut_by:
         pt.stylize(DIM)
     return pt
+
+
+def _picked(v: View) -> str | None:
+    order = v.settings.samplers
+    i = v.logits.chain_cursor
+    return order[i] if 0 <= i < len(order) else None

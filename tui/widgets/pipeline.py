@@ -159,6 +159,8 @@ class PipelinePane(Pane):
                 f"{_plain(nxt.piece) if nxt else v.logits.next_pick}"
                 + (f" p' {fmt_p(nxt.p_final)}" if nxt else "")
             )
+        if v.logits.remote is not None and v.batch.last_records:
+            _over_http(v, out)
         return out
 
     def render(self) -> RenderableType:
@@ -238,3 +240,24 @@ def _n_bytes(n: int) -> str:
 
 def _plain(piece: bytes) -> str:
     return f"'{piece_text(piece).plain}'"
+
+
+def _over_http(v: View, out: list[str]) -> None:
+    """Over llama-server: decode, logits and feed back happen on the server; say what crossed
+    HTTP (never cells or raw logits, which only a local context has)."""
+    rv = v.logits.remote
+    assert rv is not None
+    out[2] = (
+        f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache · "
+        f"server {rv.server_ms:.1f} ms, round trip {rv.round_trip_ms:.1f} ms"
+    )
+    out[3] = f"{rv.top_of} as logprobs"
+    if v.logits.candidates and v.logits.entropy is not None:
+        top = v.logits.candidates[0]
+        out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H ≤ {v.logits.entropy:.2f} bits"
+    if v.action == "rewind":
+        out[6] = "rewound: the next request sends the shorter prefix; its logprobs kept from before"
+    else:
+        out[6] = (
+            f"fed back: the next request sends {v.text.n_past} token ids; the server caches them"
+        )

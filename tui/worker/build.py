@@ -7,13 +7,16 @@ look up their new tail.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.errors import TokenstepError
 from ..engine.memory import memory_report
 from ..engine.sampling import ChainResult, top_stats
 from ..engine.work import WorkSnapshot
 from .caches import Memo
 from .chat import merge, messages_now, spans_now
+from .remote_view import remote_view, where_it_runs
 from .saving import n_records
 from .views import (
     TOP_ROWS,
@@ -105,6 +108,7 @@ class ViewBuilder:
             n_batch=eng.config.n_batch,
             n_ubatch=eng.config.n_ubatch,
             returned_text=s.returned_text,
+            where=where_it_runs(eng),
         )
 
     def text(self, pieces: tuple[bytes, ...]) -> TextView:
@@ -155,7 +159,14 @@ class ViewBuilder:
         rows, chain, entropy, next_pick = (
             _NO_CANDIDATES if self.w.engine.logits is None else self.candidates.get()
         )
-        return LogitsView(candidates=rows, chain=chain, entropy=entropy, next_pick=next_pick)
+        return LogitsView(
+            candidates=rows,
+            chain=chain,
+            entropy=entropy,
+            next_pick=next_pick,
+            remote=remote_view(self.w.engine),
+            chain_cursor=self.w.state.chain_cursor,
+        )
 
     def cache(self) -> CacheView:
         """The cache tabs: memory, work, verify, prefix reuse per turn, context shifts."""
@@ -222,8 +233,14 @@ class ViewBuilder:
         eng = self.w.engine
         logits = eng.logits
         assert logits is not None
-        chain = eng.preview()
-        top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
+        try:
+            chain = eng.preview()
+        except TokenstepError as exc:  # a grammar that cannot go on: say so, show the rest
+            self.w.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
+            chain = eng.preview(replace(eng.settings, grammar=""))
+        # Over llama-server only the top K are real candidates (the rest of the row stands in).
+        n_rows = TOP_ROWS if eng.capabilities.full_vocab else min(TOP_ROWS, _n_top(eng))
+        top, p_top, entropy = top_stats(logits, n_rows)  # one exp pass, no full softmax
         ids = top.tolist()
         rows = tuple(
             CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut)
@@ -232,3 +249,9 @@ class ViewBuilder:
             )
         )
         return rows, chain, entropy, chain.selected
+
+
+def _n_top(eng: Any) -> int:
+    """How many candidates the server sent for the current row."""
+    rv = remote_view(eng)
+    return rv.n_top if rv is not None else TOP_ROWS

@@ -48,6 +48,12 @@ class Adjust:
 
 
 @dataclass(frozen=True)
+class ChainEdit:
+    op: str  # "cursor", "move", "toggle" or "set"
+    arg: str = ""  # cursor/move: "-1" or "1"; set: "NAME VALUE" (llama.cpp's flag name)
+
+
+@dataclass(frozen=True)
 class Greedy:
     pass
 
@@ -123,6 +129,7 @@ class Stop:
 
 Command = (
     Send
+    | ChainEdit
     | Step
     | Force
     | TogglePlay

@@ -81,12 +81,12 @@ class LensControl:
     def set_visible(self, visible: bool) -> None:
         """The Lens tab shows (capture and project each step) or not (copy nothing)."""
         self.visible = visible
+        if self.engine.capabilities.missing("lens") is not None:
+            return  # e.g. a llama-server backend: the tab says why
         cap = find_lens(self.engine)
         if not visible:
             if cap is not None:
                 cap.set_lens(False)
-            return
-        if self.engine.capabilities.missing("lens") is not None:
             return
         if self.engine.branches:
             self.note = "the lens waits: a fork is live (send a message or rewind to drop it)"

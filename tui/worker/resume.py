@@ -79,13 +79,15 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
             setattr(args, key, cfg[key])
     args.temp, args.top_k, args.top_p = st["temp"], st["top_k"], st["top_p"]
     args.min_p, args.seed, args.greedy = st["min_p"], st["seed"], st["greedy"]
+    args.saved_settings = st  # the whole chain (older sessions: the defaults for the rest)
     args.raw = header["mode"] == "raw"
     args.no_prefix_cache = not header.get("prefix_cache", True)
     att = header.get("attention")  # attention capture on: the context is built with it
     if isinstance(att, dict) and att.get("on") and getattr(args, "attention", None) is None:
         args.attention = str(att.get("layer", 0))
     saved_model = header.get("model", {}).get("path")
-    if args.model is None and saved_model and Path(saved_model).is_file():
+    local = not getattr(args, "server", None)  # a server has its own model
+    if local and args.model is None and saved_model and Path(saved_model).is_file():
         args.model = saved_model
 
 

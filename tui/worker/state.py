@@ -59,6 +59,7 @@ class State:
     queued: str | None = None
     notice: str = ""
     notice_level: str = "info"  # "info", "warn" or "error"
+    chain_cursor: int = 0  # the sampler stage the chain keys move or turn off
     returned_text: str | None = None  # a message that could not be sent, for the chat box
     chat_no: int = 1
     records_from: int = 0  # first engine record of this chat

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.errors import TokenstepError
+from ..engine.remote_http import ServerError
 from ..engine.session import Engine
-from . import chat, sampler_keys, saving, session_store, stepping, verify
+from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, verify
 from .attention import AttentionControl
 from .build import ViewBuilder
 from .commands import (
@@ -32,6 +33,7 @@ from .commands import (
     AttentionTabs,
     AttentionToggle,
     Call,
+    ChainEdit,
     Command,
     Force,
     Fork,
@@ -108,6 +110,7 @@ class Worker:
             Rewind: lambda c: stepping.rewind(self, c.n),
             Adjust: lambda c: sampler_keys.adjust(self, c.name, c.direction),
             Greedy: lambda c: sampler_keys.toggle_greedy(self),
+            ChainEdit: lambda c: self._chain_edit(c),
             Seed: lambda c: sampler_keys.next_seed(self, c.delta),
             NewChat: lambda c: saving.new_chat(self),
             Save: lambda c: saving.save(self, c.path),
@@ -174,6 +177,20 @@ class Worker:
 
     def toggle_greedy(self) -> None:
         self.put(Greedy())
+
+    def chain_edit(self, op: str, arg: str = "") -> None:
+        """The chain keys: stage cursor, move a stage, turn it off/on, set a parameter."""
+        self.put(ChainEdit(op, arg))
+
+    def _chain_edit(self, c: ChainEdit) -> None:
+        if c.op == "cursor":
+            chain_edit.move_cursor(self, int(c.arg))
+        elif c.op == "move":
+            chain_edit.move_stage(self, int(c.arg))
+        elif c.op == "toggle":
+            chain_edit.toggle_stage(self)
+        else:
+            chain_edit.set_param(self, c.arg)
 
     def next_seed(self, delta: int = 1) -> None:
         self.put(Seed(delta))
@@ -294,6 +311,13 @@ class Worker:
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
+        except ServerError as exc:  # llama-server went away, is loading, busy or slow
+            text = str(exc)[:1].upper() + str(exc)[1:]
+            if exc.retry:
+                self.state.mode = "step"  # autoplay would retry in a loop; the user retries
+                key = "Enter sends it again" if self.state.returned_text else "press → to retry"
+                text += f" The conversation is kept; {key}."
+            self.state.note(text, "error")
         except TokenstepError as exc:
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
         except Exception as exc:  # keep the worker alive; show what happened

@@ -20,6 +20,7 @@ from ..engine.work import WorkSnapshot
 from .attention import AttentionView
 from .chat import Span
 from .lens import LensView
+from .remote_view import RemoteView
 from .state import Pick, Tokenized
 from .timeline import TimelineTotals
 
@@ -58,6 +59,8 @@ class HeaderView:
     n_batch: int
     n_ubatch: int
     returned_text: str | None = None  # a message that could not be sent, for the chat box
+    # Where the model runs: the layers and KV cache (llama.cpp's log), or the server's URL.
+    where: str | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class LogitsView:
     chain: ChainResult | None
     entropy: float | None
     next_pick: int | None
+    remote: RemoteView | None = None  # over llama-server: top K of N, logprobs, who picks
+    chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
 
 
 @dataclass(frozen=True)

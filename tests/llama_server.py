@@ -1,0 +1,160 @@
+"""A real llama-server process for the remote-backend tests.
+
+The binary is llama.cpp's own server, built from the llama.cpp that llama-cpp-python vendors
+(``scripts/build_llama_server.sh``; ``make test`` builds it once into ``.venv/llama-server``).
+Tests find it through ``TOKENSTEP_LLAMA_SERVER`` or next to the running interpreter's venv.
+Without it the tests skip with the reason printed, except in CI (``CI`` set), where a missing
+binary is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tui.engine import default_model_path
+
+START_TIMEOUT_S = 180.0  # a loaded 2-core machine; the bundled model loads in under a second idle
+
+
+def server_binary() -> Path | None:
+    env = os.environ.get("TOKENSTEP_LLAMA_SERVER")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(sys.prefix) / "llama-server" / "bin" / "llama-server")
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def require_binary() -> Path:
+    path = server_binary()
+    if path is not None:
+        return path
+    reason = (
+        "no llama-server binary (build it with `make test`, or scripts/build_llama_server.sh, "
+        "or set TOKENSTEP_LLAMA_SERVER)"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(reason + "; CI must build it")
+    print(f"\nskipping: {reason}", file=sys.stderr)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
+
+
+@dataclass
+class Server:
+    """One llama-server process on 127.0.0.1."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(
+            self.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return json.loads(resp.read())  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+
+def start_server(
+    log_dir: Path, *, port: int | None = None, extra: tuple[str, ...] = (), wait: bool = True
+) -> Server:
+    """Start llama-server with the bundled model (-fa off, 2 slots, no web UI) and, with
+    ``wait``, poll ``/health`` until it answers 200."""
+    binary = require_binary()
+    port = port or free_port()
+    log = log_dir / f"llama-server-{port}-{time.monotonic_ns()}.log"
+    args = [
+        str(binary),
+        "-m",
+        str(default_model_path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "4096",
+        "-np",
+        "2",
+        "-t",
+        "1",
+        "-fa",
+        "off",
+        "--no-webui",
+        *extra,
+    ]
+    env = dict(os.environ)
+    # The binary finds its shared libraries beside it (the build's RPATH points elsewhere).
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(binary.parent), env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    server = Server(proc, port, log)
+    if wait:
+        wait_healthy(server)
+    return server
+
+
+def wait_healthy(server: Server, timeout: float = START_TIMEOUT_S) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if server.proc.poll() is not None:
+            tail = server.log.read_text(errors="replace")[-2000:]
+            raise AssertionError(f"llama-server exited with {server.proc.returncode}:\n{tail}")
+        if http_status(server.url + "/health") == 200:
+            return
+        time.sleep(0.05)  # polling interval only; the condition is the server's answer
+    server.stop()
+    raise AssertionError(f"llama-server did not become healthy within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the module's read-only tests (each test uses its own slot state)."""
+    server = start_server(tmp_path_factory.mktemp("llama-server"))
+    try:
+        yield server
+    finally:
+        server.stop()

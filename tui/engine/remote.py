@@ -1,0 +1,395 @@
+"""A model that lives elsewhere: the :class:`~tui.engine.backend.Backend` seam over llama-server.
+
+One token per request: ``POST /completion`` with the whole context as token ids, ``n_predict: 1``
+and ``n_probs: K``; the server evaluates what its slot's cache lacks and answers with the top K
+of the next position (see ``remote_step``). The loop (``loop.advance``) runs on this backend as
+on the local Engine: sample from the last answer, then feed the token, which is the next request.
+A rewind or a forced token simply sends the shorter or forced prefix next time; the server reuses
+what its cache still holds and ``timings.cache_n`` says how much that was.
+
+A prefill is the same request: ``n_predict: 0`` is no pure prefill on this llama-server (checked
+here: it still samples one token, ``tokens_predicted`` 1), and the sampled token is never
+decoded with ``n_predict: 1`` either (``predicted_ms`` 0.001), so one request costs one prompt
+evaluation of what the slot lacks.
+
+Two picks: tokenstep's own llama.cpp chain and seeded RNG on the server's top K (the default),
+or the server's own pick from the same request (its RNG restarts at every request).
+
+Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
+:attr:`RemoteBackend.capabilities` and say why they are empty.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from .backend import Capabilities
+from .batch import BatchToken, DecodeCall
+from .context import EngineConfig
+from .errors import ContextFullError, TokenstepError
+from .kvcache import KVLayout, KVMirror
+from .logits import TOP_N, LogitsMemory
+from .records import RecordLog
+from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
+from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
+from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
+from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
+from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from .trace import record_to_dict
+from .work import WorkCounter
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .verify import VerifyResult
+
+DEFAULT_N_PROBS = 100
+
+
+class RemoteBackend:
+    """llama-server, stepped one request per token. Not thread-safe (one worker owns it)."""
+
+    def __init__(
+        self,
+        url: str,
+        settings: SamplerSettings | None = None,
+        *,
+        n_probs: int = DEFAULT_N_PROBS,
+        pick: str = "tokenstep",
+        slot: int = 0,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if n_probs < 1:
+            raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
+        if pick not in PICKS:
+            raise TokenstepError(f"--pick must be one of {', '.join(PICKS)}, not {pick!r}.")
+        self.client = ServerClient(url, timeout)
+        self.url = self.client.url
+        self.settings = settings or SamplerSettings()
+        self.settings.validate()
+        self.n_probs, self.pick, self.slot = n_probs, pick, slot
+        self._capabilities = remote_capabilities(self.url)
+        self.props = handshake(self.client)
+        meta = model_meta(self.client)
+        dgs = self.props.get("default_generation_settings") or {}
+        self.n_ctx = int(dgs.get("n_ctx") or meta.get("n_ctx") or 0)
+        self.vocab = RemoteVocab(self.client, int(meta.get("n_vocab") or 0))
+        self.info = model_info(self.url, self.props, meta, self.vocab)
+        if self.info.n_vocab <= 0 or self.n_ctx <= 0:
+            raise ServerError(f"{self.url} did not say its vocabulary or context size.")
+        self.vocab.n_vocab = self.info.n_vocab
+        self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
+        self.flash_attn_resolved = "unknown (the server's -fa)"
+        self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
+        self.kv = KVMirror(self.n_ctx)  # the tokens the server's slot should hold (no cells)
+        self.layout = KVLayout(0, 0, 0, 1, 1)  # nothing known: no cells here
+        self.kv_reports: list[Any] = []
+        self.kv_bytes_used = self.kv_bytes_allocated = 0
+        self.records = RecordLog(lambda rec: record_to_dict(self, rec))
+        self.logits_memory = LogitsMemory()
+        self.stop_reason: str | None = None
+        self.work = WorkCounter()
+        self.turns: list[PrefillTurn] = []
+        self.shifts: list[ShiftEvent] = []
+        self.branches: dict[int, Any] = {}
+        self.observers: list[Any] = []  # no eval callback: the graph runs on the server
+        self.n_prompt = 0
+        self._sent: list[int] = []  # the prompt of the last answered request (the slot's cache)
+        self._pending: tuple[int, int | None, int] | None = None  # a pick whose feed failed
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.kv.tokens(0)
+
+    @property
+    def n_past(self) -> int:
+        return self.kv.count(0)
+
+    @property
+    def logits(self) -> Any:
+        return self.logits_memory.logits
+
+    @property
+    def logits_record(self) -> int | None:
+        return self.logits_memory.record
+
+    @property
+    def flash_attn_note(self) -> str | None:
+        return None
+
+    @property
+    def seq_ids(self) -> list[int]:
+        return [0]
+
+    def keep_count(self) -> int:
+        return 0
+
+    def exactness(self, settings: SamplerSettings | None = None) -> str | None:
+        """Why tokenstep's pick on the current top K may differ from the full vocabulary."""
+        rec = self.records.get(self.logits_record) if self.logits_record is not None else None
+        if rec is None or not rec.top:
+            return None
+        probs = [c.p for c in self._top_all(rec)]
+        return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
+
+    # -- one request -----------------------------------------------------------------------------
+    def _request(
+        self,
+        new: list[int],
+        *,
+        phase: str,
+        reuse: bool = True,
+        reused_hint: int = 0,
+        keep: int | None = None,
+    ) -> StepRecord:
+        """Send the first ``keep`` tokens of the context (all by default) plus ``new`` and
+        record what came back for the next position. The context changes only once the server
+        has answered, so a fault leaves the conversation as it was."""
+        n_keep = self.n_past if keep is None else keep
+        prompt = self.tokens[:n_keep] + new
+        if len(prompt) > self.n_ctx:
+            raise ContextFullError(
+                f"the prompt needs {len(prompt)} tokens but the server's slot holds "
+                f"{self.n_ctx}; use a shorter prompt or a larger -c on the server."
+            )
+        try:
+            reply = self.client.post(
+                "/completion", request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
+            )
+        except ServerError as exc:
+            busy = "did not answer" in str(exc) and self._slot_busy()
+            if busy:
+                raise ServerError(
+                    f"slot {self.slot} of llama-server at {self.url} is busy with another "
+                    f"client's request (tokenstep waited {self.client.timeout:.0f} s).",
+                    retry=True,
+                ) from exc
+            raise
+        expected = 0  # the prefix the slot should still hold from our last request
+        while expected < min(len(self._sent), len(prompt) - 1) and (
+            self._sent[expected] == prompt[expected]
+        ):
+            expected += 1
+        step, top = read_reply(self.url, reply, self.settings, self.n_probs, self.info.n_vocab)
+        self._sent = prompt
+        step.slot = step.slot if step.slot >= 0 else self.slot
+        step.pick = self.pick
+        step.prompt_tokens = len(prompt)
+        step.cache_lost = reuse and step.cache_n < expected
+        cache_n = step.cache_n
+        for c in top:
+            self.vocab.learn(int(c["id"]), c.get("bytes") or c.get("token", ""))
+        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
+        index = len(self.records)
+        self._truncate(n_keep)
+        start = self.kv.last_pos(0) + 1
+        call = DecodeCall(
+            [BatchToken(tok, start + i, (0,), i == len(new) - 1) for i, tok in enumerate(new)],
+            [(0, len(new))],
+        )
+        for bt in call.tokens:
+            self.kv.add(bt.id, bt.pos, (0,), index)
+        rec = StepRecord(
+            index,
+            phase,
+            call,
+            step.prompt_ms,
+            reused=cache_n if reuse else reused_hint,
+            has_logits=True,
+            n_ctx_tokens=self.n_past,
+            kv_used=self.kv.used,
+            server=step,
+        )
+        _top, p_top, rec.entropy = top_stats(row, TOP_N)  # entropy: an upper bound (even rest)
+        rec.top = [
+            Candidate(i, self.vocab.piece(i), float(row[i]), p)
+            for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
+        ]
+        self.logits_memory.set(row, index, self.n_past)
+        self.records.append(rec)
+        self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
+        self.stop_reason = None
+        return rec
+
+    def _top_all(self, rec: StepRecord) -> list[Candidate]:
+        """All K candidates of a record (best first), with their exact probabilities."""
+        if rec.server is None:
+            return []
+        ids, lps = rec.server.top_ids, rec.server.top_logprobs
+        return [Candidate(i, b"", lp, math.exp(lp)) for i, lp in zip(ids, lps, strict=True)]
+
+    def _slot_busy(self) -> bool:
+        """``GET /slots``: is our slot processing someone else's request?"""
+        saved, self.client.timeout = self.client.timeout, 5.0
+        try:
+            slots = self.client.get("/slots").body
+        except ServerError:
+            return False
+        finally:
+            self.client.timeout = saved
+        mine = [s for s in slots if isinstance(s, dict) and s.get("id") == self.slot]
+        return bool(mine and mine[0].get("is_processing"))
+
+    # -- the loop --------------------------------------------------------------------------------
+    def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
+        if not tokens:
+            raise TokenstepError("the prompt is empty: there is nothing to decode.")
+        if self.n_past == 0:
+            self.n_prompt = len(tokens)
+        phase = "prefill" if len(tokens) > 1 else "decode"
+        return [self._request(list(tokens), phase=phase, reused_hint=reused)]
+
+    def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
+        common = 0
+        have = self.tokens
+        limit = min(len(have), len(tokens))
+        while common < limit and have[common] == tokens[common]:
+            common += 1
+        common = min(common, len(tokens) - 1)
+        t0 = time.perf_counter()
+        rec = self._request(list(tokens[common:]), phase="prefill", reuse=reuse, keep=common)
+        assert rec.server is not None
+        self.turns.append(
+            PrefillTurn(
+                reused=rec.server.cache_n,
+                computed=rec.server.prompt_n,
+                prefill_ms=rec.server.prompt_ms or (time.perf_counter() - t0) * 1000.0,
+                records=(rec.index, rec.index + 1),
+            )
+        )
+        return [rec]
+
+    def _truncate(self, n_keep: int) -> None:
+        if n_keep >= self.n_past:
+            return
+        positions = self.kv.positions(0)
+        if n_keep == 0:
+            self.kv.clear()
+        else:
+            self.kv.seq_rm(0, positions[n_keep], -1)
+        self.logits_memory.truncate(n_keep)
+
+    def ensure_logits(self) -> None:
+        """After a rewind past the remembered rows: ask for the shorter prefix again."""
+        if self.n_past == 0:
+            raise TokenstepError("the context is empty: send a prompt first.")
+        self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
+
+    def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
+        if self.logits is None:
+            raise TokenstepError("there are no logits yet: send a prompt first.")
+        return self.chain.run(self.logits, settings or self.settings, commit=False)
+
+    def sample(self, force: int | None = None) -> Sampled:
+        """Stages 5 and 6: tokenstep's chain on the top K (or the server's own pick)."""
+        if self.logits is None or self.logits_record is None:
+            self.ensure_logits()
+        rec = self.records.get(self.logits_record) if self.logits_record is not None else None
+        if self.pick == "server" and force is None and rec is not None and rec.server:
+            if rec.server.pick_settings != self.settings.to_dict():
+                # The settings changed since that answer: ask the server again with them.
+                self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
+                rec = self.records.get(self.logits_record or 0)
+        logits = self.logits
+        assert logits is not None
+        settings = self.settings
+        pending = self._pending
+        if force is not None:
+            if not 0 <= force < self.info.n_vocab:
+                raise TokenstepError(f"token id {force} is outside the vocabulary.")
+            token, result = force, self.chain.run(logits, settings, commit=False)
+        elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
+            # The last feed failed (the server was unreachable): retry the same pick, so a
+            # fault does not advance the seeded RNG twice.
+            token, result = pending[2], self.chain.run(logits, settings, commit=False)
+        elif self.pick == "server" and rec is not None and rec.server is not None:
+            result = self.chain.run(logits, settings, commit=False)
+            token = (
+                rec.server.server_pick if rec.server.server_pick is not None else result.selected
+            )
+        else:
+            result = self.chain.run(logits, settings, commit=True)
+            token = result.selected
+        eog = self.vocab.is_eog(token)
+        if rec is not None:
+            rec.note_pick(0, token, result, eog, forced=force is not None, settings=settings)
+            if rec.server is not None:
+                rec.server.pick = "forced" if force is not None else self.pick
+                rec.server.approx = self.exactness(settings)
+        if eog:
+            self.stop_reason = "end of generation"
+        return Sampled(0, token, result, logits, rec, force is not None, eog)
+
+    def sample_next(self, force: int | None = None) -> int:
+        return self.sample(force).token
+
+    def feed(self, token: int) -> StepRecord | None:
+        if self.n_past + 1 > self.n_ctx:
+            self.stop_reason = "context full"
+            return None
+        pending = (self.n_past, self.logits_record, token)
+        try:
+            rec = self._request([token], phase="decode")
+        except ServerError:
+            self._pending = pending
+            raise
+        self._pending = None
+        return rec
+
+    def rewind(self, n: int = 1) -> int:
+        n = max(0, min(n, self.n_past - 1))
+        if n:
+            self._truncate(self.n_past - n)
+            self.stop_reason = None
+        return n
+
+    def reset(self) -> None:
+        self.kv.clear()
+        self.logits_memory.clear()
+        self.chain.reseed(self.settings.seed)
+        self.stop_reason = None
+        self.work.reset()
+
+    # -- what a server cannot do -----------------------------------------------------------------
+    def _refuse(self, what: str) -> TokenstepError:
+        return TokenstepError(f"{what} {self.capabilities.missing(what)}.")
+
+    def fork(self, src: int = 0) -> int:
+        raise self._refuse("fork")
+
+    def drop_seq(self, seq: int) -> None:
+        raise self._refuse("fork")
+
+    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None:
+        raise self._refuse("fork")
+
+    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
+        raise self._refuse("verify")
+
+    def context_shift(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self.client.close()
+        chain = getattr(self, "chain", None)
+        if chain is not None:
+            chain.free()
+            self.chain = None  # type: ignore[assignment]
+
+    def __enter__(self) -> RemoteBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if TYPE_CHECKING:
+
+    def _is_a_backend(backend: RemoteBackend) -> Backend:
+        return backend  # mypy checks that RemoteBackend satisfies the Backend protocol

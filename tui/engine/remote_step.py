@@ -1,0 +1,216 @@
+"""What one llama-server request tells us, and how honest each figure is.
+
+The server returns, for the next position, the log-softmax of the raw logits at T=1 for the top
+K tokens (``completion_probabilities[0].top_logprobs``): never the logits themselves. A difference
+of two logprobs is a difference of two logits, so the top-K logits are known up to one constant,
+which is never shown as if it were the raw logit.
+
+To run tokenstep's own llama.cpp chain on that, the top K go into a full-vocabulary row at their
+logprobs and the other N - K tokens share the rest of the mass evenly (each gets at most the K-th
+probability, so they never outrank a real candidate). The top-K probabilities then come out exact;
+the entropy is an upper bound; and the chain's pick is exact whenever its survivors all lie inside
+the top K (:func:`chain_exactness` says when they do not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .remote_http import Reply, ServerError
+from .sampling import SamplerSettings
+
+# Token texts llama.cpp itself treats as end of generation (llama-vocab.cpp's EOG names).
+EOG_NAMES = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "</s>",
+)
+
+PICKS = ("tokenstep", "server")
+SAMPLERS = ["top_k", "top_p", "min_p", "temperature"]  # tokenstep's chain, in llama.cpp's order
+SERVER_PICK_NOTE = (
+    "the server's own pick: it builds a new sampler for every request, so its RNG restarts at "
+    "each step and its seeded picks never equal one streamed completion"
+)
+
+
+@dataclass
+class ServerStep:
+    """One ``POST /completion``: what the server evaluated, reused, timed and picked."""
+
+    url: str
+    slot: int
+    n_probs: int  # K asked for
+    n_top: int  # K returned
+    n_vocab: int  # N
+    mass: float  # probability mass of the top K (of the full softmax at T=1)
+    prompt_tokens: int  # the prompt sent (the whole context: token ids)
+    prompt_n: int  # tokens the server evaluated for it
+    cache_n: int  # tokens it found in its slot's cache
+    tokens_cached: int  # the slot's cache after the request
+    prompt_ms: float  # the server's own time for evaluating the prompt
+    predicted_ms: float  # the server's own time for the token it predicted
+    round_trip_ms: float  # measured here: connect, send, wait, read
+    json_ms: float  # measured here: encode the request, decode the answer
+    server_pick: int | None  # the token the server's own chain sampled
+    pick_settings: dict[str, Any]  # the settings the server sampled with
+    cache_lost: bool = False  # the server re-evaluated tokens it had cached before
+    pick: str = "tokenstep"  # who picked the token sampled from this row: tokenstep or server
+    approx: str | None = None  # why tokenstep's pick from the top K may differ (None: exact)
+    top_ids: list[int] = field(default_factory=list, repr=False)  # all K, best first
+    top_logprobs: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def top_of(self) -> str:
+        return f"top {self.n_top} of {self.n_vocab}"
+
+    @property
+    def other_ms(self) -> float:
+        """The round trip less the server's own evaluation: HTTP, queueing, JSON, sampling."""
+        return max(self.round_trip_ms - self.prompt_ms - self.predicted_ms, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "slot": self.slot,
+            "candidates": self.top_of,
+            "top_mass": round(self.mass, 6),
+            "logits": "known up to a constant: top entries are logprobs (log-softmax at T=1)",
+            "prompt_tokens": self.prompt_tokens,
+            "evaluated": self.prompt_n,
+            "cached": self.cache_n,
+            "tokens_cached": self.tokens_cached,
+            "cache_lost": self.cache_lost,
+            "timings_ms": {
+                "server_prompt": round(self.prompt_ms, 3),
+                "server_predicted": round(self.predicted_ms, 3),
+                "round_trip": round(self.round_trip_ms, 3),
+                "json": round(self.json_ms, 3),
+                "other": round(self.other_ms, 3),
+            },
+            "server_pick": self.server_pick,
+            "pick": self.pick,
+            "pick_exact": self.approx is None,
+            "pick_note": self.approx if self.pick == "tokenstep" else SERVER_PICK_NOTE,
+        }
+
+
+def fill_row(ids: list[int], logprobs: list[float], n_vocab: int) -> tuple[np.ndarray, float]:
+    """A full-vocabulary row: the top K at their logprobs, the rest spread evenly over the
+    other tokens. Returns the row and the top K's probability mass."""
+    lp = np.asarray(logprobs, dtype=np.float64)
+    mass = float(np.exp(lp).sum()) if lp.size else 0.0
+    rest = 1.0 - mass
+    n_rest = n_vocab - len(ids)
+    floor = float(lp.min()) if lp.size else 0.0
+    if n_rest > 0 and rest > 0:
+        fill = min(math.log(rest / n_rest), floor)
+        fill = float(np.nextafter(np.float32(fill), np.float32(-np.inf))) if fill >= floor else fill
+    else:
+        fill = -math.inf
+    row = np.full(n_vocab, fill, dtype=np.float32)
+    if ids:
+        row[np.asarray(ids, dtype=np.int64)] = lp.astype(np.float32)
+    return row, min(mass, 1.0)
+
+
+def chain_exactness(settings: SamplerSettings, probs: list[float], n_vocab: int) -> str | None:
+    """None when tokenstep's chain on the top K gives what it would give on the full
+    vocabulary; otherwise one sentence saying why the pick is an approximation.
+
+    ``probs`` are the top K's probabilities (full softmax at T=1), best first."""
+    k_top = len(probs)
+    if k_top >= n_vocab or settings.is_greedy:
+        return None  # the argmax is always inside the top K
+    if 0 < settings.top_k <= k_top:
+        return None  # top-k keeps only tokens inside the top K
+    mass = float(sum(probs))
+    top_k_off = settings.top_k <= 0 or settings.top_k >= n_vocab
+    top_p_on = settings.top_p < 1.0
+    if top_k_off and top_p_on and mass >= settings.top_p:
+        return None  # top-p's cut falls inside the top K, whose probabilities are exact
+    min_p_inside = settings.min_p > 0 and probs[-1] < settings.min_p * probs[0]
+    if min_p_inside and (top_k_off or not top_p_on):
+        return None  # min-p (relative to the best) drops everything past the K-th
+    reach = "top-k is off" if top_k_off else f"top-k {settings.top_k} reaches past them"
+    cover = (
+        f"they hold {mass:.1%} of the mass, less than top-p {settings.top_p:.2f}"
+        if top_p_on
+        else f"they hold {mass:.1%} of the mass and top-p is off"
+    )
+    return (
+        f"approximation: the chain saw only the top {k_top} of {n_vocab} ({reach}; {cover}; "
+        "min-p does not cut inside them), the rest stand in as an even spread"
+    )
+
+
+def request_body(
+    s: SamplerSettings, prompt: list[int], reuse: bool, n_probs: int, slot: int
+) -> dict[str, Any]:
+    """One token: ``n_predict`` 1 and the top ``n_probs`` of the next position, sampled by
+    tokenstep's chain (the same four samplers, neutral penalties) with its seed."""
+    return {
+        "prompt": prompt,
+        "n_predict": 1,
+        "n_probs": n_probs,
+        "cache_prompt": reuse,
+        "id_slot": slot,
+        "return_tokens": True,
+        "timings_per_token": True,
+        "samplers": SAMPLERS,
+        "temperature": 0.0 if s.is_greedy else s.temp,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "seed": s.seed,
+        "repeat_penalty": 1.0,
+        "n_keep": 0,
+    }
+
+
+def read_reply(
+    url: str, reply: Reply, settings: SamplerSettings, n_probs: int, n_vocab: int
+) -> tuple[ServerStep, list[dict[str, Any]]]:
+    """The ServerStep of a ``/completion`` answer, and its raw top_logprobs entries."""
+    body = reply.body if isinstance(reply.body, dict) else {}
+    probs = body.get("completion_probabilities") or []
+    top = (probs[0].get("top_logprobs") if probs else None) or []
+    if not top:
+        raise ServerError(
+            f"{url} sent no top_logprobs for n_probs {n_probs}; it does not look like llama-server."
+        )
+    t = body.get("timings") or {}
+    cache_n = int(t.get("cache_n", 0))
+    picks = body.get("tokens") or []
+    step = ServerStep(
+        url=url,
+        slot=int(body.get("id_slot", -1)),
+        n_probs=n_probs,
+        n_top=len(top),
+        n_vocab=n_vocab,
+        mass=0.0,
+        prompt_tokens=0,
+        prompt_n=int(t.get("prompt_n", 0)),
+        cache_n=cache_n,
+        tokens_cached=int(body.get("tokens_cached", 0)),
+        prompt_ms=float(t.get("prompt_ms", 0.0)),
+        predicted_ms=float(t.get("predicted_ms", 0.0)),
+        round_trip_ms=reply.round_trip_ms,
+        json_ms=reply.json_ms,
+        server_pick=int(picks[0]) if picks else None,
+        pick_settings=settings.to_dict(),
+        top_ids=[int(c["id"]) for c in top],
+        top_logprobs=[float(c["logprob"]) for c in top],
+    )
+    return step, top

@@ -1,0 +1,153 @@
+"""The server's side of the model: its capabilities, vocabulary and facts, over HTTP.
+
+Tokens go through ``/tokenize`` (with their pieces) and ``/detokenize``; the model's facts come
+from ``/props`` and ``/v1/models``. llama-server does not list its end-of-generation tokens, so
+they are the eos token from ``/props`` and the tokens whose text llama.cpp itself treats as an
+end of generation (:data:`~tui.engine.remote_step.EOG_NAMES`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .backend import Capabilities
+from .errors import TokenstepError, one_line
+from .model import ModelInfo
+from .remote_http import ServerClient, ServerError
+from .remote_step import EOG_NAMES
+
+
+def remote_capabilities(url: str) -> Capabilities:
+    return Capabilities(
+        f"the server at {url}",
+        kv_cells=False,
+        attention=False,
+        graph=False,
+        verify=False,
+        fork=False,
+        full_vocab=False,
+        context_shift=False,
+        lens=False,
+    )
+
+
+class RemoteVocab:
+    """The server's vocabulary: ``/tokenize`` (with pieces) and ``/detokenize``, cached."""
+
+    def __init__(self, client: ServerClient, n_vocab: int) -> None:
+        self.client = client
+        self.n_vocab = n_vocab
+        self._pieces: dict[int, bytes] = {}
+        self.eog_ids: set[int] = set()
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        if not text:
+            return []
+        body = {
+            "content": text,
+            "add_special": add_special,
+            "parse_special": parse_special,
+            "with_pieces": True,
+        }
+        out: list[int] = []
+        for item in self.client.post("/tokenize", body).body.get("tokens", []):
+            tok, piece = int(item["id"]), item.get("piece", "")
+            self.learn(tok, piece)
+            out.append(tok)
+        return out
+
+    def learn(self, token: int, piece: str | list[int] | bytes) -> None:
+        """Remember a token's bytes: the server sends text, or a list of bytes when the piece
+        is not valid UTF-8 on its own."""
+        if isinstance(piece, str):
+            data = piece.encode("utf-8")
+        else:
+            data = bytes(piece)
+        self._pieces[token] = data
+
+    def piece(self, token: int) -> bytes:
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        if not 0 <= token < self.n_vocab:
+            raise TokenstepError(
+                f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})."
+            )
+        text = self.client.post("/detokenize", {"tokens": [token]}).body.get("content", "")
+        self._pieces[token] = str(text).encode("utf-8")
+        return self._pieces[token]
+
+    def text(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog_ids
+
+
+def model_info(
+    url: str, props: dict[str, Any], meta: dict[str, Any], vocab: RemoteVocab
+) -> ModelInfo:
+    path = str(props.get("model_path") or props.get("model_alias") or url)
+    eos_text = props.get("eos_token") or ""
+    bos_text = props.get("bos_token") or ""
+    names = [n for n in dict.fromkeys([eos_text, *EOG_NAMES]) if n]
+    toks = vocab.tokenize("".join(names), add_special=False, parse_special=True)
+    pieces = {vocab.piece(t).decode("utf-8", "replace"): t for t in toks}
+    vocab.eog_ids = {t for name, t in pieces.items() if name in names}
+    eos = pieces.get(eos_text, -1)
+    bos_toks = vocab.tokenize(bos_text, add_special=False, parse_special=True) if bos_text else []
+    n_vocab = int(meta.get("n_vocab") or vocab.n_vocab)
+    return ModelInfo(
+        path=path,
+        arch="?",
+        name=one_line(os.path.basename(path).removesuffix(".gguf")),
+        desc=one_line(f"served by llama-server at {url}"),
+        quant=one_line(str(props.get("model_ftype") or meta.get("ftype") or "?")),
+        size_bytes=int(meta.get("size") or 0),
+        n_params=int(meta.get("n_params") or 0),
+        n_vocab=n_vocab,
+        n_layer=0,
+        n_head=0,
+        n_head_kv=0,
+        n_embd=int(meta.get("n_embd") or 0),
+        head_dim_k=0,
+        head_dim_v=0,
+        n_ff=0,
+        n_ctx_train=int(meta.get("n_ctx_train") or 0),
+        n_swa=0,
+        vocab_type="?",
+        bos=bos_toks[0] if len(bos_toks) == 1 else -1,
+        eos=eos,
+        eot=-1,
+        eog_ids=sorted(vocab.eog_ids),
+        chat_template=props.get("chat_template") or None,
+        add_bos=False,  # the chat template writes its own markers; ids are sent as they are
+    )
+
+
+def handshake(client: ServerClient) -> dict[str, Any]:
+    """``GET /health`` (503 while the model loads), then ``GET /props``."""
+    url = client.url
+    health = client.get("/health").body
+    if not isinstance(health, dict) or health.get("status") != "ok":
+        raise ServerError(f"{url} answered /health without status ok: is it llama-server?")
+    props = client.get("/props").body
+    if not isinstance(props, dict) or "default_generation_settings" not in props:
+        raise ServerError(
+            f"{url} answered /props without default_generation_settings: it does not look "
+            "like llama-server."
+        )
+    return props
+
+
+def model_meta(client: ServerClient) -> dict[str, Any]:
+    """``GET /v1/models``: n_vocab, n_ctx_train, size (one model per server)."""
+    try:
+        data = client.get("/v1/models").body.get("data") or []
+    except (ServerError, AttributeError):
+        return {}
+    meta = data[0].get("meta") if data and isinstance(data[0], dict) else None
+    return meta if isinstance(meta, dict) else {}

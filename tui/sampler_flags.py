@@ -1,0 +1,149 @@
+"""The sampler-chain flags, with llama.cpp's names and defaults (``common/arg.cpp``), and how
+they become :class:`~tui.engine.SamplerSettings`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .engine.errors import TokenstepError
+from .engine.sampler_settings import (
+    DEFAULT_BREAKERS,
+    SamplerSettings,
+    parse_logit_bias,
+    parse_samplers,
+    parse_sampling_seq,
+)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def add_chain_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampler chain (llama.cpp's flags and defaults)")
+    num, add = _number, g.add_argument
+    add("--repeat-penalty", type=num, default=1.0, help="repeat penalty, 1.0 = off (default 1.0)")
+    add("--repeat-last-n", type=int, default=64, help="penalty window, -1 = context (default 64)")
+    add("--presence-penalty", type=num, default=0.0, help="presence penalty (default 0.0)")
+    add("--frequency-penalty", type=num, default=0.0, help="frequency penalty (default 0.0)")
+    add("--dry-multiplier", type=num, default=0.0, help="DRY multiplier, 0 = off (default 0.0)")
+    add("--dry-base", type=num, default=1.75, help="DRY base (default 1.75)")
+    add("--dry-allowed-length", type=int, default=2, help="DRY allowed length (default 2)")
+    add(
+        "--dry-penalty-last-n",
+        type=int,
+        default=-1,
+        help="DRY window, -1 = context, 0 = off (default -1)",
+    )
+    add(
+        "--dry-sequence-breaker",
+        action="append",
+        metavar="STR",
+        help="a DRY sequence breaker (repeatable; 'none' for none; default \\n : \" *)",
+    )
+    add("--top-nsigma", type=num, default=-1.0, help="top-n-sigma, -1 = off (default -1)")
+    add("--typical", type=num, default=1.0, help="typical-p, 1.0 = off (default 1.0)")
+    add("--xtc-probability", type=num, default=0.0, help="XTC probability, 0 = off (default 0)")
+    add("--xtc-threshold", type=num, default=0.1, help="XTC threshold (default 0.1)")
+    add("--dynatemp-range", type=num, default=0.0, help="dynamic temperature range (default 0)")
+    add("--dynatemp-exp", type=num, default=1.0, help="dynamic temperature exponent (default 1)")
+    add("--mirostat", type=int, default=0, help="mirostat 0 = off, 1 or 2 (default 0)")
+    add("--mirostat-lr", type=num, default=0.1, help="mirostat learning rate eta (default 0.1)")
+    add("--mirostat-ent", type=num, default=5.0, help="mirostat target entropy tau (default 5)")
+    add(
+        "-l",
+        "--logit-bias",
+        action="append",
+        metavar="TOKEN_ID(+/-)BIAS",
+        help="add a bias to one token's logit, e.g. 15043+1 or 15043-inf (repeatable)",
+    )
+    add(
+        "--samplers",
+        metavar="NAMES",
+        help="the chain's order, ';'-separated "
+        "(default penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)",
+    )
+    add("--sampling-seq", metavar="LETTERS", help="the same in one letter each (default edskypmxt)")
+    add("--grammar", metavar="GBNF", help="constrain the text with a GBNF grammar")
+    add("--grammar-file", metavar="FILE", help="read the GBNF grammar from a file")
+    add("-j", "--json-schema", metavar="SCHEMA", help="constrain the text to a JSON schema")
+    add("--json-schema-file", metavar="FILE", help="read the JSON schema from a file")
+
+
+def _read(path: str, flag: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenstepError(f"{flag}: cannot read {path} ({e.__class__.__name__}).") from None
+
+
+def grammar_from_args(args: argparse.Namespace) -> str:
+    """The GBNF text the flags ask for ("" for none); two of them at once is one sentence."""
+    given = [
+        f
+        for f in ("grammar", "grammar_file", "json_schema", "json_schema_file")
+        if getattr(args, f, None) is not None
+    ]
+    if len(given) > 1:
+        names = " and ".join("--" + f.replace("_", "-") for f in given)
+        raise TokenstepError(f"{names} both give a grammar: pass only one.")
+    if not given:
+        return ""
+    from .engine.grammar import schema_to_gbnf
+
+    flag = given[0]
+    if flag == "grammar":
+        return str(args.grammar)
+    if flag == "grammar_file":
+        return _read(args.grammar_file, "--grammar-file")
+    if flag == "json_schema":
+        return schema_to_gbnf(args.json_schema)
+    return schema_to_gbnf(_read(args.json_schema_file, "--json-schema-file"))
+
+
+def apply_chain_flags(args: argparse.Namespace, s: SamplerSettings) -> None:
+    """Copy the chain flags (when the parser has them) onto ``s``."""
+    if not hasattr(args, "repeat_penalty"):
+        return
+    s.repeat_penalty, s.repeat_last_n = args.repeat_penalty, args.repeat_last_n
+    s.presence_penalty, s.frequency_penalty = args.presence_penalty, args.frequency_penalty
+    s.dry_multiplier, s.dry_base = args.dry_multiplier, args.dry_base
+    s.dry_allowed_length, s.dry_penalty_last_n = args.dry_allowed_length, args.dry_penalty_last_n
+    breakers = args.dry_sequence_breaker
+    if breakers is not None:
+        s.dry_sequence_breakers = [] if breakers == ["none"] else [_unescape(b) for b in breakers]
+    else:
+        s.dry_sequence_breakers = list(DEFAULT_BREAKERS)
+    s.top_n_sigma, s.typical_p = args.top_nsigma, args.typical
+    s.xtc_probability, s.xtc_threshold = args.xtc_probability, args.xtc_threshold
+    s.dynatemp_range, s.dynatemp_exponent = args.dynatemp_range, args.dynatemp_exp
+    s.mirostat, s.mirostat_eta, s.mirostat_tau = args.mirostat, args.mirostat_lr, args.mirostat_ent
+    s.logit_bias = [parse_logit_bias(x) for x in args.logit_bias or []]
+    if args.samplers is not None and args.sampling_seq is not None:
+        raise TokenstepError("--samplers and --sampling-seq both give the order: pass only one.")
+    if args.samplers is not None:
+        s.samplers = parse_samplers(args.samplers)
+    elif args.sampling_seq is not None:
+        s.samplers = parse_sampling_seq(args.sampling_seq)
+    s.grammar = grammar_from_args(args)
+
+
+def _unescape(text: str) -> str:
+    """llama.cpp unescapes \\n, \\t, \\" ... in --dry-sequence-breaker."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            out.append({"n": "\n", "t": "\t", "r": "\r"}.get(text[i + 1], text[i + 1]))
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)

@@ -1,0 +1,313 @@
+"""``tokenstep serve``: the app in a browser, for a classroom, through textual-serve.
+
+Every browser tab gets its own app process (``python -m tui`` with the app flags given to
+``serve``), on the same model file, with its own autosave folder. The tabs live at once are
+capped by ``--max-sessions``: a tab over the cap is told so and no process starts. A closed tab
+ends its process: the app is asked to quit (its worker stops and autosaves), and a process that
+does not end in time is terminated, then killed, and always waited for (no zombies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import html
+import ipaddress
+import logging
+import os
+import shlex
+import signal
+import sys
+import time
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+from textual_serve.app_service import AppService
+from textual_serve.server import Server, to_int
+
+from .args import build_parsers
+from .commands import preflight
+from .engine import gguf_header
+from .engine.errors import TokenstepError
+from .engine.info import facts
+from .engine.model import default_model_path
+from .worker import session_store
+
+log = logging.getLogger("tokenstep.serve")
+
+QUIT_S = 5.0  # a quit request lets the app stop its worker and autosave
+TERM_S = 3.0  # then SIGTERM (textual's web driver turns it into the same exit), then SIGKILL
+LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+
+_PR_SET_PDEATHSIG = 1
+_LIBC: Any = None
+if sys.platform.startswith("linux"):
+    with suppress(OSError):
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_server() -> None:
+    """In the app process, before exec: the kernel sends it SIGTERM if the server dies, so a
+    killed server leaves no orphans behind."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+async def _ended(process: asyncio.subprocess.Process, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        return False
+    return True
+
+
+class TabService(AppService):
+    """One tab's app process: started without a shell (the flags reach it as they were
+    typed), with the tab's own autosave folder, and always ended and reaped."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(shlex.join(argv), **kwargs)
+        self.argv = argv
+        self.extra_env = env
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process is not None else None
+
+    async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
+        env = self._build_environment(width=width, height=height)
+        env.update(self.extra_env)
+        self._process = process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            preexec_fn=_die_with_server,
+        )
+        assert process.stdin is not None
+        self._stdin = process.stdin
+        return process
+
+    async def on_data(self, payload: bytes) -> None:
+        # A tab that is gone cannot take the screen; keep reading the app's output anyway, so
+        # it never blocks on a full pipe while it is being asked to quit.
+        with suppress(ConnectionError, RuntimeError):
+            await super().on_data(payload)
+
+    async def on_meta(self, data: bytes) -> None:
+        with suppress(ConnectionError, RuntimeError):
+            await super().on_meta(data)
+
+    async def stop(self) -> None:
+        process, task = self._process, self._task
+        if process is None or task is None:
+            return
+        self._task = None
+        await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
+        if process.returncode is None:
+            await self.send_meta({"type": "quit"})
+        for ask, wait in ((None, QUIT_S), (process.terminate, TERM_S), (process.kill, None)):
+            if ask is not None:
+                with suppress(ProcessLookupError):
+                    ask()
+            if wait is None:
+                await process.wait()
+            elif await _ended(process, wait):
+                break
+        await task
+
+
+def refusal(max_sessions: int) -> str:
+    return (
+        f"All {max_sessions} tabs this server allows are in use (--max-sessions {max_sessions}). "
+        "Close another tokenstep tab, or reload this page later."
+    )
+
+
+class TabServer(Server):
+    """textual-serve's server with a cap on live tabs, one autosave folder per tab, and a
+    page title that names the model."""
+
+    def __init__(
+        self,
+        app_argv: list[str],
+        *,
+        host: str,
+        port: int,
+        max_sessions: int,
+        title: str,
+        autosave_root: Path,
+    ) -> None:
+        self.app_argv = [sys.executable, "-m", "tui", *app_argv]
+        super().__init__(shlex.join(self.app_argv), host=host, port=port, title=title)
+        self.max_sessions = max_sessions
+        self.autosave_root = autosave_root
+        self.live: dict[str, TabService] = {}
+        self.opened = 0
+        root = str(Path(__file__).resolve().parent.parent)  # the tabs run this same package
+        self.env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+        }
+
+    def full(self) -> bool:
+        return len(self.live) >= self.max_sessions
+
+    def announce(self, *_: object) -> None:
+        """Printed once the port is bound (aiohttp calls it after the sites start)."""
+        print(
+            f"tokenstep serve: {self.title} on {self.public_url} "
+            f"(at most {self.max_sessions} tabs, each its own app process)",
+            flush=True,
+        )
+        print(f"autosaves: {self.autosave_root}/tabN; Ctrl+C stops the server.", flush=True)
+
+    def serve(self, debug: bool = False) -> None:
+        self.initialize_logging()
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.request_exit)
+        web.run_app(
+            self._make_app(),
+            host=self.host,
+            port=self.port,
+            handle_signals=False,
+            loop=loop,
+            print=self.announce,
+            access_log=None,
+        )
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Nothing before the port is bound (see :meth:`announce`)."""
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        await asyncio.gather(*(s.stop() for s in list(self.live.values())))
+
+    async def handle_index(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
+        title = html.escape(self.title)
+        if self.full():
+            page = (
+                f"<!DOCTYPE html><html><head><title>{title}</title></head>"
+                f"<body><h1>{title}</h1><p>{html.escape(refusal(self.max_sessions))}</p></body></html>"
+            )
+            return web.Response(status=503, text=page, content_type="text/html")
+        # The page's own URLs (static files, the websocket) as this browser reached the server,
+        # so a server listening on 0.0.0.0 hands out an address the browser can use.
+        self.public_url = f"{request.scheme}://{request.host}"
+        response = await super().handle_index(request)  # type: ignore[misc]
+        assert isinstance(response, web.Response) and response.text is not None
+        response.text = response.text.replace("<head>", f"<head><title>{title}</title>", 1)
+        return response
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        websocket = web.WebSocketResponse(heartbeat=15)
+        await websocket.prepare(request)
+        if self.full():  # no process: the message is drawn on the tab's terminal
+            text = refusal(self.max_sessions)
+            await websocket.send_bytes(f"\x1b[2J\x1b[H\x1b[1m{text}\x1b[0m\r\n".encode())
+            async for _ in websocket:
+                pass
+            return websocket
+        self.opened += 1
+        number = self.opened
+        folder = self.autosave_root / f"tab{number}"
+        service = TabService(
+            self.app_argv,
+            {**self.env, "TOKENSTEP_AUTOSAVE_DIR": str(folder)},
+            write_bytes=websocket.send_bytes,
+            write_str=websocket.send_str,
+            close=websocket.close,
+            download_manager=self.download_manager,
+        )
+        self.live[service.app_service_id] = service  # before any await: the cap holds
+        try:
+            width = to_int(request.query.get("width", "80"), 80)
+            height = to_int(request.query.get("height", "24"), 24)
+            await service.start(width, height)
+            log.info("tab %d opened: app process %s, autosave in %s", number, service.pid, folder)
+            await self._process_messages(websocket, service)
+        except Exception as error:  # a bad message ends this tab, never the server
+            log.warning("tab %d: %s", number, error)
+        finally:
+            await service.stop()
+            del self.live[service.app_service_id]
+            log.info(
+                "tab %d closed: app process %s ended (exit code %s)",
+                number,
+                service.pid,
+                service.returncode,
+            )
+        return websocket
+
+    async def _process_messages(
+        self, websocket: web.WebSocketResponse, app_service: AppService
+    ) -> None:
+        async for message in websocket:
+            if message.type == WSMsgType.TEXT:
+                kind, *rest = message.json()
+                data = rest[0] if rest else None
+                if kind == "stdin" and isinstance(data, str):
+                    await app_service.send_bytes(data.encode("utf-8"))
+                elif kind == "resize" and isinstance(data, dict):
+                    width = max(1, to_int(str(data.get("width", 80)), 80))
+                    height = max(1, to_int(str(data.get("height", 24)), 24))
+                    await app_service.set_terminal_size(width, height)
+                elif kind == "ping":
+                    await websocket.send_json(["pong", data])
+                elif kind == "blur":
+                    await app_service.blur()
+                elif kind == "focus":
+                    await app_service.focus()
+
+
+def model_title(app_args: argparse.Namespace) -> str:
+    path = Path(app_args.model) if app_args.model else default_model_path()
+    return f"tokenstep · {facts(gguf_header.read_header(path)).name}"
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    if not 1 <= args.port <= 65535:
+        raise TokenstepError(f"--port must be between 1 and 65535, not {args.port}.")
+    if args.max_sessions < 1:
+        raise TokenstepError(f"--max-sessions must be at least 1, not {args.max_sessions}.")
+    app_args = build_parsers()["app"].parse_args(args.app_argv)
+    preflight(app_args)  # a bad app flag or model file fails once here, not in every tab
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    server = TabServer(
+        list(args.app_argv),
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        title=model_title(app_args),
+        autosave_root=session_store.default_autosave_dir() / f"serve-{stamp}-{os.getpid()}",
+    )
+    if not is_loopback(args.host):
+        print(
+            f"tokenstep serve: warning: listening on {args.host}, so anyone who can reach port "
+            f"{args.port} can use the model (up to {args.max_sessions} tabs at once).",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        server.serve()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise TokenstepError(f"cannot listen on {args.host}:{args.port}: {reason}.") from exc
+    return 0

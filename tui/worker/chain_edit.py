@@ -1,0 +1,153 @@
+"""The sampler chain edited from the keyboard: pick a stage, move it up or down, turn it off or
+on, or set any parameter by llama.cpp's flag name. Each change re-runs the chain on the same
+logits (no decode), as the other sampler keys do."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from ..engine.chain_stages import STAGES
+from ..engine.errors import TokenstepError
+from ..engine.grammar import check_grammar, schema_to_gbnf
+from ..engine.sampler_settings import (
+    SamplerSettings,
+    parse_logit_bias,
+    parse_samplers,
+    parse_sampling_seq,
+)
+from .sampler_keys import settings_changed
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+# llama.cpp's flag name → the setting it sets (the app's ": name value" line takes these).
+FLAGS: dict[str, str] = {
+    "temp": "temp",
+    "top-k": "top_k",
+    "top-p": "top_p",
+    "min-p": "min_p",
+    "seed": "seed",
+    "repeat-penalty": "repeat_penalty",
+    "repeat-last-n": "repeat_last_n",
+    "presence-penalty": "presence_penalty",
+    "frequency-penalty": "frequency_penalty",
+    "dry-multiplier": "dry_multiplier",
+    "dry-base": "dry_base",
+    "dry-allowed-length": "dry_allowed_length",
+    "dry-penalty-last-n": "dry_penalty_last_n",
+    "dry-sequence-breaker": "dry_sequence_breakers",
+    "top-nsigma": "top_n_sigma",
+    "typical": "typical_p",
+    "xtc-probability": "xtc_probability",
+    "xtc-threshold": "xtc_threshold",
+    "dynatemp-range": "dynatemp_range",
+    "dynatemp-exp": "dynatemp_exponent",
+    "mirostat": "mirostat",
+    "mirostat-lr": "mirostat_eta",
+    "mirostat-ent": "mirostat_tau",
+    "logit-bias": "logit_bias",
+    "samplers": "samplers",
+    "sampling-seq": "samplers",
+    "grammar": "grammar",
+    "json-schema": "grammar",
+}
+DEFAULTS = SamplerSettings()
+
+
+def default_of(flag: str) -> str:
+    """llama.cpp's default for ``flag``, as the sampler screen shows it beside the name."""
+    v = getattr(DEFAULTS, FLAGS[flag])
+    if isinstance(v, list):
+        return ";".join(map(str, v)) if flag == "samplers" else repr(v)
+    return str(v) if v != "" else "none"
+
+
+def move_cursor(w: Worker, delta: int) -> None:
+    st = w.engine.settings
+    w.state.chain_cursor = (w.state.chain_cursor + delta) % max(len(st.samplers), 1)
+    name = st.samplers[w.state.chain_cursor] if st.samplers else "none"
+    w.state.action = "settings"
+    w.state.note(f"Stage {w.state.chain_cursor + 1}: {_label(name)}{_off(st, name)}.")
+
+
+def move_stage(w: Worker, delta: int) -> None:
+    """Move the stage under the cursor one place up (-1) or down (+1) the chain."""
+    st, i = w.engine.settings, w.state.chain_cursor
+    if not st.samplers:
+        return
+    j = i + delta
+    if not 0 <= j < len(st.samplers):
+        settings_changed(w, f"{_label(st.samplers[i])} is already {'first' if j < 0 else 'last'}")
+        return
+    st.samplers[i], st.samplers[j] = st.samplers[j], st.samplers[i]
+    w.state.chain_cursor = j
+    settings_changed(w, f"{_label(st.samplers[j])} moved to place {j + 1} of the chain")
+
+
+def toggle_stage(w: Worker) -> None:
+    """Turn the stage under the cursor off (left out of the chain) or back on."""
+    st = w.engine.settings
+    if not st.samplers:
+        return
+    name = st.samplers[w.state.chain_cursor]
+    if name in st.off:
+        st.off.remove(name)
+        settings_changed(w, f"{_label(name)} on")
+    else:
+        st.off.append(name)
+        settings_changed(w, f"{_label(name)} off")
+
+
+def set_param(w: Worker, line: str) -> None:
+    """``NAME VALUE`` with llama.cpp's flag names (``repeat-penalty 1.2``, ``samplers
+    top_k;temperature``); a bad name or value is one sentence and nothing changes."""
+    name, _, raw = line.strip().lstrip("-").partition(" ")
+    raw = raw.strip()
+    if name not in FLAGS:
+        raise TokenstepError(
+            f"llama.cpp has no sampler flag --{name}; try one of: " + ", ".join(sorted(FLAGS)) + "."
+        )
+    st = w.engine.settings
+    trial = st.copy()
+    field = FLAGS[name]
+    setattr(trial, field, _parse(w, name, field, raw, trial))
+    trial.validate()
+    trial.check_vocab(w.engine.info.n_vocab)
+    if field == "samplers":
+        w.state.chain_cursor = min(w.state.chain_cursor, max(len(trial.samplers) - 1, 0))
+    for f in fields(SamplerSettings):
+        setattr(st, f.name, getattr(trial, f.name))
+    settings_changed(w, f"--{name} {raw or 'none'}")
+
+
+def _parse(w: Worker, name: str, field: str, raw: str, s: SamplerSettings) -> Any:
+    if name == "samplers":
+        return parse_samplers(raw)
+    if name == "sampling-seq":
+        return parse_sampling_seq(raw)
+    if name == "logit-bias":
+        return [] if raw in ("", "none") else [*s.logit_bias, parse_logit_bias(raw)]
+    if name == "dry-sequence-breaker":
+        return [] if raw == "none" else [*s.dry_sequence_breakers, raw.replace("\\n", "\n")]
+    if name in ("grammar", "json-schema"):
+        if raw in ("", "none"):
+            return ""
+        text = schema_to_gbnf(raw) if name == "json-schema" else raw
+        check_grammar(w.engine.model.vocab, text)
+        return text
+    kind = type(getattr(s, field))
+    try:
+        return kind(int(raw)) if kind is int else kind(float(raw))
+    except ValueError:
+        raise TokenstepError(f"--{name} wants a number, not {raw!r}.") from None
+
+
+def _label(name: str) -> str:
+    return STAGES[name].label if name in STAGES else name
+
+
+def _off(st: SamplerSettings, name: str) -> str:
+    if name in st.off:
+        return " (off)"
+    return "" if STAGES[name].active(st) else " (neutral at these settings: it changes nothing)"
