@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .backend_flags import gpu_flags, server_flags
 from .engine.errors import TokenstepError
 
 COMMANDS = ("trace", "info", "verify", "serve")
@@ -102,89 +103,6 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _server_flags(p: argparse.ArgumentParser) -> None:
-    """A model that lives elsewhere: step a running llama-server instead of a local context."""
-    p.add_argument(
-        "--server",
-        metavar="URL",
-        help="step the model of a running llama-server (http://HOST:PORT) instead of a local one",
-    )
-    p.add_argument(
-        "--n-probs",
-        type=int,
-        default=100,
-        metavar="K",
-        help="with --server: candidates the server returns per step (default 100)",
-    )
-    p.add_argument(
-        "--pick",
-        choices=["tokenstep", "server"],
-        default="tokenstep",
-        help="with --server: who samples, tokenstep's chain on the top K (default) or the "
-        "server's own chain (its RNG restarts every request)",
-    )
-
-
-def _gpu_layers(text: str) -> int:
-    """-ngl N, or 'all' (every layer), as llama.cpp takes it."""
-    if text.strip().lower() == "all":
-        return 1 << 30
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of layers or 'all'") from None
-    if n < -1:
-        raise argparse.ArgumentTypeError(f"{n} layers: use 0 or more, -1 or 'all'")
-    return (1 << 30) if n == -1 else n
-
-
-def _tensor_split(text: str) -> list[float]:
-    """-ts 3,1: the share of the model each GPU holds (llama.cpp's proportions)."""
-    try:
-        parts = [float(x) for x in text.replace("/", ",").split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 3,1") from None
-    if not parts or any(not math.isfinite(x) or x < 0 for x in parts) or sum(parts) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of shares like 3,1")
-    return parts
-
-
-def _gpu_flags(p: argparse.ArgumentParser) -> None:
-    """GPU offload for a local model, with llama.cpp's names (a CPU-only build accepts them and
-    says it has no GPU backend)."""
-    p.add_argument(
-        "-ngl",
-        "--n-gpu-layers",
-        "--gpu-layers",
-        type=_gpu_layers,
-        default=0,
-        metavar="N",
-        help="layers to store in VRAM (N, or 'all'; default 0)",
-    )
-    p.add_argument(
-        "-sm",
-        "--split-mode",
-        choices=["none", "layer", "row"],
-        default="layer",
-        help="how to split the model across GPUs (default layer)",
-    )
-    p.add_argument(
-        "-ts",
-        "--tensor-split",
-        type=_tensor_split,
-        metavar="N0,N1,...",
-        help="share of the model on each GPU, e.g. 3,1",
-    )
-    p.add_argument(
-        "-mg", "--main-gpu", type=int, default=0, metavar="I", help="the GPU for -sm none/row"
-    )
-    p.add_argument(
-        "--no-kv-offload",
-        action="store_true",
-        help="keep the KV cache in system memory even when layers are on a GPU",
-    )
-
-
 def _number(text: str) -> float:
     """A float flag value; nan and inf are refused (every comparison with nan is false, so a
     range check alone would let it through)."""
@@ -265,8 +183,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _model_flags(app)
     _context_flags(app)
     _sampler_flags(app)
-    _server_flags(app)
-    _gpu_flags(app)
+    server_flags(app)
+    gpu_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(
@@ -296,8 +214,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _context_flags(trace)
     _sampler_flags(trace)
     _prompt_flags(trace)
-    _server_flags(trace)
-    _gpu_flags(trace)
+    server_flags(trace)
+    gpu_flags(trace)
     trace.add_argument(
         "-n",
         "--n-predict",
@@ -338,7 +256,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _context_flags(verify)
     _sampler_flags(verify)
     _prompt_flags(verify)
-    _gpu_flags(verify)
+    gpu_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     verify.add_argument(
         "-n",
