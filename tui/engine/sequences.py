@@ -12,13 +12,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import llama_cpp
+import numpy as np
 
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
-from .sampling import SamplerChain
+from .sampling import SamplerChain, entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
+from .surprise import Surprise
 
 if TYPE_CHECKING:
     from .session import Engine
@@ -56,7 +58,28 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
             engine.stop_reason = "end of generation"
         else:
             engine.branches[seq].stop_reason = "end of generation"
-    return Sampled(seq, token, result, logits, source, force is not None, eog)
+    p, entropy = pick_p(logits, source, token, seq)
+    if seq == 0:
+        picked = Surprise(token, p, result.p_final(token), entropy, False)
+        engine.surprise.note(engine.n_past, picked)
+    return Sampled(seq, token, result, logits, source, force is not None, eog, p)
+
+
+def pick_p(
+    logits: np.ndarray, source: StepRecord | None, token: int, seq: int = 0
+) -> tuple[float, float]:
+    """p of ``token`` under ``logits`` and the row's entropy in bits. The record that produced
+    the row already holds its top candidates (with p) and entropy; only a token outside that
+    top, or a record moved to disk, needs the full softmax."""
+    if source is not None:
+        row = source.rows.get(seq)
+        top, entropy = (row.top, row.entropy) if row is not None else (source.top, source.entropy)
+        p = next((c.p for c in top if c.id == token), None)
+        if p is not None:
+            return p, entropy
+        return float(softmax(logits)[token]), entropy
+    probs = softmax(logits)
+    return float(probs[token]), entropy_bits(probs)
 
 
 def fork(engine: Engine, src: int = 0) -> int:

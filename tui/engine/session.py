@@ -30,6 +30,7 @@ from .model import Model
 from .records import RecordLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from .surprise import SurpriseLog
 from .tokens import Vocab
 from .trace import record_to_dict
 from .verify import Verifier, VerifyResult
@@ -82,6 +83,8 @@ class Engine:
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Branch] = {}
         self.n_prompt = 0  # length of the first prompt (for --keep -1)
+        self.surprise = SurpriseLog()  # how expected each context token was (surprise map)
+        self.score_prompt = False  # decode prompts with logits on every row (surprise map)
         self._verifier: Verifier | None = None
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
@@ -233,6 +236,7 @@ class Engine:
         self.branches.clear()
         self.kv.clear()
         self.logits_memory.clear()
+        self.surprise.clear()
         self.chain.reseed(self.settings.seed)
         self.stop_reason = None
         self.work.reset()  # the quadratic-wall counter counts one chat's decode calls

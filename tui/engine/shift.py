@@ -77,4 +77,5 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
     )
     engine.shifts.append(ev)
     engine.logits_memory.shifted(engine.n_past)
+    engine.surprise.shift(n_keep, n_discard)
     return ev

@@ -65,6 +65,7 @@ class PrefillTurn:
     computed: int
     prefill_ms: float
     records: tuple[int, int]  # [first, end) record indices of the prefill
+    scored_rows: int = 0  # logits rows read beyond the last one, to score the prompt
 
 
 @dataclass
@@ -94,6 +95,7 @@ class StepRecord:
     # Several sequences in one call (after a fork): one row per sequence, by seq_id.
     rows: dict[int, SeqRow] = field(default_factory=dict)
     shift: ShiftEvent | None = None  # the context shift made just before this call
+    scored_rows: int = 0  # prompt rows asked for logits only to score the prompt (surprise map)
 
     def note_pick(
         self,
@@ -145,3 +147,4 @@ class Sampled:
     source: StepRecord | None  # the record that produced the row (None: moved to disk)
     forced: bool
     eog: bool  # an end-of-generation token: this sequence stops here
+    p: float | None = None  # the token's probability under ``logits`` (temperature 1)

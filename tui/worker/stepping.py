@@ -146,7 +146,9 @@ def pick_probabilities(sp: Sampled) -> tuple[float, float]:
     """p and p' of the token just picked. The record whose logits it came from already holds
     the top candidates (with p); only a token outside that top needs the full softmax. p' is
     the pick's own chain (a preview when forced: survivors do not depend on the RNG)."""
-    p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
+    p = sp.p
+    if p is None:
+        p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
     if p is None:
         p = float(softmax(sp.logits)[sp.token])
     return p, sp.chain.p_final(sp.token)
