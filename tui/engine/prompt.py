@@ -115,7 +115,7 @@ def truncate(engine: Engine, n_keep: int) -> None:
     mem = llama_cpp.llama_get_memory(engine.ctx)
     positions = engine.kv.positions(0)
     p0 = positions[n_keep] if n_keep < len(positions) else 0
-    if n_keep == 0 and not engine.branches:
+    if n_keep == 0 and not engine.branches and not engine.parked:
         llama_cpp.llama_memory_clear(mem, True)
         engine.kv.clear()
     else:

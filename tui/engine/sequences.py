@@ -17,6 +17,7 @@ import numpy as np
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
+from .paths import drop, free_seqs, make_room
 from .sampling import SamplerChain, entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
@@ -59,9 +60,11 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
         else:
             engine.branches[seq].stop_reason = "end of generation"
     p, entropy = pick_p(logits, source, token, seq)
+    picked = Surprise(token, p, result.p_final(token), entropy, False)
     if seq == 0:
-        picked = Surprise(token, p, result.p_final(token), entropy, False)
         engine.surprise.note(engine.n_past, picked)
+    else:
+        engine.branches[seq].values.note(engine.kv.count(seq), picked)
     return Sampled(seq, token, result, logits, source, force is not None, eog, p)
 
 
@@ -92,7 +95,9 @@ def fork(engine: Engine, src: int = 0) -> int:
     if logits is None or engine.kv.count(src) == 0:
         raise TokenstepError("there is nothing to fork yet: send a prompt first.")
     n_seq_max = engine.config.n_seq_max
-    free = [s for s in range(1, n_seq_max) if s not in engine.branches]
+    if not free_seqs(engine) and engine.parked:  # a fork outranks a parked path
+        drop(engine, next(iter(engine.parked)))
+    free = free_seqs(engine)
     if not free:
         raise TokenstepError(f"this context holds at most {n_seq_max} sequences (n_seq_max).")
     dst = free[0]
@@ -140,6 +145,7 @@ def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord
     if _full(engine, picks) and engine.config.context_full == "shift":
         shift = context_shift(engine)  # every sequence, one window
         reason = engine.stop_reason if shift is None and engine.stop_reason else reason
+    make_room(engine, len(picks))
     if _full(engine, picks):
         engine.stop_reason = reason
         for s, _ in picks:

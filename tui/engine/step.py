@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .batch import DecodeCall
 from .kvcache import Forgotten
 from .sampling import ChainResult, SamplerChain, SamplerSettings
+from .surprise import SurpriseLog
 
 if TYPE_CHECKING:
     import numpy as np
@@ -130,6 +131,7 @@ class Branch:
     logits: np.ndarray | None
     record: int | None  # the record whose row produced ``logits``
     stop_reason: str | None = None
+    values: SurpriseLog = field(default_factory=SurpriseLog)  # its picks' p, p', entropy
 
     @property
     def seed(self) -> int:
