@@ -10,6 +10,7 @@ path is decoded again from its tokens (one prefill call), and :func:`restore` sa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -109,7 +110,7 @@ def restore(
     engine: Engine,
     tokens: list[int],
     seq: int | None = None,
-    values: list[Surprise | None] | None = None,
+    values: Sequence[Surprise | None] | None = None,
 ) -> Restored:
     """Make sequence 0 hold ``tokens``: keep the common prefix, take the rest from parked
     sequence ``seq`` when it holds them (``seq_rm`` + ``seq_cp``), else decode them again."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.chat import Message, chat_tokens
 from ..engine.errors import TokenstepError
+from . import paths
 from .chat import Span, chat_spans
 from .session_store import FORMAT_VERSION
 
@@ -137,3 +138,9 @@ def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
         ),
     )
     worker.attention.restore(header.get("attention"))
+    n_paths = paths.from_json(worker, header.get("paths"))
+    if n_paths:
+        worker.state.note(
+            worker.state.notice + f" {n_paths} path(s) not taken came back (decoded again "
+            "when you jump to one: their cells were not saved)."
+        )
