@@ -5,6 +5,7 @@ context fed the same tokens; the branches survive save and ``--resume``."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tui.engine import SamplerSettings
 from tui.worker.commands import (
@@ -146,3 +147,45 @@ def test_without_the_tree_pane_a_rewind_frees_its_cells(make_engine, tmp_path):
     assert b.seq is None and b.how == "rewind"
     w.handle(JumpPath(b.id))
     assert w.state.path_note is not None and "decoded again" in w.state.path_note
+
+
+def test_the_tree_view_lists_live_and_branches_with_p_at_the_branch_point(make_engine, tmp_path):
+    from tui.worker.paths import paths_view
+
+    w = _worker(make_engine, tmp_path, n_seq_max=4)
+    _three_branches(w)
+    v = paths_view(w)
+    assert v.rows[0].id == 0 and v.rows[0].how == "live"
+    branches = v.rows[1:]
+    assert len(branches) >= 3
+    for r in branches:
+        b = next(b for b in w.state.paths if b.id == r.id)
+        assert b.values[r.at] is not None and r.p == b.values[r.at].p
+        assert r.pieces[0] == w.engine.vocab.piece(b.tokens[r.at])
+    assert any(r.cached for r in branches) and any(not r.cached for r in branches)
+
+
+def test_the_surprise_view_equals_the_step_records(make_engine, tmp_path):
+    from tui.engine.sampling import softmax
+    from tui.worker.surprise import surprise_view
+
+    w = _worker(make_engine, tmp_path)
+    w.handle(SurpriseScale())
+    w.handle(Send(MESSAGE))
+    eng = w.engine
+    rows = []
+    for _ in range(5):
+        assert eng.logits is not None
+        rows.append((eng.logits.copy(), eng.records[eng.logits_record]))
+        w.handle(Step())
+    v = surprise_view(w, eng.tokens)
+    start = w.state.reply_start
+    assert start is not None and v.prompt_tokens == start
+    assert v.prompt_scored == start - 1 and v.prompt_ppl is not None and v.prompt_ppl > 1
+    assert v.scored_rows == start - 1 and v.extra_bytes == (start - 1) * eng.info.n_vocab * 4
+    for k, (logits, rec) in enumerate(rows):
+        got = v.values[start + k]
+        assert got is not None and rec.sampled == eng.tokens[start + k]
+        assert got[0] == pytest.approx(float(softmax(logits)[rec.sampled]), rel=1e-5)
+        assert got[2] == pytest.approx(rec.entropy)
+        assert rec.chain is not None and got[1] == pytest.approx(rec.chain.p_final(rec.sampled))

@@ -199,3 +199,78 @@ def from_json(w: Worker, data: dict[str, Any] | None) -> int:
         ]
         _add(w, tokens, values, str(d.get("how", "rewind")), None)
     return len(w.state.paths)
+
+
+# -- what the tree pane draws ------------------------------------------------------------------
+@dataclass(frozen=True)
+class PathRow:
+    """One path of the turn, against the live reply: where it leaves it and with what."""
+
+    id: int  # 0 for the live reply
+    how: str  # "live", or what left it: "rewind", "force", "fork", "jump"
+    at: int  # index in the reply of its first token that differs from the live reply
+    parent: int  # the path it shares the longest prefix with (0: the live reply)
+    pieces: tuple[bytes, ...]  # its tokens from ``at`` on
+    p: float | None  # p of its token at ``at`` (None: not known)
+    p_final: float | None
+    n_tokens: int  # its length after reply_start
+    cached: bool  # llama.cpp still holds its cells (a parked sequence)
+    seq: int | None
+
+
+@dataclass(frozen=True)
+class PathsView:
+    rows: tuple[PathRow, ...] = ()  # the live reply first, then the branches by branch point
+    note: str | None = None  # how the last jump put its path back
+    shown: bool = False  # rewinds park their cells (the pane is showing)
+    free_seqs: int = 0  # seq_ids free for parking
+
+
+def _row(
+    w: Worker,
+    id: int,
+    how: str,
+    tokens: tuple[int, ...],
+    values: tuple[Surprise | None, ...],
+    others: list[tuple[int, tuple[int, ...]]],
+    seq: int | None,
+) -> PathRow:
+    piece = w.engine.vocab.piece
+    at, parent = 0, 0
+    for oid, other in others:
+        n = paths.common_prefix(list(tokens), list(other))
+        if n > at or (n == at and oid == 0):
+            at, parent = n, oid
+    v = values[at] if at < len(values) else None
+    return PathRow(
+        id,
+        how,
+        at,
+        parent,
+        tuple(piece(t) for t in tokens[at:]),
+        None if v is None else v.p,
+        None if v is None else v.p_final,
+        len(tokens),
+        seq is not None and seq in w.engine.parked,
+        seq,
+    )
+
+
+def paths_view(w: Worker) -> PathsView:
+    s, eng = w.state, w.engine
+    if s.reply_start is None:
+        return PathsView(shown=s.paths_shown)
+    start = s.reply_start
+    live = tuple(eng.tokens[start:])
+    branches = [b for b in s.paths if live[: len(b.tokens)] != b.tokens]  # not inside live
+    rows = [
+        PathRow(
+            0, "live", 0, 0, tuple(eng.vocab.piece(t) for t in live), None, None, len(live), True, 0
+        )
+    ]
+    known = [(0, live)]
+    for b in sorted(branches, key=lambda b: b.id):
+        rows.append(_row(w, b.id, b.how, b.tokens, b.values, known, b.seq))
+        known.append((b.id, b.tokens))
+    rows[1:] = sorted(rows[1:], key=lambda r: (r.at, r.id))
+    return PathsView(tuple(rows), s.path_note, s.paths_shown, len(paths.free_seqs(eng)))
