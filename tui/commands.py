@@ -50,6 +50,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         cache_type_v=args.cache_type_v,
         context_full=getattr(args, "context_full", "stop"),
         n_keep=getattr(args, "keep", 0),
+        n_seq_max=getattr(args, "parallel", 2),
     )
     c.validate()
     if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault

@@ -75,6 +75,8 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     args.ubatch_size = cfg["n_ubatch"]
     args.context_full = cfg["context_full"]
     args.keep = cfg["n_keep"]
+    if isinstance(cfg.get("n_seq_max"), int):
+        args.parallel = cfg["n_seq_max"]
     for key in ("flash_attn", "cache_type_k", "cache_type_v"):
         if key in cfg:
             setattr(args, key, cfg[key])
