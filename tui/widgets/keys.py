@@ -112,6 +112,26 @@ KEYS: tuple[Key, ...] = (
         "step",
     ),
     Key("b", "boundaries", "b", "boundaries", "Show token boundaries in the text.", "view"),
+    Key(
+        "u",
+        "surprise",
+        "u",
+        "surprise",
+        "Surprise map: colour each token by p, p′ (after the chain) or its step's entropy, "
+        "then off. While on, a prompt is decoded with logits on every row, so its tokens get "
+        "a p and the prompt a perplexity (one extra logits row per token).",
+        "view",
+    ),
+    Key(
+        "c",
+        "tab('run')",
+        "c/w",
+        "run/paths",
+        "c: the run over time (entropy and p per step; ←/→ move the token cursor). w: the "
+        "paths not taken of this turn (↑/↓, Enter jumps to a branch).",
+        "view",
+    ),
+    Key("w", "tab('paths')", "", "", "", "view"),
     Key("number_sign", "ids", "#", "ids", "Show token ids on the chips.", "view"),
     Key(
         "e",

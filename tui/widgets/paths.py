@@ -3,7 +3,7 @@ reply. Each rewind, force and fork leaves one; a row gives where it leaves its p
 reply's token index), its first token there with p and p′, and whether llama.cpp still holds
 its cells (a parked sequence) or a jump would decode it again.
 
-Keys when focused: ↑/↓ (k/j) move the cursor, Enter jumps to the branch under it; the pane's
+Keys when focused: ↑/↓ move the cursor, Enter jumps to the branch under it; the pane's
 last line says how the jump put the path back (from the cache or recomputed).
 """
 
@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.widget import Widget
 
 from ..worker.paths import PathRow, PathsView
+from ..worker.views import View
 from .common import DIM, fmt_p, literal
 
 LIVE = Style(color="bright_green", bold=True)
@@ -34,8 +35,8 @@ class PathsPane(Widget, can_focus=True):
     PathsPane { height: 1fr; }
     """
     BINDINGS = [
-        Binding("up,k", "cursor(-1)", "path ↑", show=False),
-        Binding("down,j", "cursor(1)", "path ↓", show=False),
+        Binding("up", "cursor(-1)", "path ↑", show=False),
+        Binding("down", "cursor(1)", "path ↓", show=False),
         Binding("enter", "jump", "jump", show=False),
     ]
 
@@ -48,6 +49,9 @@ class PathsPane(Widget, can_focus=True):
         super().__init__(id=id, classes=classes)
         self.paths: PathsView | None = None
         self.cursor = 0
+
+    def show(self, view: View) -> None:
+        self.show_paths(view.paths)
 
     def show_paths(self, pv: PathsView) -> None:
         self.paths = pv

@@ -1,7 +1,7 @@
 """The run over time (key ``c``): the reply's entropy and its picks' p, one point per step,
 drawn with textual-plot's ``PlotWidget``; the prompt's perplexity above them.
 
-Keys when focused: ←/→ (h/l) move the cursor one step, Home/End to the first and newest step.
+Keys when focused: ←/→ move the cursor one step, Home/End to the first and newest step.
 The cursor's token is marked in the text pane (the app hears :class:`RunChart.Moved`) and the
 footer gives its piece, p, p′ and entropy. The figures are the surprise map's (the engine's
 step records), not recomputed.
@@ -19,6 +19,7 @@ from textual.widgets import Static
 from textual_plot import HiResMode, PlotWidget
 
 from ..worker.surprise import SurpriseView
+from ..worker.views import View
 from .common import DIM, literal
 
 
@@ -29,8 +30,8 @@ class RunChart(Vertical, can_focus=True):
     RunChart > Static { height: 1; }
     """
     BINDINGS = [
-        Binding("left,h", "move(-1)", "step ←", show=False),
-        Binding("right,l", "move(1)", "step →", show=False),
+        Binding("left", "move(-1)", "step ←", show=False),
+        Binding("right", "move(1)", "step →", show=False),
         Binding("home", "move_to(0)", show=False),
         Binding("end", "move_to(-1)", show=False),
     ]
@@ -66,6 +67,9 @@ class RunChart(Vertical, can_focus=True):
         p = self.query_one("#run-p", PlotWidget)
         p.set_ylabel("p of the pick")
         p.set_xlabel("step of the reply")
+
+    def show(self, view: View) -> None:
+        self.show_run(view.text.surprise, view.text.reply_start, view.text.pieces)
 
     def show_run(
         self, sv: SurpriseView, reply_start: int | None, pieces: tuple[bytes, ...]

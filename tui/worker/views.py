@@ -19,7 +19,9 @@ from ..engine.verify import VerifyResult
 from ..engine.work import WorkSnapshot
 from .attention import AttentionView
 from .chat import Span
+from .paths import PathsView
 from .state import Pick, Tokenized
+from .surprise import SurpriseView
 from .timeline import TimelineTotals
 
 TOP_ROWS = 16  # candidates shown in the logits pane
@@ -74,6 +76,7 @@ class TextView:
     tokenized: Tokenized | None
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
+    surprise: SurpriseView = SurpriseView("off")  # the surprise map (and the run chart)
 
     @property
     def n_past(self) -> int:
@@ -165,5 +168,6 @@ class View:
     logits: LogitsView
     cache: CacheView = CacheView()
     attention: AttentionView | None = None  # the Attention and Anatomy tabs
+    paths: PathsView = PathsView()  # the paths not taken of this turn (the tree pane)
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
