@@ -117,9 +117,7 @@ KEYS: tuple[Key, ...] = (
         "surprise",
         "u",
         "surprise",
-        "Surprise map: colour each token by p, p′ (after the chain) or its step's entropy, "
-        "then off. While on, a prompt is decoded with logits on every row, so its tokens get "
-        "a p and the prompt a perplexity (one extra logits row per token).",
+        "Surprise map: colour tokens by p, p′ or entropy, then off (prompts get a p too).",
         "view",
     ),
     Key(
@@ -127,8 +125,7 @@ KEYS: tuple[Key, ...] = (
         "tab('run')",
         "c/w",
         "run/paths",
-        "c: the run over time (entropy and p per step; ←/→ move the token cursor). w: the "
-        "paths not taken of this turn (↑/↓, Enter jumps to a branch).",
+        "c: run over time (←/→ move the token cursor); w: paths not taken (Enter jumps).",
         "view",
     ),
     Key("w", "tab('paths')", "", "", "", "view"),
