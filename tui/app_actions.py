@@ -173,6 +173,8 @@ class AppActions(App[int]):
         self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
         if name in ("attention", "anatomy", "run", "paths"):
             self.main.query_one(f"#{name}").focus()
+        elif self.focused is not None and self.focused.id in ("run", "paths"):
+            self.main.query_one(LogitsPane).focus()  # the pane that had the keys is hidden
         if (name == "paths") != self._paths_shown:
             self._paths_shown = name == "paths"  # while it shows, rewinds park their cells
             self.controller.paths_shown(self._paths_shown)

@@ -1,5 +1,5 @@
 """The paths not taken (key ``w``): the branches of the current turn as a tree under the live
-reply. Each rewind, force and fork leaves one; a row gives where it leaves its parent (the
+reply. Each rewind, force and fork leaves one; a row gives where it leaves its parent (@ the
 reply's token index), its first token there with p and p′, and whether llama.cpp still holds
 its cells (a parked sequence) or a jump would decode it again.
 
@@ -21,7 +21,7 @@ from .common import DIM, fmt_p, literal
 
 LIVE = Style(color="bright_green", bold=True)
 CURSOR = Style(bgcolor="grey23")
-HOW = {"rewind": "rewound", "force": "forced over", "fork": "forked", "jump": "left by a jump"}
+HOW = {"rewind": "rewound", "force": "not forced", "fork": "fork", "jump": "left"}
 TAIL = 48  # characters of a branch's text shown
 
 
@@ -75,18 +75,14 @@ class PathsPane(Widget, can_focus=True):
 
     def render(self) -> Text:
         pv = self.paths
-        t = Text()
+        t = Text(no_wrap=True, overflow="ellipsis")
         if pv is None or not pv.rows:
             t.append("No reply yet: the paths not taken of a turn appear here.", DIM)
             return t
         n = len(pv.rows) - 1
-        t.append(f"paths not taken · this turn · {n} branch(es)", Style(bold=True))
+        t.append(f"{n} branch(es)", Style(bold=True))
         if pv.shown:
-            t.append(
-                f" · a rewind keeps its cells in a parked sequence ({pv.free_seqs} seq_id(s) "
-                "free; -np/--parallel gives more)",
-                DIM,
-            )
+            t.append(f" · rewinds park cells · {pv.free_seqs} seq_id(s) free (-np)", DIM)
         t.append("\n")
         depth = {0: 0}
         for i, r in enumerate(pv.rows):
@@ -99,18 +95,19 @@ class PathsPane(Widget, can_focus=True):
             else:
                 line.append("  " * depth[r.id] + "└ ", DIM)
                 line.append(f"#{r.id} ", Style(bold=True))
-                line.append(f"at token {r.at} ", DIM)
+                line.append(f"@{r.at} ", DIM)
                 line.append(f"{HOW.get(r.how, r.how)} ", DIM)
                 p = "p —" if r.p is None else f"p {fmt_p(r.p)}"
                 pf = "" if r.p_final is None else f" p′ {fmt_p(r.p_final)}"
                 line.append(f"{p}{pf} ", Style(color="bright_cyan"))
                 if r.cached:
-                    line.append(f"[cells held: seq {r.seq}] ", Style(color="green3"))
+                    line.append(f"[cached: seq {r.seq}] ", Style(color="green3"))
                 else:
-                    line.append("[jump decodes again] ", Style(color="yellow3"))
+                    line.append("[recompute] ", Style(color="yellow3"))
                 line.append(_text(r.pieces))
             if i == self.cursor and self.has_focus:
                 line.stylize(CURSOR)
+            line.truncate(max(self.size.width, 20), overflow="ellipsis")
             t.append_text(line)
             t.append("\n")
         if pv.note:

@@ -63,10 +63,14 @@ class RunChart(Vertical, can_focus=True):
     def on_mount(self) -> None:
         for plot in self.query(PlotWidget):
             plot.can_focus = False
-        self.query_one("#run-entropy", PlotWidget).set_ylabel("entropy (bits)")
+            plot.margin_left = 8
+        # The tab is a dozen rows high: the plots share the x axis, drawn once at the bottom.
+        h = self.query_one("#run-entropy", PlotWidget)
+        h.margin_top, h.margin_bottom = 1, 0
+        h.set_ylabel("entropy, bits")
         p = self.query_one("#run-p", PlotWidget)
+        p.margin_top, p.margin_bottom = 1, 1
         p.set_ylabel("p of the pick")
-        p.set_xlabel("step of the reply")
 
     def show(self, view: View) -> None:
         self.show_run(view.text.surprise, view.text.reply_start, view.text.pieces)

@@ -55,17 +55,17 @@ def legend(sv: SurpriseView) -> Text:
     t = Text(no_wrap=True, overflow="ellipsis")
     if sv.scale == "off":
         return t
-    t.append(f"surprise · {NAMES[sv.scale]} ", Style(bold=True))
+    t.append(f"surprise · {NAMES[sv.scale]}", Style(bold=True))
+    if sv.prompt_ppl is not None:
+        t.append(f" · prompt ppl {sv.prompt_ppl:.2f}", Style(bold=True))
+        t.append(f" ({sv.prompt_scored}/{sv.prompt_tokens} tokens) ", DIM)
+    else:
+        t.append(" · prompt not scored (the next one is) ", DIM)
     for _, colour, label in H_BANDS if sv.scale == "entropy" else P_BANDS:
         t.append(f" {label} ", Style(bgcolor=colour))
-    if sv.prompt_ppl is not None:
-        t.append(f"  prompt ppl {sv.prompt_ppl:.2f}", Style(bold=True))
-        t.append(f" over {sv.prompt_scored} of {sv.prompt_tokens} tokens", DIM)
-    else:
-        t.append("  prompt not scored (decoded with the map off; the next one is)", DIM)
     if sv.scored_rows:
         t.append(
-            f"  cost: {sv.scored_rows:,} extra logits rows, {fmt_bytes(sv.extra_bytes)}, "
+            f" cost: {sv.scored_rows:,} extra logits rows, {fmt_bytes(sv.extra_bytes)}, "
             f"{sv.extra_macs / 1e9:.2f} G multiply-adds",
             DIM,
         )
