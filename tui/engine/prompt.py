@@ -63,8 +63,8 @@ def _score_first(engine: Engine, token: int) -> None:
     """The prompt's first new token, scored from the logits row the context already holds
     for its last position (kept by the rewind memory), when there is one."""
     logits = engine.logits
-    if logits is None or engine.n_past == 0:
-        return
+    if logits is None or engine.n_past == 0 or engine.surprise.get(engine.n_past, token):
+        return  # nothing to score from, or the token was picked there (its p' is kept)
     p = softmax(logits)
     engine.surprise.note(
         engine.n_past, Surprise(token, float(p[token]), None, entropy_bits(p), True)
@@ -77,8 +77,8 @@ def _score_call(engine: Engine, tokens: list[int], start: int, n_past: int, n: i
     scores = score_rows(engine.ctx, n, targets, engine.info.n_vocab)
     for j, got in enumerate(scores):
         t = targets[j]
-        if got is not None and t is not None:
-            idx = n_past + start + j + 1
+        idx = n_past + start + j + 1
+        if got is not None and t is not None and engine.surprise.get(idx, t) is None:
             engine.surprise.note(idx, Surprise(t, got[0], None, got[1], True))
 
 
