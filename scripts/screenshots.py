@@ -14,6 +14,10 @@ attention.svg  tab 6: "The cat sat on the mat because it was tired.", layer 13, 
                the cursor on ' it' and what it attends to (' cat', from kq_soft_max-13)
 browser.png    `tokenstep serve` in headless Chromium after a reply (scripts/browser_screenshot.py)
 lens.svg       tab 8: the logit lens on the raw prompt "The capital of France is"
+surprise-map.svg  the surprise map (u) over a reply: each token coloured by p, the prompt's
+               perplexity and what scoring it cost in the legend
+run-chart.svg  tab c: entropy and the pick's p per step of the reply, the cursor on a step
+paths-tree.svg tab w: a turn with three paths not taken (a rewind, a force, a fork)
 
 Times shown are really measured on the machine that runs this script.
 """
@@ -285,6 +289,78 @@ async def lens_screen(model: Model) -> None:
         save(app, "lens.svg")
 
 
+# -- see what the model almost said (issue 14) ---------------------------------------------
+
+
+async def _reply(app: TokenstepApp, pilot: Pilot, text: str, n: int) -> None:
+    await pilot.press(*text, "enter")
+    await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+    if app.focused is not None and app.focused.id == "chat":
+        await pilot.press("escape")
+    for _ in range(n):
+        await pilot.press("right")
+    await wait_for(pilot, lambda: app.view.text.reply_tokens >= n)
+
+
+async def surprise_map(model: Model) -> None:
+    settings = SamplerSettings(temp=0.8, seed=11)
+    app = new_app(model, settings, autoplay=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("escape", "u")  # the map on before the prompt: it is scored too
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.surprise.scale == "p")
+        await pilot.press("i")
+        await _reply(app, pilot, "Write a haiku about the sea.", 24)
+        await pilot.pause(0.3)
+        save(app, "surprise-map.svg")
+
+
+async def run_chart(model: Model) -> None:
+    settings = SamplerSettings(temp=0.8, seed=11)
+    app = new_app(model, settings, autoplay=False)
+    async with app.run_test(size=(120, 52)) as pilot:  # room for the two plots
+        await pilot.press("escape", "u")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.surprise.scale == "p")
+        await pilot.press("i")
+        await _reply(app, pilot, "Write a haiku about the sea.", 30)
+        await pilot.press("u", "u", "u")  # the map off again; the prompt was scored
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        for _ in range(8):
+            await pilot.press("left")
+        await pilot.pause(0.5)
+        save(app, "run-chart.svg")
+
+
+async def paths_tree(model: Model) -> None:
+    settings = SamplerSettings(temp=0.9, seed=5)
+    engine = Engine(model, EngineConfig(n_threads=app_threads(), n_seq_max=4), settings)
+    app = TokenstepApp(engine, autoplay=False, autosave_dir=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await _reply(app, pilot, "Name three colors.", 6)
+        await pilot.press("w")  # while the tree shows, rewinds keep their cells
+        await pilot.pause(0.3)
+        n = app.view.text.reply_tokens
+        await pilot.press("left", "left", "left")  # a rewind: the 6 tokens are a branch
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == n - 3)
+        for _ in range(2):
+            await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == n - 1)
+        app.controller.force(engine.vocab.tokenize(" purple")[0])  # the sampler's pick: a branch
+        await wait_for(pilot, lambda: app.view.action == "force")
+        await pilot.press("F")  # a fork: its continuation is a branch when rewound
+        await wait_for(pilot, lambda: app.view.text.fork_at is not None)
+        for _ in range(3):
+            await pilot.press("right")
+        await wait_for(
+            pilot, lambda: any(s.seq_id and len(s.pieces) >= 3 for s in app.view.text.seqs)
+        )
+        await pilot.press("w", "left")
+        await wait_for(pilot, lambda: app.view.action == "rewind" and not app.view.text.seqs)
+        await pilot.pause(0.5)
+        print(f"paths: {len(app.view.paths.rows) - 1} branches")
+        save(app, "paths-tree.svg")
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
@@ -292,6 +368,7 @@ def main() -> int:
     shots += [cache_memory, cache_quadratic, cache_verify, cache_prefix, cache_shift, cache_fork]
     shots += [attention_screen, remote_screen]
     shots += [lens_screen]
+    shots += [surprise_map, run_chart, paths_tree]
     only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
     for shot in shots:
         if only and shot.__name__ not in only:

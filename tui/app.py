@@ -41,7 +41,9 @@ from .widgets.kvcache import KVCachePane
 from .widgets.lens import LensTab
 from .widgets.logits import LogitsPane
 from .widgets.mask import CausalMaskPane
+from .widgets.paths import PathsPane
 from .widgets.pipeline import PipelinePane
+from .widgets.run_chart import RunChart
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
@@ -120,6 +122,8 @@ class TokenstepApp(AppActions):
                     yield LensTab(id="lens")
                     yield MemoryTab(id="memory")
                     yield CacheTab(id="cache")
+                    yield RunChart(id="run")
+                    yield PathsPane(id="paths")
         yield ChatInput(
             self.prefill_text,
             placeholder=(
@@ -154,6 +158,8 @@ class TokenstepApp(AppActions):
         self.main.query_one(
             "#cache"
         ).border_title = "cache · verify, work, prefix, shifts, sequences"
+        self.main.query_one("#run").border_title = "run over time · entropy and p per step"
+        self.main.query_one("#paths").border_title = "paths not taken · this turn"
         self._draw_tabstrip()
         self._size_classes()
         self.main.query_one("#chat", Input).focus()

@@ -21,7 +21,9 @@ from .widgets.attention import AttentionPane
 from .widgets.help import HelpScreen
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
 from .widgets.logits import LogitsPane
+from .widgets.paths import PathsPane
 from .widgets.pipeline import PipelinePane
+from .widgets.run_chart import RunChart
 from .widgets.save_dialog import SaveScreen, default_save_name
 from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
@@ -42,6 +44,8 @@ TABS_SHORT = (
     ("memory", "9 mem"),
     ("cache", "0 cache"),
 )
+# Tabs reached by a letter key (c, w): on the strip only while showing, after the others.
+EXTRA_TABS: tuple[tuple[str, str], ...] = (("run", "c run"), ("paths", "w paths"))
 TABS = (
     ("tokens", "1 tokens"),
     ("batch", "2 batch"),
@@ -79,6 +83,7 @@ class AppActions(App[int]):
     view: View | None
     _tab: str
     _notice_key: tuple[object, ...] | None
+    _paths_shown = False  # the tree pane shows: the worker parks rewound cells
 
     @property
     def main(self) -> Screen[object]:
@@ -92,8 +97,14 @@ class AppActions(App[int]):
         strip = self.main.query_one("#tabstrip", Static)
         room = (strip.size.width or self.size.width // 2) - 2
         # Narrowest: the tab that shows keeps its name, the others only their key.
+        extra = tuple(t for t in EXTRA_TABS if t[0] == self._tab)
         digits = tuple((k, lb if k == self._tab else lb.split()[0]) for k, lb in TABS_SHORT)
-        options = ((TABS, " ", " "), (TABS_SHORT, " ", " "), (TABS_SHORT, "", " "))
+        digits += extra
+        options = (
+            (TABS + extra, " ", " "),
+            (TABS_SHORT + extra, " ", " "),
+            (TABS_SHORT + extra, "", " "),
+        )
         tabs, pad, gap = digits, " ", ""
         for option in options:
             if (
@@ -175,8 +186,24 @@ class AppActions(App[int]):
         # The worker builds the whole-context attention matrix only while tab 6 or 7 shows it.
         self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
         self.controller.lens_cmd("tab", name == "lens")  # the lens is computed only on tab 8
-        if name in ("attention", "anatomy"):
+        if name in ("attention", "anatomy", "run", "paths"):
             self.main.query_one(f"#{name}").focus()
+        elif self.focused is not None and self.focused.id in ("run", "paths"):
+            self.main.query_one(LogitsPane).focus()  # the pane that had the keys is hidden
+        if (name == "paths") != self._paths_shown:
+            self._paths_shown = name == "paths"  # while it shows, rewinds park their cells
+            self.controller.paths_shown(self._paths_shown)
+        if name != "run":
+            self.main.query_one(ConversationPane).set_mark(None)
+
+    def action_surprise(self) -> None:
+        self.controller.surprise_scale()
+
+    def on_run_chart_moved(self, event: RunChart.Moved) -> None:
+        self.main.query_one(ConversationPane).set_mark(event.index)
+
+    def on_paths_pane_jump(self, event: PathsPane.Jump) -> None:
+        self.controller.jump_path(event.branch)
 
     def action_verify(self, mode: str = "batched") -> None:
         self.controller.verify(mode)

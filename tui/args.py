@@ -60,6 +60,15 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         help="physical batch size: tokens per graph run (default 512)",
     )
     p.add_argument(
+        "-np",
+        "--parallel",
+        type=int,
+        default=2,
+        metavar="N",
+        help="sequences the context holds (default 2): a fork, or paths not taken kept in "
+        "the cache",
+    )
+    p.add_argument(
         "-t",
         "--threads",
         type=int,

@@ -64,6 +64,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         context_full=getattr(args, "context_full", "stop"),
         n_keep=getattr(args, "keep", 0),
         offload_kqv=not getattr(args, "no_kv_offload", False),
+        n_seq_max=getattr(args, "parallel", 2),
     )
     c.validate()
     if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault

@@ -38,16 +38,24 @@ def ubatch_chunks(n_tokens: int, n_ubatch: int) -> list[tuple[int, int]]:
 
 
 def plan_prompt(
-    tokens: list[int], start_pos: int, seq_ids: tuple[int, ...], n_batch: int, n_ubatch: int
+    tokens: list[int],
+    start_pos: int,
+    seq_ids: tuple[int, ...],
+    n_batch: int,
+    n_ubatch: int,
+    *,
+    all_logits: bool = False,
 ) -> list[DecodeCall]:
     """Split a prompt into decode calls of at most ``n_batch`` tokens. Only the prompt's last
-    token asks for logits: that is the one row the next token is sampled from."""
+    token asks for logits: that is the one row the next token is sampled from. With
+    ``all_logits`` every token asks for its row (llama.cpp's perplexity tool does this to score
+    each prompt token given the ones before it)."""
     calls: list[DecodeCall] = []
     n = len(tokens)
     for start in range(0, n, n_batch):
         chunk = tokens[start : start + n_batch]
         bts = [
-            BatchToken(t, start_pos + start + i, seq_ids, start + i == n - 1)
+            BatchToken(t, start_pos + start + i, seq_ids, all_logits or start + i == n - 1)
             for i, t in enumerate(chunk)
         ]
         calls.append(DecodeCall(bts, ubatch_chunks(len(bts), n_ubatch)))

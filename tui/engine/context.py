@@ -63,7 +63,9 @@ class EngineConfig:
         if self.flash_attn not in FLASH_ATTN:
             raise TokenstepError(f"-fa must be on, off or auto, not {self.flash_attn!r}.")
         if not 1 <= self.n_seq_max <= 64:
-            raise TokenstepError(f"n_seq_max must be between 1 and 64, not {self.n_seq_max}.")
+            raise TokenstepError(
+                f"-np/--parallel (n_seq_max) must be between 1 and 64, not {self.n_seq_max}."
+            )
         if self.context_full not in CONTEXT_FULL:
             raise TokenstepError(
                 f"--context-full must be stop or shift, not {self.context_full!r}."

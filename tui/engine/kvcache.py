@@ -176,11 +176,23 @@ class KVMirror:
         self.cells = [c for c in self.cells if c.seqs]
         self._changed()
 
-    def seq_cp(self, src: int, dst: int) -> None:
+    def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
+        """Tag ``src``'s cells with p0 <= pos < p1 (p1 < 0: to the end) with ``dst`` too."""
+        hi = p1 if p1 >= 0 else 1 << 62
         for c in self.cells:
-            if src in c.seqs:
+            if src in c.seqs and p0 <= c.pos < hi:
                 c.seqs.add(dst)
         self._changed()
+
+    def shared_prefix(self, a: int, b: int) -> int:
+        """How many of ``a``'s first cells (in order) ``b`` sees too."""
+        n = 0
+        for c in self.cells:
+            if a in c.seqs:
+                if b not in c.seqs:
+                    break
+                n += 1
+        return n
 
     def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
         hi = p1 if p1 >= 0 else 1 << 62

@@ -14,7 +14,9 @@ import llama_cpp
 from .batch import plan_prompt
 from .decode import decode
 from .errors import ContextFullError, TokenstepError
+from .sampling import entropy_bits, softmax
 from .step import PrefillTurn, StepRecord
+from .surprise import Surprise, score_rows
 
 if TYPE_CHECKING:
     from .session import Engine
@@ -34,9 +36,14 @@ def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepR
     if n_past == 0:
         engine.n_prompt = len(tokens)
     cfg = engine.config
-    calls = plan_prompt(tokens, n_past, (0,), cfg.n_batch, cfg.n_ubatch)
-    return [
-        decode(
+    score = engine.score_prompt
+    if score:
+        _score_first(engine, tokens[0])
+    calls = plan_prompt(tokens, n_past, (0,), cfg.n_batch, cfg.n_ubatch, all_logits=score)
+    recs = []
+    start = 0
+    for i, call in enumerate(calls):
+        rec = decode(
             engine,
             call,
             phase="prefill" if call.n_tokens > 1 else "decode",
@@ -44,8 +51,35 @@ def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepR
             reused=reused,
             has_logits=i == len(calls) - 1,
         )
-        for i, call in enumerate(calls)
-    ]
+        if score:
+            _score_call(engine, tokens, start, n_past, call.n_tokens)
+            rec.scored_rows = call.n_tokens - (1 if i == len(calls) - 1 else 0)
+        start += call.n_tokens
+        recs.append(rec)
+    return recs
+
+
+def _score_first(engine: Engine, token: int) -> None:
+    """The prompt's first new token, scored from the logits row the context already holds
+    for its last position (kept by the rewind memory), when there is one."""
+    logits = engine.logits
+    if logits is None or engine.n_past == 0 or engine.surprise.get(engine.n_past, token):
+        return  # nothing to score from, or the token was picked there (its p' is kept)
+    p = softmax(logits)
+    engine.surprise.note(
+        engine.n_past, Surprise(token, float(p[token]), None, entropy_bits(p), True)
+    )
+
+
+def _score_call(engine: Engine, tokens: list[int], start: int, n_past: int, n: int) -> None:
+    """Every row of a prompt chunk decoded with all logits: row j scores the token after it."""
+    targets = [tokens[start + j + 1] if start + j + 1 < len(tokens) else None for j in range(n)]
+    scores = score_rows(engine.ctx, n, targets, engine.info.n_vocab)
+    for j, got in enumerate(scores):
+        t = targets[j]
+        idx = n_past + start + j + 1
+        if got is not None and t is not None and engine.surprise.get(idx, t) is None:
+            engine.surprise.note(idx, Surprise(t, got[0], None, got[1], True))
 
 
 def sync_prompt(engine: Engine, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
@@ -67,6 +101,7 @@ def sync_prompt(engine: Engine, tokens: list[int], *, reuse: bool = True) -> lis
             computed=len(tokens) - common,
             prefill_ms=sum(r.decode_ms for r in recs),
             records=(recs[0].index, recs[-1].index + 1),
+            scored_rows=sum(r.scored_rows for r in recs),
         )
     )
     return recs
@@ -80,7 +115,7 @@ def truncate(engine: Engine, n_keep: int) -> None:
     mem = llama_cpp.llama_get_memory(engine.ctx)
     positions = engine.kv.positions(0)
     p0 = positions[n_keep] if n_keep < len(positions) else 0
-    if n_keep == 0 and not engine.branches:
+    if n_keep == 0 and not engine.branches and not engine.parked:
         llama_cpp.llama_memory_clear(mem, True)
         engine.kv.clear()
     else:
@@ -88,3 +123,4 @@ def truncate(engine: Engine, n_keep: int) -> None:
             raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
         engine.kv.seq_rm(0, p0, -1)
     engine.logits_memory.truncate(n_keep)
+    engine.surprise.truncate(n_keep)

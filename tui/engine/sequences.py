@@ -12,12 +12,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import llama_cpp
+import numpy as np
 
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
+from .paths import drop, free_seqs, make_room
+from .sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
+from .surprise import Surprise
 
 if TYPE_CHECKING:
     from .session import Engine
@@ -60,7 +64,30 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
             engine.stop_reason = "end of generation"
         else:
             engine.branches[seq].stop_reason = "end of generation"
-    return Sampled(seq, token, result, logits, source, force is not None, eog)
+    p, entropy = pick_p(logits, source, token, seq)
+    picked = Surprise(token, p, result.p_final(token), entropy, False)
+    if seq == 0:
+        engine.surprise.note(engine.n_past, picked)
+    else:
+        engine.branches[seq].values.note(engine.kv.count(seq), picked)
+    return Sampled(seq, token, result, logits, source, force is not None, eog, p)
+
+
+def pick_p(
+    logits: np.ndarray, source: StepRecord | None, token: int, seq: int = 0
+) -> tuple[float, float]:
+    """p of ``token`` under ``logits`` and the row's entropy in bits. The record that produced
+    the row already holds its top candidates (with p) and entropy; only a token outside that
+    top, or a record moved to disk, needs the full softmax."""
+    if source is not None:
+        row = source.rows.get(seq)
+        top, entropy = (row.top, row.entropy) if row is not None else (source.top, source.entropy)
+        p = next((c.p for c in top if c.id == token), None)
+        if p is not None:
+            return p, entropy
+        return float(softmax(logits)[token]), entropy
+    probs = softmax(logits)
+    return float(probs[token]), entropy_bits(probs)
 
 
 def fork(engine: Engine, src: int = 0) -> int:
@@ -73,7 +100,9 @@ def fork(engine: Engine, src: int = 0) -> int:
     if logits is None or engine.kv.count(src) == 0:
         raise TokenstepError("there is nothing to fork yet: send a prompt first.")
     n_seq_max = engine.config.n_seq_max
-    free = [s for s in range(1, n_seq_max) if s not in engine.branches]
+    if not free_seqs(engine) and engine.parked:  # a fork outranks a parked path
+        drop(engine, next(iter(engine.parked)))
+    free = free_seqs(engine)
     if not free:
         raise TokenstepError(f"this context holds at most {n_seq_max} sequences (n_seq_max).")
     dst = free[0]
@@ -121,6 +150,7 @@ def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord
     if _full(engine, picks) and engine.config.context_full == "shift":
         shift = context_shift(engine)  # every sequence, one window
         reason = engine.stop_reason if shift is None and engine.stop_reason else reason
+    make_room(engine, len(picks))
     if _full(engine, picks):
         engine.stop_reason = reason
         for s, _ in picks:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
-from . import loop, prompt, sequences, shift
+from . import loop, paths, prompt, sequences, shift
 from .backend import LOCAL, LOCAL_LENS, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
 from .context import Context, EngineConfig
@@ -30,9 +30,11 @@ from .lens import head_problem
 from .logits import LogitsMemory
 from .model import Model
 from .offload import placement
+from .paths import Parked
 from .records import RecordLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from .surprise import SurpriseLog
 from .tokens import Vocab
 from .trace import record_to_dict
 from .verify import Verifier, VerifyResult
@@ -91,7 +93,10 @@ class Engine:
         self.turns: list[PrefillTurn] = []
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Branch] = {}
+        self.parked: dict[int, Parked] = {}  # sequences keeping paths not taken (paths.py)
         self.n_prompt = 0  # length of the first prompt (for --keep -1)
+        self.surprise = SurpriseLog()  # how expected each context token was (surprise map)
+        self.score_prompt = False  # decode prompts with logits on every row (surprise map)
         self._verifier: Verifier | None = None
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
@@ -236,6 +241,7 @@ class Engine:
             made = self.context_shift()
             if made is None:
                 return None
+        paths.make_room(self, 1)
         pos = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(token, pos, (0,), True)], ubatch_chunks(1, self.config.n_ubatch)
@@ -267,8 +273,10 @@ class Engine:
         for br in self.branches.values():
             br.chain.free()
         self.branches.clear()
+        self.parked.clear()
         self.kv.clear()
         self.logits_memory.clear()
+        self.surprise.clear()
         self.chain.restart(self.settings.seed)
         self.gen_start = 0
         self.stop_reason = None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import llama_cpp
 
 from .errors import TokenstepError
+from .paths import drop_all
 from .step import ShiftEvent
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
     They all drop the SAME positions (half of the longest one's rest): the cells they
     share have one position each, so they can only move if every sequence moves them by
     the same amount (see :meth:`KVMirror.shift_seqs`)."""
+    drop_all(engine)  # parked paths would not move with the window: they are dropped
     kv = engine.kv
     mem = llama_cpp.llama_get_memory(engine.ctx)
     seqs = engine.seq_ids
@@ -79,4 +81,5 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
     )
     engine.shifts.append(ev)
     engine.logits_memory.shifted(engine.n_past)
+    engine.surprise.shift(n_keep, n_discard)
     return ev

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .batch import DecodeCall
 from .kvcache import Forgotten
 from .sampling import ChainResult, SamplerChain, SamplerSettings
+from .surprise import SurpriseLog
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,6 +68,7 @@ class PrefillTurn:
     computed: int
     prefill_ms: float
     records: tuple[int, int]  # [first, end) record indices of the prefill
+    scored_rows: int = 0  # logits rows read beyond the last one, to score the prompt
 
 
 @dataclass
@@ -97,6 +99,7 @@ class StepRecord:
     rows: dict[int, SeqRow] = field(default_factory=dict)
     shift: ShiftEvent | None = None  # the context shift made just before this call
     server: ServerStep | None = None  # the llama-server request behind this record (remote)
+    scored_rows: int = 0  # prompt rows asked for logits only to score the prompt (surprise map)
 
     def note_pick(
         self,
@@ -131,6 +134,7 @@ class Branch:
     logits: np.ndarray | None
     record: int | None  # the record whose row produced ``logits``
     stop_reason: str | None = None
+    values: SurpriseLog = field(default_factory=SurpriseLog)  # its picks' p, p', entropy
 
     @property
     def seed(self) -> int:
@@ -148,3 +152,4 @@ class Sampled:
     source: StepRecord | None  # the record that produced the row (None: moved to disk)
     forced: bool
     eog: bool  # an end-of-generation token: this sequence stops here
+    p: float | None = None  # the token's probability under ``logits`` (temperature 1)

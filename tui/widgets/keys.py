@@ -136,6 +136,23 @@ KEYS: tuple[Key, ...] = (
         "step",
     ),
     Key("b", "boundaries", "b", "boundaries", "Show token boundaries in the text.", "view"),
+    Key(
+        "u",
+        "surprise",
+        "u",
+        "surprise",
+        "Surprise map: colour tokens by p, p′ or entropy, then off (prompts get a p too).",
+        "view",
+    ),
+    Key(
+        "c",
+        "tab('run')",
+        "c/w",
+        "run/paths",
+        "c: run over time (←/→ move the token cursor); w: paths not taken (Enter jumps).",
+        "view",
+    ),
+    Key("w", "tab('paths')", "", "", "", "view"),
     Key("number_sign", "ids", "#", "ids", "Show token ids on the chips.", "view"),
     Key(
         "e",

@@ -19,12 +19,14 @@ from rich.text import Text
 from ..worker.views import SeqView, View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
+from .surprise import legend, token_style
 from .text_flow import TextFlow, conversation_parts, gap_words, plain_of
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
 FORGOTTEN = Style(color="grey50", strike=True)
 FORK = Style(color="grey62", italic=True)
+MARK = Style(underline=True, bold=True, color="bright_yellow")
 
 
 def span_text(
@@ -35,6 +37,7 @@ def span_text(
     *,
     boundaries: bool,
     newest: int | None,
+    styles: tuple[Style | None, ...] = (),
 ) -> tuple[Text, bytes]:
     """The text of tokens [start, end): bytes joined with an incremental UTF-8 decoder so a
     character split across pieces is drawn once, complete. Returns the text and any trailing
@@ -46,6 +49,9 @@ def span_text(
         st = style
         if boundaries:
             st = st + BOUNDARY_STYLES[(i - start) % 2]
+        extra = styles[i] if i < len(styles) else None
+        if extra is not None:
+            st = st + extra
         if i == newest:
             st = st + NEWEST
         chunk = literal(chunk, keep_newlines=True)
@@ -83,6 +89,9 @@ class ConversationPane(FlowPane):
         self._text = TextFlow()
         self._atoms: list[Atom] = []
         self._plain: str | None = None  # set by the Rich builder; else derived from atoms
+        self.mark: int | None = None  # the run chart's cursor token (key c), None: none
+        self._styles: tuple[Style | None, ...] = ()  # per token: surprise map and mark
+        self._styles_key: tuple[object, ...] | None = None
 
     @property
     def plain(self) -> str:
@@ -95,8 +104,31 @@ class ConversationPane(FlowPane):
     def plain(self, value: str) -> None:
         self._plain = value
 
+    def token_styles(self, view: View) -> tuple[Style | None, ...]:
+        """The surprise map's background per token (key u), and the chart's cursor."""
+        sv = view.text.surprise
+        key = (sv.scale, id(sv.values), self.mark)
+        if key != self._styles_key:
+            self._styles_key = key
+            if sv.scale == "off" and self.mark is None:
+                self._styles = ()
+            else:
+                out = [token_style(v, sv.scale) for v in sv.values]
+                if self.mark is not None and self.mark < len(out):
+                    out[self.mark] = (out[self.mark] or Style()) + MARK
+                self._styles = tuple(out)
+            self.border_subtitle = legend(sv) if sv.scale != "off" else None
+        return self._styles
+
+    def set_mark(self, index: int | None) -> None:
+        """Mark one token (the run chart's cursor); None clears it."""
+        self.mark = index
+        if self.view is not None:
+            self.show(self.view)
+
     def show(self, view: View) -> None:
         self.view = view
+        styles = self.token_styles(view)
         width = self.wrap_width
         if view.text.seqs or not view.text.tokens:
             self._text.reset()
@@ -113,6 +145,7 @@ class ConversationPane(FlowPane):
                 boundaries=self.boundaries,
                 newest_style=NEWEST,
                 boundary_styles=BOUNDARY_STYLES,
+                token_styles=styles,
             )
             self._plain = None
             k = changed_from(tuple(self._atoms), tuple(atoms))
@@ -212,7 +245,13 @@ class ConversationPane(FlowPane):
                 continue
             a, b = part.start, part.end
             body, pending = span_text(
-                v.text.pieces, a, b, style, boundaries=self.boundaries, newest=newest
+                v.text.pieces,
+                a,
+                b,
+                style,
+                boundaries=self.boundaries,
+                newest=newest,
+                styles=self._styles,
             )
             t.append_text(body)
             if pending and (part.cut or (v.text.seqs and b == end)):

@@ -80,6 +80,7 @@ class _Block:
     key: tuple[Any, ...]  # what the block's look depends on besides its tokens
     tokens: tuple[int, ...] = ()
     newest: int | None = None  # index in the block of the marked token
+    styles: tuple[Style | None, ...] = ()  # per token: the surprise map's background
     atoms: list[Atom] = field(default_factory=list)
     starts: list[tuple[int, Any]] = field(default_factory=list)  # per atom: token, decoder
     pending: bytes = b""  # bytes of an unfinished character at the end
@@ -96,8 +97,16 @@ class TextFlow:
         self._blocks = {}
 
     def atoms(
-        self, v: View, *, boundaries: bool, newest_style: Style, boundary_styles: tuple[Style, ...]
+        self,
+        v: View,
+        *,
+        boundaries: bool,
+        newest_style: Style,
+        boundary_styles: tuple[Style, ...],
+        token_styles: tuple[Style | None, ...] = (),
     ) -> list[Atom]:
+        """``token_styles``: one extra style (or None) per context token, drawn over the
+        role's (the surprise map, the run chart's cursor)."""
         out: list[Atom] = []
         newest = v.text.n_past - 1 if v.text.reply_tokens and v.activity == "generating" else None
         used: dict[tuple[Any, ...], _Block] = {}
@@ -126,6 +135,7 @@ class TextFlow:
                 boundaries,
                 newest_style,
                 boundary_styles,
+                token_styles[a:b],
             )
             used[key] = block
             out.extend(block.atoms)
@@ -176,11 +186,16 @@ def _update(
     boundaries: bool,
     newest_style: Style,
     boundary_styles: tuple[Style, ...],
+    styles: tuple[Style | None, ...] = (),
 ) -> None:
     """Bring ``block`` up to ``tokens`` (the view's tokens [offset, offset + len))."""
     old = block.tokens
     n = min(len(old), len(tokens))
     k = n if old[:n] == tokens[:n] else next(i for i in range(n) if old[i] != tokens[i])
+    if styles != block.styles:  # the map's scale or a token's value changed: redo from there
+        was = block.styles
+        upto = min(len(was), len(styles))
+        k = min(k, next((i for i in range(upto) if was[i] != styles[i]), upto))
     for m in (block.newest, newest):
         if m is not None:
             k = min(k, m)
@@ -221,6 +236,9 @@ def _update(
         st = style
         if boundaries:
             st = st + boundary_styles[i % 2]
+        extra = styles[i] if i < len(styles) else None
+        if extra is not None:
+            st = st + extra
         if i == newest:
             st = st + newest_style
         chunk = literal(chunk, keep_newlines=True)
@@ -249,3 +267,4 @@ def _update(
     block.pending, _ = dec.getstate()
     block.tokens = tokens
     block.newest = newest
+    block.styles = styles

@@ -16,8 +16,10 @@ from ..engine.sampling import ChainResult, top_stats
 from ..engine.work import WorkSnapshot
 from .caches import Memo
 from .chat import merge, messages_now, spans_now
+from .paths import paths_view
 from .remote_view import remote_view, where_it_runs
 from .saving import n_records
+from .surprise import SurpriseView, surprise_view
 from .views import (
     TOP_ROWS,
     BatchView,
@@ -61,6 +63,11 @@ class ViewBuilder:
             ),
             self._candidates,
         )
+        # The surprise values cost O(context) to copy: only when a step or a command changed them.
+        self.surprise: Memo[tuple[Any, ...], SurpriseView] = Memo(
+            lambda: (len(w.engine.records), w.engine.n_past, w.commands, len(w.engine.surprise)),
+            lambda: surprise_view(w, w.engine.tokens),
+        )
         # The work counter's series cost O(steps) to copy; while a reply plays they are
         # copied at most twice a second (the chart lags by that much, its totals too).
         self.work: Memo[object, WorkSnapshot] = Memo(
@@ -91,6 +98,7 @@ class ViewBuilder:
             cache=self.cache(),
             attention=w.attention.view(),
             lens=w.lens.view(),
+            paths=paths_view(w),
             commands=w.commands,
             capabilities=eng.capabilities,
         )
@@ -126,6 +134,7 @@ class ViewBuilder:
             tokenized=s.tokenized,
             fork_at=s.fork_at,
             seqs=self.seq_views(),
+            surprise=self.surprise.get(),
         )
 
     def batch(self) -> BatchView:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.chat import Message, chat_tokens
 from ..engine.errors import ContextFullError, TokenstepError
+from . import paths
 from .stages import BATCH, DECODE, LOGITS, TOKENIZE
 from .state import Tokenized
 
@@ -148,6 +149,7 @@ def send_now(w: Worker, text: str) -> None:
         text_tokens = len(new)
     if eng.branches:
         w.drop_forks()
+    paths.new_turn(w)
     if len(tokens) > eng.n_ctx:
         raise ContextFullError(
             f"the conversation would need {len(tokens)} tokens but the context holds "

@@ -115,6 +115,21 @@ class Fork:
 
 
 @dataclass(frozen=True)
+class JumpPath:
+    branch: int  # a path not taken of this turn (its number in the tree pane)
+
+
+@dataclass(frozen=True)
+class PathsShown:
+    shown: bool  # the tree pane is showing: rewinds keep their cells in a parked sequence
+
+
+@dataclass(frozen=True)
+class SurpriseScale:
+    """Cycle the text pane's surprise map: off, p, p', entropy."""
+
+
+@dataclass(frozen=True)
 class Call:
     """Run ``fn`` on the worker thread between decode calls (tests, tools: the engine may only
     be touched there), like any key press."""
@@ -148,6 +163,9 @@ Command = (
     | LensMode
     | Verify
     | Fork
+    | JumpPath
+    | PathsShown
+    | SurpriseScale
     | Call
     | Stop
 )

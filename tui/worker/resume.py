@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.chat import Message, chat_tokens
 from ..engine.errors import TokenstepError
+from . import paths
 from .chat import Span, chat_spans
 from .session_store import FORMAT_VERSION
 
@@ -74,6 +75,8 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     args.ubatch_size = cfg["n_ubatch"]
     args.context_full = cfg["context_full"]
     args.keep = cfg["n_keep"]
+    if isinstance(cfg.get("n_seq_max"), int):
+        args.parallel = cfg["n_seq_max"]
     for key in ("flash_attn", "cache_type_k", "cache_type_v"):
         if key in cfg:
             setattr(args, key, cfg[key])
@@ -139,3 +142,9 @@ def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
         ),
     )
     worker.attention.restore(header.get("attention"))
+    n_paths = paths.from_json(worker, header.get("paths"))
+    if n_paths:
+        worker.state.note(
+            worker.state.notice + f" {n_paths} path(s) not taken came back (decoded again "
+            "when you jump to one: their cells were not saved)."
+        )

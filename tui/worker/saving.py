@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine.errors import TokenstepError
-from . import session_store
+from . import paths, session_store
 from .chat import messages_now
 from .state import State
 
@@ -30,6 +30,7 @@ def write(w: Worker, path: str | Path) -> Path:
         prefix_cache=w.prefix_cache,
     )
     rows[0]["attention"] = w.attention.state()
+    rows[0]["paths"] = paths.to_json(w)
     return session_store.write_jsonl_atomic(path, rows)
 
 

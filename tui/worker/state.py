@@ -18,6 +18,7 @@ from .timeline import Timeline
 
 if TYPE_CHECKING:
     from .chat import Span
+    from .paths import PathBranch
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ class State:
     shifts_from: int = 0
     fork_at: int | None = None  # sequence 0's length when it was forked
     fork_tokens: dict[int, list[int]] = field(default_factory=dict)
+    paths: list[PathBranch] = field(default_factory=list)  # this turn's paths not taken
+    path_next: int = 1  # the next branch's number
+    path_note: str | None = None  # how the last jump put its path back
+    paths_shown: bool = False  # the tree pane is showing: rewinds park their cells
+    surprise_scale: str = "off"  # the text pane's surprise map: "off", "p", "p'" or "entropy"
 
     @property
     def playing(self) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
-from . import chat, saving
+from . import chat, paths, saving
 from .chat import clip, cut
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 from .state import Pick
@@ -33,6 +33,8 @@ def user_step(w: Worker) -> None:
 
 def force(w: Worker, token: int) -> None:
     w.state.mode = "step"
+    if w.state.activity == "generating" and w.engine.n_past:
+        paths.leave_pick(w, token)  # the sampler's own pick is a path not taken
     step(w, token)
 
 
@@ -146,7 +148,9 @@ def pick_probabilities(sp: Sampled) -> tuple[float, float]:
     """p and p' of the token just picked. The record whose logits it came from already holds
     the top candidates (with p); only a token outside that top needs the full softmax. p' is
     the pick's own chain (a preview when forced: survivors do not depend on the RNG)."""
-    p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
+    p = sp.p
+    if p is None:
+        p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
     if p is None:
         p = float(softmax(sp.logits)[sp.token])
     return p, sp.chain.p_final(sp.token)
@@ -187,10 +191,11 @@ def rewind(w: Worker, n: int) -> None:
     s.mode = "step"  # rewinding is stepping: autoplay would resample at once
     n = min(n, chat.reply_tokens(w))
     if eng.branches:
-        drop_forks(w)
+        paths.leave_forks(w)  # each fork is a path not taken, its cells parked
     if n <= 0:
         s.note("Nothing to rewind: the reply is empty (rewind stops at your message).")
         return
+    paths.leave_live(w, "rewind")
     before = eng.kv.used
     removed = eng.rewind(n)
     s.activity = "generating"
@@ -205,6 +210,9 @@ def rewind(w: Worker, n: int) -> None:
         how = "the logits for the new last token came from memory, nothing was recomputed"
     else:
         how = "its logits were not kept, so the next step decodes that token again"
+    kept = next((b.seq for b in s.paths if b.seq is not None and b.how == "rewind"), None)
+    if kept is not None and eng.kv.used == before:
+        how += f"; the cells stay for the path not taken (sequence {kept})"
     s.note(f"Rewound {removed} token: KV cells {before} → {eng.kv.used}; {how}.")
 
 
@@ -226,6 +234,12 @@ def fork(w: Worker) -> None:
         f"Forked: sequence {dst} shares all {at} KV cells of sequence 0 "
         "(llama_memory_seq_cp); → steps both in one llama_decode."
     )
+
+
+def jump(w: Worker, branch_id: int) -> None:
+    """Make a path not taken the live reply (see :func:`tui.worker.paths.jump`)."""
+    paths.jump(w, branch_id)
+    w.state.spans = clip(w.state.spans, w.engine.n_past)
 
 
 def drop_forks(w: Worker) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from ..engine.errors import TokenstepError
 from ..engine.remote_http import ServerError
 from ..engine.session import Engine
-from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, verify
+from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
 from .attention import AttentionControl
 from .build import ViewBuilder
 from .commands import (
@@ -38,9 +38,11 @@ from .commands import (
     Force,
     Fork,
     Greedy,
+    JumpPath,
     LensMode,
     LensTab,
     NewChat,
+    PathsShown,
     Pause,
     Rewind,
     Save,
@@ -48,6 +50,7 @@ from .commands import (
     Send,
     Step,
     Stop,
+    SurpriseScale,
     TogglePlay,
     Verify,
 )
@@ -122,6 +125,9 @@ class Worker:
             LensMode: lambda c: self.lens.toggle_mode(),
             Verify: lambda c: verify.verify(self, c.mode),
             Fork: lambda c: stepping.fork(self),
+            JumpPath: lambda c: stepping.jump(self, c.branch),
+            SurpriseScale: lambda c: surprise.cycle(self),
+            PathsShown: lambda c: setattr(self.state, "paths_shown", c.shown),
             Call: lambda c: c.fn(),
         }
 
@@ -230,6 +236,18 @@ class Worker:
     def fork(self) -> None:
         """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
         self.put(Fork())
+
+    def jump_path(self, branch: int) -> None:
+        """Make a path not taken of this turn the live reply."""
+        self.put(JumpPath(branch))
+
+    def paths_shown(self, shown: bool) -> None:
+        """The tree pane is (not) showing: while it is, rewinds park their cells."""
+        self.put(PathsShown(shown))
+
+    def surprise_scale(self) -> None:
+        """Cycle the surprise map: off, p, p', entropy."""
+        self.put(SurpriseScale())
 
     def stop(self, timeout: float | None = 60.0) -> bool:
         """Ask the worker to finish (after the decode it is in) and wait for it. The worker

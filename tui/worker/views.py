@@ -20,8 +20,10 @@ from ..engine.work import WorkSnapshot
 from .attention import AttentionView
 from .chat import Span
 from .lens import LensView
+from .paths import PathsView
 from .remote_view import RemoteView
 from .state import Pick, Tokenized
+from .surprise import SurpriseView
 from .timeline import TimelineTotals
 
 TOP_ROWS = 16  # candidates shown in the logits pane
@@ -78,6 +80,7 @@ class TextView:
     tokenized: Tokenized | None
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
+    surprise: SurpriseView = SurpriseView("off")  # the surprise map (and the run chart)
 
     @property
     def n_past(self) -> int:
@@ -172,5 +175,6 @@ class View:
     cache: CacheView = CacheView()
     attention: AttentionView | None = None  # the Attention and Anatomy tabs
     lens: LensView | None = None  # the Lens tab
+    paths: PathsView = PathsView()  # the paths not taken of this turn (the tree pane)
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type

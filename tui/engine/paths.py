@@ -1,0 +1,158 @@
+"""The paths not taken: sequences that keep an abandoned continuation's cells.
+
+Before a rewind (or a jump to another path) sequence 0 can be copied into a free seq_id with
+``llama_memory_seq_cp``: the cells are only tagged with both ids, nothing is copied or computed.
+The parked sequence is never decoded; it keeps the cells alive after sequence 0 drops them, so
+going back to that path later is a ``seq_rm`` on sequence 0 and a ``seq_cp`` of the parked
+cells (:func:`restore`). When no seq_id is free, or the cells were dropped to make room, the
+path is decoded again from its tokens (one prefill call), and :func:`restore` says which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llama_cpp
+import numpy as np
+
+from .errors import TokenstepError
+from .surprise import Surprise
+
+if TYPE_CHECKING:
+    from .session import Engine
+
+
+@dataclass
+class Parked:
+    """A sequence holding a copy of sequence 0 as it was: its tokens, the logits row of its
+    last position and the surprise values of its tokens."""
+
+    seq: int
+    tokens: list[int]
+    logits: np.ndarray | None
+    record: int | None
+    values: list[Surprise | None]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """How :func:`restore` put a path back: tokens taken from parked cells, tokens decoded."""
+
+    from_cache: int
+    recomputed: int
+    seq: int | None  # the parked sequence the cells came from
+
+
+def free_seqs(engine: Engine) -> list[int]:
+    """seq_ids neither forked nor parked."""
+    used = set(engine.branches) | set(engine.parked)
+    return [s for s in range(1, engine.config.n_seq_max) if s not in used]
+
+
+def park(engine: Engine) -> int | None:
+    """Copy sequence 0 into a free seq_id so its cells outlive a rewind; None when every seq_id
+    is taken (the path can still be recomputed from its tokens)."""
+    free = free_seqs(engine)
+    if not free or engine.n_past == 0:
+        return None
+    seq = free[0]
+    llama_cpp.llama_memory_seq_cp(llama_cpp.llama_get_memory(engine.ctx), 0, seq, -1, -1)
+    engine.kv.seq_cp(0, seq)
+    tokens = engine.tokens
+    engine.parked[seq] = Parked(
+        seq, tokens, engine.logits, engine.logits_record, engine.surprise.along(tokens)
+    )
+    return seq
+
+
+def park_fork(engine: Engine, seq: int) -> None:
+    """A forked sequence stops being stepped but keeps its cells, as a parked path."""
+    br = engine.branches.pop(seq)
+    br.chain.free()
+    tokens = engine.kv.tokens(seq)
+    values = [br.values.get(i, t) or engine.surprise.get(i, t) for i, t in enumerate(tokens)]
+    engine.parked[seq] = Parked(seq, tokens, br.logits, br.record, values)
+
+
+def drop(engine: Engine, seq: int) -> None:
+    """Forget a parked sequence: the cells only it still sees are freed."""
+    if engine.parked.pop(seq, None) is None:
+        return
+    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(engine.ctx), seq, -1, -1)
+    engine.kv.seq_rm(seq, 0, -1)
+
+
+def drop_all(engine: Engine) -> None:
+    for seq in list(engine.parked):
+        drop(engine, seq)
+
+
+def make_room(engine: Engine, n: int) -> None:
+    """Drop parked sequences (oldest first) until ``n`` more cells fit in the cache."""
+    for seq in list(engine.parked):
+        if engine.kv.used + n <= engine.n_cells:
+            return
+        drop(engine, seq)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def restore(
+    engine: Engine,
+    tokens: list[int],
+    seq: int | None = None,
+    values: Sequence[Surprise | None] | None = None,
+) -> Restored:
+    """Make sequence 0 hold ``tokens``: keep the common prefix, take the rest from parked
+    sequence ``seq`` when it holds them (``seq_rm`` + ``seq_cp``), else decode them again."""
+    if engine.branches:
+        raise TokenstepError("drop the forked sequences first: a path replaces sequence 0.")
+    if not tokens:
+        raise TokenstepError("a path needs at least one token.")
+    parked = engine.parked.get(seq) if seq is not None else None
+    if parked is not None and parked.tokens[: len(tokens)] != tokens:
+        parked = None
+    common = min(common_prefix(engine.tokens, tokens), len(tokens) - 1)
+    if parked is not None:
+        got = _from_parked(engine, parked, tokens, common)
+    else:
+        engine.truncate(common)
+        engine.prefill(tokens[common:])
+        got = Restored(0, len(tokens) - common, None)
+    for i in range(common, len(tokens)):
+        v = values[i] if values is not None and i < len(values) else None
+        if v is not None and v.token == tokens[i]:
+            engine.surprise.note(i, v)
+    return got
+
+
+def _from_parked(engine: Engine, parked: Parked, tokens: list[int], common: int) -> Restored:
+    # Keep only the prefix whose cells the parked sequence shares: a cell sequence 0 decoded
+    # again after parking sits at the same position as the parked one and must go.
+    common = min(common, engine.kv.shared_prefix(0, parked.seq))
+    mem = llama_cpp.llama_get_memory(engine.ctx)
+    engine.truncate(common)
+    p0 = engine.kv.positions(parked.seq)[common]
+    n = len(tokens)
+    p1 = engine.kv.positions(parked.seq)[n - 1] + 1
+    llama_cpp.llama_memory_seq_cp(mem, parked.seq, 0, p0, p1)
+    engine.kv.seq_cp(parked.seq, 0, p0, p1)
+    for i, v in enumerate(parked.values[common:n], start=common):
+        if v is not None:
+            engine.surprise.note(i, v)
+    recomputed = 0
+    if n == len(parked.tokens) and parked.logits is not None and parked.record is not None:
+        engine.logits_memory.set(parked.logits, parked.record, engine.n_past)
+    else:  # the row of the path's last position was not kept: decode that token again
+        engine.ensure_logits()
+        recomputed = 1
+    return Restored(n - common - recomputed, recomputed, parked.seq)

@@ -1,0 +1,276 @@
+"""The paths not taken in the current turn: every rewind, force and fork leaves a branch.
+
+A branch is the reply as it stood (its tokens after ``reply_start``) with each token's p, p'
+and entropy. A rewound or forked branch keeps its KV cells in a parked sequence while a seq_id
+is free (:mod:`tui.engine.paths`); a force leaves the sampler's own pick as a one-token branch
+that was never decoded. :func:`jump` makes any branch the live reply again, from the parked
+cells where llama.cpp still holds them and decoded again otherwise, and says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..engine import paths
+from ..engine.errors import TokenstepError
+from ..engine.sequences import pick_p
+from ..engine.surprise import Surprise
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+@dataclass
+class PathBranch:
+    id: int
+    tokens: tuple[int, ...]  # the reply's tokens on this path (after reply_start)
+    values: tuple[Surprise | None, ...]  # per token: p, p', entropy (None: not known)
+    how: str  # what left it: "rewind", "force", "fork" or "jump"
+    seq: int | None = None  # the parked sequence holding its cells (None: decode again)
+
+
+def _reply(w: Worker) -> tuple[int, list[int]]:
+    start = w.state.reply_start
+    if start is None:
+        raise TokenstepError("there is no reply yet: send a message first.")
+    return start, w.engine.tokens[start:]
+
+
+def _add(
+    w: Worker, tokens: list[int], values: list[Surprise | None], how: str, seq: int | None
+) -> None:
+    """Keep a branch unless a known one already contains it; drop those it contains."""
+    s, eng = w.state, w.engine
+    if not tokens:
+        if seq is not None:
+            paths.drop(eng, seq)
+        return
+    t = tuple(tokens)
+    for b in s.paths:
+        if b.tokens[: len(t)] == t:
+            if seq is not None and b.seq is None and len(b.tokens) == len(t):
+                b.seq = seq
+            elif seq is not None:
+                paths.drop(eng, seq)
+            return
+    for b in [b for b in s.paths if t[: len(b.tokens)] == b.tokens]:
+        s.paths.remove(b)
+        if b.seq is not None:
+            paths.drop(eng, b.seq)
+    s.paths.append(PathBranch(s.path_next, t, tuple(values), how, seq))
+    s.path_next += 1
+
+
+def _park(w: Worker) -> int | None:
+    """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken. Only
+    while the tree pane is showing: otherwise a rewind frees its cells as it always did, and
+    a jump decodes the path again."""
+    eng = w.engine
+    if not w.state.paths_shown:
+        return None
+    if not paths.free_seqs(eng):
+        for b in w.state.paths:
+            if b.seq is not None:
+                paths.drop(eng, b.seq)
+                b.seq = None
+                break
+    return paths.park(eng)
+
+
+def leave_live(w: Worker, how: str) -> None:
+    """The live reply becomes a branch (before a rewind or a jump), its cells parked."""
+    start, tokens = _reply(w)
+    if not tokens or any(b.tokens[: len(tokens)] == tuple(tokens) for b in w.state.paths):
+        return
+    seq = _park(w)
+    values = w.engine.surprise.along(w.engine.tokens)[start:]
+    _add(w, tokens, values, how, seq)
+
+
+def leave_forks(w: Worker) -> None:
+    """Every forked sequence becomes a parked branch instead of being dropped."""
+    eng = w.engine
+    start = w.state.reply_start
+    for seq in list(eng.branches):
+        if start is None:
+            eng.drop_seq(seq)
+            continue
+        if w.state.paths_shown:
+            paths.park_fork(eng, seq)
+            parked = eng.parked[seq]
+            _add(w, parked.tokens[start:], parked.values[start:], "fork", seq)
+            continue
+        br = eng.branches[seq]
+        tokens = eng.kv.tokens(seq)
+        values = [br.values.get(i, t) or eng.surprise.get(i, t) for i, t in enumerate(tokens)]
+        eng.drop_seq(seq)
+        _add(w, tokens[start:], values[start:], "fork", None)
+    w.state.fork_at = None
+    w.state.fork_tokens = {}
+
+
+def leave_pick(w: Worker, forced: int) -> None:
+    """Before a force: the token the sampler would have picked is a one-token branch."""
+    eng = w.engine
+    if w.state.reply_start is None or eng.logits is None or eng.branches:
+        return
+    pick = eng.preview().selected
+    if pick == forced or pick < 0:
+        return
+    start, tokens = _reply(w)
+    source = eng.records.get(eng.logits_record) if eng.logits_record is not None else None
+    p, entropy = pick_p(eng.logits, source, pick)
+    chain = eng.preview()
+    value = Surprise(pick, p, chain.p_final(pick), entropy, False)
+    values = eng.surprise.along(eng.tokens)[start:]
+    _add(w, [*tokens, pick], [*values, value], "force", None)
+
+
+def jump(w: Worker, branch_id: int) -> None:
+    """Make branch ``branch_id`` the live reply; the live one becomes a branch."""
+    s, eng = w.state, w.engine
+    b = next((b for b in s.paths if b.id == branch_id), None)
+    if b is None:
+        raise TokenstepError(f"there is no path {branch_id} in this turn.")
+    start, _ = _reply(w)
+    if eng.branches:
+        leave_forks(w)
+    leave_live(w, "jump")
+    s.paths.remove(b)
+    full = eng.tokens[:start] + list(b.tokens)
+    got = paths.restore(eng, full, b.seq, [None] * start + list(b.values))
+    if b.seq is not None and b.seq in eng.parked:
+        paths.drop(eng, b.seq)  # sequence 0 now sees those cells itself
+    eng.stop_reason = None
+    s.mode, s.activity, s.action = "step", "generating", "jump"
+    s.last_pick, s.last_records, s.lit = None, (), ()
+    s.dirty_since_save = True
+    if got.seq is not None:
+        how = (
+            f"{got.from_cache} token(s) replayed from the KV cache (sequence {got.seq}'s cells, "
+            "llama_memory_seq_rm + llama_memory_seq_cp)"
+        )
+        if got.recomputed:
+            how += f", {got.recomputed} decoded again for its logits"
+    else:
+        how = f"{got.recomputed} token(s) decoded again (llama.cpp no longer held their cells)"
+    s.path_note = f"Path {b.id}: {how}."
+    s.note(f"Jumped to {s.path_note[0].lower()}{s.path_note[1:]}")
+
+
+def new_turn(w: Worker) -> None:
+    """A new message: the branches were of the last turn; their parked cells are freed."""
+    paths.drop_all(w.engine)
+    w.state.paths = []
+    w.state.path_note = None
+
+
+# -- saved sessions ----------------------------------------------------------------------------
+def to_json(w: Worker) -> dict[str, Any]:
+    return {
+        "reply_start": w.state.reply_start,
+        "branches": [
+            {
+                "id": b.id,
+                "how": b.how,
+                "tokens": list(b.tokens),
+                "values": [None if v is None else [v.p, v.p_final, v.entropy] for v in b.values],
+            }
+            for b in w.state.paths
+        ],
+    }
+
+
+def from_json(w: Worker, data: dict[str, Any] | None) -> int:
+    """Branches of a saved session (their cells are gone: a jump decodes them again)."""
+    if not data or data.get("reply_start") != w.state.reply_start:
+        return 0
+    n_vocab = w.engine.info.n_vocab
+    for d in data.get("branches", []):
+        tokens = [int(t) for t in d.get("tokens", [])]
+        if not tokens or any(not 0 <= t < n_vocab for t in tokens):
+            continue
+        raw = list(d.get("values", []))[: len(tokens)]
+        raw += [None] * (len(tokens) - len(raw))
+        values = [
+            None if v is None else Surprise(t, float(v[0]), v[1], float(v[2]), False)
+            for t, v in zip(tokens, raw, strict=True)
+        ]
+        _add(w, tokens, values, str(d.get("how", "rewind")), None)
+    return len(w.state.paths)
+
+
+# -- what the tree pane draws ------------------------------------------------------------------
+@dataclass(frozen=True)
+class PathRow:
+    """One path of the turn, against the live reply: where it leaves it and with what."""
+
+    id: int  # 0 for the live reply
+    how: str  # "live", or what left it: "rewind", "force", "fork", "jump"
+    at: int  # index in the reply of its first token that differs from the live reply
+    parent: int  # the path it shares the longest prefix with (0: the live reply)
+    pieces: tuple[bytes, ...]  # its tokens from ``at`` on
+    p: float | None  # p of its token at ``at`` (None: not known)
+    p_final: float | None
+    n_tokens: int  # its length after reply_start
+    cached: bool  # llama.cpp still holds its cells (a parked sequence)
+    seq: int | None
+
+
+@dataclass(frozen=True)
+class PathsView:
+    rows: tuple[PathRow, ...] = ()  # the live reply first, then the branches by branch point
+    note: str | None = None  # how the last jump put its path back
+    shown: bool = False  # rewinds park their cells (the pane is showing)
+    free_seqs: int = 0  # seq_ids free for parking
+
+
+def _row(
+    w: Worker,
+    id: int,
+    how: str,
+    tokens: tuple[int, ...],
+    values: tuple[Surprise | None, ...],
+    others: list[tuple[int, tuple[int, ...]]],
+    seq: int | None,
+) -> PathRow:
+    piece = w.engine.vocab.piece
+    at, parent = 0, 0
+    for oid, other in others:
+        n = paths.common_prefix(list(tokens), list(other))
+        if n > at or (n == at and oid == 0):
+            at, parent = n, oid
+    v = values[at] if at < len(values) else None
+    return PathRow(
+        id,
+        how,
+        at,
+        parent,
+        tuple(piece(t) for t in tokens[at:]),
+        None if v is None else v.p,
+        None if v is None else v.p_final,
+        len(tokens),
+        seq is not None and seq in w.engine.parked,
+        seq,
+    )
+
+
+def paths_view(w: Worker) -> PathsView:
+    s, eng = w.state, w.engine
+    if s.reply_start is None:
+        return PathsView(shown=s.paths_shown)
+    start = s.reply_start
+    live = tuple(eng.tokens[start:])
+    branches = [b for b in s.paths if live[: len(b.tokens)] != b.tokens]  # not inside live
+    rows = [
+        PathRow(
+            0, "live", 0, 0, tuple(eng.vocab.piece(t) for t in live), None, None, len(live), True, 0
+        )
+    ]
+    known = [(0, live)]
+    for b in sorted(branches, key=lambda b: b.id):
+        rows.append(_row(w, b.id, b.how, b.tokens, b.values, known, b.seq))
+        known.append((b.id, b.tokens))
+    rows[1:] = sorted(rows[1:], key=lambda r: (r.at, r.id))
+    return PathsView(tuple(rows), s.path_note, s.paths_shown, len(paths.free_seqs(eng)))
