@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 import llama_cpp
 import numpy as np
 
+from . import checks
+from .checks import Namer
 from .errors import TokenstepError
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
@@ -28,6 +30,14 @@ assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 DEFAULT_SEED = 42
 _TOP_BLOCK = 256  # block size for top_k_by_logit's lower bound
+SAMPLER_FLAGS = {
+    "temp": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+    "seed": "--seed",
+    "greedy": "--greedy",
+}
 
 
 @dataclass
@@ -44,17 +54,25 @@ class SamplerSettings:
         """``--temp 0`` means greedy, as in llama.cpp's tools."""
         return self.greedy or self.temp <= 0.0
 
-    def validate(self) -> None:
+    def validate(self, name: Namer | None = None) -> None:
+        """Types, then ranges; ``name`` says how a field is called where it came from (the
+        command line's flags by default, ``settings.temp`` for a session file)."""
+        n = name or SAMPLER_FLAGS.__getitem__
+        for key in ("temp", "top_p", "min_p"):
+            checks.finite(getattr(self, key), n(key))
+        checks.whole(self.top_k, n("top_k"))
+        checks.whole(self.seed, n("seed"))
+        checks.flag(self.greedy, n("greedy"))
         if self.temp < 0:
-            raise TokenstepError(f"--temp must be 0 or more, not {self.temp}.")
+            raise TokenstepError(f"{n('temp')} must be 0 or more, not {self.temp}.")
         if self.top_k < 0:
-            raise TokenstepError(f"--top-k must be 0 (off) or more, not {self.top_k}.")
+            raise TokenstepError(f"{n('top_k')} must be 0 (off) or more, not {self.top_k}.")
         if not 0.0 <= self.top_p <= 1.0:
-            raise TokenstepError(f"--top-p must be between 0 and 1, not {self.top_p}.")
+            raise TokenstepError(f"{n('top_p')} must be between 0 and 1, not {self.top_p}.")
         if not 0.0 <= self.min_p <= 1.0:
-            raise TokenstepError(f"--min-p must be between 0 and 1, not {self.min_p}.")
+            raise TokenstepError(f"{n('min_p')} must be between 0 and 1, not {self.min_p}.")
         if not 0 <= self.seed <= 0xFFFFFFFF:
-            raise TokenstepError(f"--seed must be between 0 and 4294967295, not {self.seed}.")
+            raise TokenstepError(f"{n('seed')} must be between 0 and 4294967295, not {self.seed}.")
 
     def to_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
