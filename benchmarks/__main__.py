@@ -1,4 +1,4 @@
-"""``make bench``: all seven benchmarks of the performance issue, each figure beside its target.
+"""``make bench``: all eight benchmarks of the performance issue, each figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
 and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
@@ -13,7 +13,15 @@ from collections.abc import Callable
 
 from tui.engine import Model
 
-from . import attention_cost, bench_app, bench_engine, bench_memory, bench_render, bench_startup
+from . import (
+    attention_cost,
+    attention_memory,
+    bench_app,
+    bench_engine,
+    bench_memory,
+    bench_render,
+    bench_startup,
+)
 from .common import Row, load
 
 
@@ -42,7 +50,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -55,6 +63,7 @@ def main() -> int:
         (5, "attention", lambda: attention_cost.run(model, rounds=2 * rounds + 1)),
         (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
+        (8, "attention memory", attention_memory.run),
     ]
     rows: list[Row] = []
     print(f"machine: {_machine()}", file=sys.stderr)
