@@ -116,7 +116,7 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                 await pilot.press("enter")
                 while app.view is None or app.view.activity != "generating":
                     await pilot.pause(0.05)
-                start_past = app.view.n_past
+                start_past = app.view.text.n_past
                 first_step = len(eng.records)
                 pane = app.query_one(LogitsPane)
                 t_end = time.monotonic() + seconds
@@ -143,7 +143,7 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                 return {
                     "lat": lat,
                     "start_past": start_past,
-                    "end_past": v.n_past,
+                    "end_past": v.text.n_past,
                     "generated": len(eng.records) - first_step,
                     "shifts": shifts,
                     "activity": v.activity,

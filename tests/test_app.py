@@ -89,23 +89,23 @@ async def test_send_runs_the_prefill(make_engine, model, tmp_path):
         await send(pilot, app, MESSAGE)
         v = app.view
         assert v is not None
-        assert list(v.tokens) == expected
+        assert list(v.text.tokens) == expected
         await pilot.press("4")  # the KV cache pane
         assert app.query_one(KVCachePane).used == len(expected)
         # The batch pane holds the prompt, with logits only on its last token.
         await pilot.press("2")
-        recs = app.query_one(BatchPane).view.last_records
+        recs = app.query_one(BatchPane).view.batch.last_records
         batch = [t for r in recs for t in r.call.tokens]
         assert [t.id for t in batch] == expected
         assert [t.logits for t in batch] == [False] * (len(expected) - 1) + [True]
         assert [t.pos for t in batch] == list(range(len(expected)))
         # The pipeline lit tokenize..logits, and the text shows the message.
-        assert v.lit == (0, 1, 2, 3)
+        assert v.batch.lit == (0, 1, 2, 3)
         assert MESSAGE in app.query_one(ConversationPane).plain
         assert app.query_one("#chat").value == ""
         # Greedy: the next pick is the highest logit.
-        cands = app.query_one(LogitsPane).view.candidates
-        assert v.next_pick == cands[0].id == max(cands, key=lambda c: c.logit).id
+        cands = app.query_one(LogitsPane).view.logits.candidates
+        assert v.logits.next_pick == cands[0].id == max(cands, key=lambda c: c.logit).id
 
 
 @run_async
@@ -117,19 +117,19 @@ async def test_stepping_adds_tokens_cells_and_mask_rows(make_engine, model, mode
         await send(pilot, app, MESSAGE)
         for _ in range(n):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == n, f"{n} steps")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == n, f"{n} steps")
         await pilot.press("4")  # the KV cache pane
         v = app.view
-        new = list(v.tokens[len(prompt) :])
+        new = list(v.text.tokens[len(prompt) :])
         assert len(new) == n
         assert app.query_one(KVCachePane).used == len(prompt) + n
         await pilot.press("5")  # the causal mask pane
         mask = app.query_one(CausalMaskPane)
         assert mask.n_rows == len(prompt) + n
         assert mask.count_rows() == math.ceil(math.ceil((len(prompt) + n) / mask.factor) / 2)
-        text = b"".join(v.pieces[len(prompt) :]).decode("utf-8", errors="replace")
+        text = b"".join(v.text.pieces[len(prompt) :]).decode("utf-8", errors="replace")
         assert text.strip() and text in app.query_one(ConversationPane).plain
-        assert v.n_records == 1 + n  # one prefill call, then one llama_decode per step
+        assert v.header.n_records == 1 + n  # one prefill call, then one llama_decode per step
     # Oracle: llama-cpp-python's own greedy generation from the same prompt.
     llm = Llama(model_path=str(model_path), n_ctx=512, n_threads=2, verbose=False)
     try:
@@ -149,19 +149,19 @@ async def test_rewind_drops_a_kv_cell_without_decoding(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
         await pilot.press("4", "right", "right", "right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "3 steps")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 3, "3 steps")
         before = app.view
         text_before = app.query_one(ConversationPane).plain
         await pilot.press("left")
         await wait_for(pilot, lambda: app.view.action == "rewind", "the rewind")
         v = app.view
-        assert app.query_one(KVCachePane).used == before.kv_used - 1
-        assert v.tokens == before.tokens[:-1]
-        assert v.n_records == before.n_records  # nothing was decoded
+        assert app.query_one(KVCachePane).used == before.kv.kv_used - 1
+        assert v.text.tokens == before.text.tokens[:-1]
+        assert v.header.n_records == before.header.n_records  # nothing was decoded
         assert app.query_one(ConversationPane).plain != text_before
         # The logits for the new last token came back from memory: the pick is the same
         # token that was sampled there before.
-        assert v.next_pick == before.tokens[-1]
+        assert v.logits.next_pick == before.text.tokens[-1]
 
 
 @run_async
@@ -171,12 +171,12 @@ async def test_force_puts_the_highlighted_piece_in_the_text(make_engine, tmp_pat
         await send(pilot, app, MESSAGE)
         await pilot.press("down", "down")
         row = app.query_one(LogitsPane).highlighted
-        assert row is not None and row.id != app.view.next_pick  # not what greedy would take
+        assert row is not None and row.id != app.view.logits.next_pick  # not what greedy would take
         await pilot.press("f")
         await wait_for(pilot, lambda: app.view.action == "force", "the forced step")
         v = app.view
-        assert v.tokens[-1] == row.id
-        assert v.last_pick is not None and v.last_pick.forced and v.last_pick.id == row.id
+        assert v.text.tokens[-1] == row.id
+        assert v.text.last_pick is not None and v.text.last_pick.forced and v.text.last_pick.id == row.id
         piece = row.piece.decode("utf-8", errors="replace")
         assert app.query_one(ConversationPane).plain.rstrip("▌").endswith(piece)
 
@@ -192,23 +192,23 @@ async def test_sampler_keys_recompute_probabilities_without_decoding(make_engine
         await wait_for(pilot, lambda: app.view.settings.temp != before.settings.temp, "temp")
         v = app.view
         assert v.settings.temp == pytest.approx(0.9)
-        assert v.n_records == before.n_records and v.kv_used == before.kv_used  # no decode
-        assert [c.id for c in v.candidates] == [c.id for c in before.candidates]
-        assert [c.p for c in v.candidates] == [c.p for c in before.candidates]
-        assert [c.p_final for c in v.candidates] != [c.p_final for c in before.candidates]
+        assert v.header.n_records == before.header.n_records and v.kv.kv_used == before.kv.kv_used  # no decode
+        assert [c.id for c in v.logits.candidates] == [c.id for c in before.logits.candidates]
+        assert [c.p for c in v.logits.candidates] == [c.p for c in before.logits.candidates]
+        assert [c.p_final for c in v.logits.candidates] != [c.p_final for c in before.logits.candidates]
         # NumPy oracle: with only temperature in the chain, p' ratios are exp(dlogit / T).
-        a, b = v.candidates[0], v.candidates[1]
+        a, b = v.logits.candidates[0], v.logits.candidates[1]
         assert a.p_final / b.p_final == pytest.approx(np.exp((a.logit - b.logit) / 0.9), rel=1e-3)
         # top-p down from 1.0 to 0.98 cuts the tail: survivors drop, cut marks appear.
         await pilot.press("p")
         await wait_for(pilot, lambda: app.view.settings.top_p < 1.0, "top-p")
         v2 = app.view
-        stage = {s.name: s.n for s in v2.chain.stages}
+        stage = {s.name: s.n for s in v2.logits.chain.stages}
         assert stage["top-p"] < stage["top-k"]
-        assert v2.n_records == before.n_records
-        kept = [c for c in v2.candidates if not c.cut_by]
+        assert v2.header.n_records == before.header.n_records
+        kept = [c for c in v2.logits.candidates if not c.cut_by]
         assert sum(c.p_final for c in kept) <= 1.0 + 1e-6
-        assert all(c.p_final == 0 for c in v2.candidates if c.cut_by)
+        assert all(c.p_final == 0 for c in v2.logits.candidates if c.cut_by)
 
 
 @run_async
@@ -218,14 +218,14 @@ async def test_save_writes_json_lines(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
         await pilot.press("right", "right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == 2, "2 steps")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "2 steps")
         await pilot.press("ctrl+s")
         await pilot.pause()
         box = app.screen.query_one("#save-path")
         box.value = str(target)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.view.last_saved == str(target), "the save")
-        n_records = app.view.n_records
+        await wait_for(pilot, lambda: app.view.header.last_saved == str(target), "the save")
+        n_records = app.view.header.n_records
     lines = target.read_text(encoding="utf-8").splitlines()
     rows = [json.loads(line) for line in lines]  # every line is valid JSON
     header, records = read_session(target)
@@ -300,8 +300,8 @@ async def test_split_utf8_is_joined_in_the_text_and_spelled_out_on_the_chips(mak
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, text)
         v = app.view
-        assert b"".join(v.pieces).decode("utf-8") == text
-        broken = [p for p in v.pieces if not _valid_utf8(p)]
+        assert b"".join(v.text.pieces).decode("utf-8") == text
+        broken = [p for p in v.text.pieces if not _valid_utf8(p)]
         assert broken  # some pieces are not UTF-8 on their own
         assert app.query_one(ConversationPane).plain.startswith(text)
         await pilot.press("1")
@@ -310,7 +310,7 @@ async def test_split_utf8_is_joined_in_the_text_and_spelled_out_on_the_chips(mak
         assert "<0xE6><0x97>" in tokens.plain  # as drawn
         assert "<0xE6><0x97>" in chips and "<0xA5>" in chips  # 日 = E6 97 A5, split 2 + 1
         assert text not in chips
-        assert f"{len(v.tokens)} tokens, {len(text)} chars" in str(tokens.border_title)
+        assert f"{len(v.text.tokens)} tokens, {len(text)} chars" in str(tokens.border_title)
 
 
 def _valid_utf8(data: bytes) -> bool:
@@ -370,4 +370,4 @@ async def test_views_keep_arriving_while_help_and_save_are_open(make_engine, tmp
         await pilot.press("escape", "ctrl+s")
         await pilot.press("escape")
         assert len(app.screen_stack) == 1
-        assert app.view.reply_tokens > 0
+        assert app.view.text.reply_tokens > 0

@@ -35,13 +35,13 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
     app = make_app(make_engine, tmp_path, raw=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*SENTENCE, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0, "prefill")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
         pane = app.query_one(AttentionTab)
         await pilot.press("a")  # the context had no capture: it is rebuilt
         await wait_for(pilot, lambda: pane.att is not None, "the attention matrix")
         assert app.controller.engine.flash_attn_resolved == "off"
-        assert app.view.flash_attn == "off"
-        tokens = list(app.view.tokens)
+        assert app.view.header.flash_attn == "off"
+        tokens = list(app.view.text.tokens)
         att = pane.att
         assert att is not None and att.layer == 0 and pane.head is None
         assert att.captured.all() and len(att.positions) == len(tokens)
@@ -65,7 +65,7 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
         assert not np.allclose(drawn, w1.mean(axis=0), atol=1e-3)
 
         # The cursor on " it": the ranked list is that row of head 0, highest first.
-        it = next(i for i, p in enumerate(app.view.pieces) if p == b" it")
+        it = next(i for i, p in enumerate(app.view.text.pieces) if p == b" it")
         pane.move_cursor(it)
         ranked = pane.ranked(5)
         order = np.argsort(-w1[0, it, : it + 1], kind="stable")[:5]
@@ -104,7 +104,7 @@ async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_
     app = make_app(make_engine, tmp_path, raw=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Hello there", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0, "prefill")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
         await pilot.press("a")
         await wait_for(pilot, lambda: app.view.attention.on, "attention on")
         await pilot.press("a")
@@ -146,7 +146,7 @@ async def test_attention_flag_starts_with_capture_on(tmp_path):
         await wait_for(pilot, lambda: app.view is not None, "the first view")
         assert app.view.attention.on and app.view.attention.layer == 13
         await pilot.press(*SENTENCE, "enter")
-        await wait_for(pilot, lambda: app.view.n_past > 0, "prefill")
+        await wait_for(pilot, lambda: app.view.text.n_past > 0, "prefill")
         await pilot.press("6")
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None, "the matrix")
@@ -170,9 +170,9 @@ async def test_autoplay_runs_with_attention_on(model, tmp_path):
             assert app._tab == "attention"
             await pilot.press(*"Name three colors.", "enter")
             await wait_for(pilot, lambda: app.view.activity == "done", "the reply", timeout=300)
-            assert app.view.reply_tokens >= 5 and app.view.attention.on
+            assert app.view.text.reply_tokens >= 5 and app.view.attention.on
             pane = app.query_one(AttentionTab)
-            await wait_for(pilot, lambda: pane.n_rows == app.view.n_past, "every row")
+            await wait_for(pilot, lambda: pane.n_rows == app.view.text.n_past, "every row")
             assert pane.att is not None and pane.att.layer == 13 and pane.att.captured.all()
             sums = np.nansum(pane.att.head(None), axis=1)
             np.testing.assert_allclose(sums, 1.0, atol=1e-3)

@@ -65,7 +65,7 @@ async def test_quadratic_counter_follows_the_run(make_engine, model, tmp_path):
         await send(pilot, app, MESSAGE)
         for _ in range(steps):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == steps, "the steps")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == steps, "the steps")
         await pilot.press("0")
         p = len(prompt_for(model, MESSAGE))
 
@@ -93,20 +93,20 @@ async def test_verify_key_recomputes_and_top1_agrees(make_engine, tmp_path):
         await send(pilot, app, MESSAGE)
         for _ in range(3):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "the steps")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 3, "the steps")
         await pilot.press("v")
-        await wait_for(pilot, lambda: app.view.verify is not None, "the verify")
-        res = app.view.verify
-        assert res.n_tokens == app.view.n_past
-        assert res.top1_agree and res.top1_cached == app.view.next_pick  # greedy: the argmax
+        await wait_for(pilot, lambda: app.view.cache.verify is not None, "the verify")
+        res = app.view.cache.verify
+        assert res.n_tokens == app.view.text.n_past
+        assert res.top1_agree and res.top1_cached == app.view.logits.next_pick  # greedy: the argmax
         text = cache_text(app)
         assert f"max |Δ| {res.max_abs_diff:.3g}" in text
         assert "top-1 agrees" in text
         assert app.query_one("#tabs").current == "cache"
         # V replays the engine's own decode calls: the same kernels, so bit-identical logits.
         await pilot.press("V")
-        await wait_for(pilot, lambda: app.view.verify.mode == "replay", "the replay")
-        assert app.view.verify.max_abs_diff == 0.0
+        await wait_for(pilot, lambda: app.view.cache.verify.mode == "replay", "the replay")
+        assert app.view.cache.verify.max_abs_diff == 0.0
         assert "bit-identical" in cache_text(app)
 
 
@@ -116,14 +116,14 @@ async def test_second_turn_reuses_the_prefix(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Say hi.", "enter")  # autoplay: the reply may end before a poll
         await wait_for(pilot, lambda: app.view and app.view.activity == "done", "the first reply")
-        first_len = app.view.n_past
+        first_len = app.view.text.n_past
         await pilot.press(*"Again.", "enter")
-        await wait_for(pilot, lambda: len(app.view.turns) == 2, "the second turn")
-        t1, t2 = app.view.turns
+        await wait_for(pilot, lambda: len(app.view.cache.turns) == 2, "the second turn")
+        t1, t2 = app.view.cache.turns
         assert t1.reused == 0
         # Everything of turn one that the new prompt repeats came from the cache.
         assert 0 < t2.reused <= first_len
-        assert t2.reused + t2.computed == app.view.reply_start  # the second prompt
+        assert t2.reused + t2.computed == app.view.text.reply_start  # the second prompt
         await open_tab(pilot, app, "0")
         # The tab redraws from the next view (heavy panes are throttled): wait for it.
         await wait_for(pilot, lambda: "Prefix reuse per turn" in cache_text(app), "the reuse table")
@@ -136,8 +136,8 @@ async def test_no_prefix_cache_recomputes_everything(make_engine, tmp_path):
         await pilot.press(*"Say hi.", "enter")  # autoplay: the reply may end before a poll
         await wait_for(pilot, lambda: app.view and app.view.activity == "done", "the first reply")
         await pilot.press(*"Again.", "enter")
-        await wait_for(pilot, lambda: len(app.view.turns) == 2, "the second turn")
-        assert [t.reused for t in app.view.turns] == [0, 0]
+        await wait_for(pilot, lambda: len(app.view.cache.turns) == 2, "the second turn")
+        assert [t.reused for t in app.view.cache.turns] == [0, 0]
 
 
 SHIFT_TEXT = "One two three four five six seven eight nine ten eleven twelve"
@@ -154,7 +154,7 @@ def shift_app(make_engine, tmp_path) -> TokenstepApp:
 async def play_to_first_shift(pilot, app: TokenstepApp) -> None:
     """Send SHIFT_TEXT, let autoplay run until the context shifts, then pause."""
     await pilot.press(*SHIFT_TEXT, "enter")
-    await wait_for(pilot, lambda: app.view is not None and app.view.shifts, "a shift")
+    await wait_for(pilot, lambda: app.view is not None and app.view.cache.shifts, "a shift")
     await pilot.press("space")
 
 
@@ -164,20 +164,20 @@ async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_pa
     engine = app.controller.engine
     async with app.run_test(size=SIZE) as pilot:
         await play_to_first_shift(pilot, app)
-        ev = app.view.shifts[0]
+        ev = app.view.cache.shifts[0]
         prompt = engine.vocab.tokenize(SHIFT_TEXT, add_special=True)
         keep = 4 + int(engine.info.add_bos)  # --keep 4, plus BOS when the model adds one
         assert ev.n_keep == keep
         assert ev.n_discard == (48 - keep) // 2  # the oldest half of the rest
         # The forgotten tokens are those right after the kept ones, in order.
         assert [f.token for f in ev.forgotten][: len(prompt) - keep] == prompt[keep:]
-        assert app.view.n_past <= 48
+        assert app.view.text.n_past <= 48
         # The prompt's tail was forgotten, so the reply now starts right after the kept tokens.
-        assert app.view.reply_start == keep
-        assert [sp.role for sp in app.view.spans] == ["prompt", "generated"]
+        assert app.view.text.reply_start == keep
+        assert [sp.role for sp in app.view.text.spans] == ["prompt", "generated"]
         await open_tab(pilot, app, "0")
         await wait_for(pilot, lambda: "shift 1" in cache_text(app), "the shift in the cache tab")
-        gone = b"".join(app.view.shift_pieces[0]).decode()
+        gone = b"".join(app.view.cache.shift_pieces[0]).decode()
         body = cache_text(app)
         assert "shift 1" in body and f"forgot {ev.n_discard}" in body
         assert gone.strip()[:10] in body
@@ -188,26 +188,26 @@ async def test_fork_steps_two_sequences_in_one_batch(make_engine, tmp_path):
     app = make_app(make_engine, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
-        at = app.view.n_past
+        at = app.view.text.n_past
         await pilot.press("F")
-        await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
+        await wait_for(pilot, lambda: app.view.text.fork_at is not None, "the fork")
         for _ in range(3):
             await pilot.press("right")
         await wait_for(
-            pilot, lambda: all(len(s.pieces) == 3 for s in app.view.seqs), "three fork steps"
+            pilot, lambda: all(len(s.pieces) == 3 for s in app.view.text.seqs), "three fork steps"
         )
-        assert [s.seq_id for s in app.view.seqs] == [0, 1]
-        assert app.view.fork_at == at
-        rec = app.view.last_records[-1]
+        assert [s.seq_id for s in app.view.text.seqs] == [0, 1]
+        assert app.view.text.fork_at == at
+        rec = app.view.batch.last_records[-1]
         assert sorted(t.seq_ids for t in rec.call.tokens) == [(0,), (1,)]
         # The pipeline reads the batch: one logits row per sequence, not "on the last".
         batch_fact = app.query_one(PipelinePane).facts(app.view)[1]
         assert "seqs 0,1" in batch_fact and "logits on 2 rows" in batch_fact
         # Shared prefix: the prompt's cells carry both seq_ids; each step added one per seq.
-        shared = [c for c in app.view.kv_cells if len(c[2]) == 2]
-        assert len(shared) == at and len(app.view.kv_cells) == at + 6
+        shared = [c for c in app.view.kv.kv_cells if len(c[2]) == 2]
+        assert len(shared) == at and len(app.view.kv.kv_cells) == at + 6
         body = cache_text(app)
         assert f"{at} KV cells are shared" in body and "seq 1:" in body
         await pilot.press("2")
-        batch = app.query_one(BatchPane).view.last_records[-1]
+        batch = app.query_one(BatchPane).view.batch.last_records[-1]
         assert {t.seq_ids for t in batch.call.tokens} == {(0,), (1,)}

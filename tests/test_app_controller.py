@@ -62,26 +62,26 @@ def test_a_finished_turn_is_autosaved_where_the_view_says(controller):
     c.send("Hi")
     v = wait(c, lambda v: v.activity == "done", "the reply to end")
     assert v.stop_reason == "end of generation"
-    assert v.last_saved == v.autosave_path == str(c.autosave_path)
-    header, records = read_session(v.last_saved)
+    assert v.header.last_saved == v.header.autosave_path == str(c.autosave_path)
+    header, records = read_session(v.header.last_saved)
     assert [m["role"] for m in header["conversation"]] == ["user", "assistant"]
     reply = header["conversation"][1]["content"]
-    assert reply and reply == v.messages[-1].content
-    assert len(records) == v.n_records
+    assert reply and reply == v.text.messages[-1].content
+    assert len(records) == v.header.n_records
     assert records[-1]["eog"] is True  # the last record's pick was the end token
-    assert header["context_tokens"] == list(v.tokens)
+    assert header["context_tokens"] == list(v.text.tokens)
 
 
 def test_enter_while_a_reply_plays_is_queued_then_sent(controller):
     c = controller(autoplay=True)
     c.send("Hi")
     c.send("And again?")  # handled right after the prefill, while the reply plays
-    v = wait(c, lambda v: v.queued is not None, "the message to be queued")
-    assert v.queued == "And again?" and "Queued" in v.notice
-    v = wait(c, lambda v: len(v.messages) >= 3 and v.queued is None, "the queued send", 180)
+    v = wait(c, lambda v: v.header.queued is not None, "the message to be queued")
+    assert v.header.queued == "And again?" and "Queued" in v.notice
+    v = wait(c, lambda v: len(v.text.messages) >= 3 and v.header.queued is None, "the queued send", 180)
     c.pause()
-    assert [m.role for m in v.messages[:3]] == ["user", "assistant", "user"]
-    assert v.messages[2].content == "And again?"
+    assert [m.role for m in v.text.messages[:3]] == ["user", "assistant", "user"]
+    assert v.text.messages[2].content == "And again?"
 
 
 def test_enter_in_step_mode_cuts_the_reply_and_sends(controller):
@@ -89,25 +89,25 @@ def test_enter_in_step_mode_cuts_the_reply_and_sends(controller):
     c.send("Hi")
     c.step()
     c.step()
-    wait(c, lambda v: v.reply_tokens == 2, "two steps")
+    wait(c, lambda v: v.text.reply_tokens == 2, "two steps")
     c.send("Go on.")
-    v = wait(c, lambda v: len(v.messages) == 3, "the second message")
-    assert v.messages[1].role == "assistant" and v.messages[2].content == "Go on."
+    v = wait(c, lambda v: len(v.text.messages) == 3, "the second message")
+    assert v.text.messages[1].role == "assistant" and v.text.messages[2].content == "Go on."
     assert "cut" in v.notice
-    assert v.tokenized is not None and v.tokenized.reused > 0  # the prefix stayed cached
+    assert v.text.tokenized is not None and v.text.tokenized.reused > 0  # the prefix stayed cached
 
 
 def test_rewind_stops_at_the_users_message(controller):
     c = controller(autoplay=False)
     c.send("Hi")
     c.step()
-    wait(c, lambda v: v.reply_tokens == 1, "one step")
+    wait(c, lambda v: v.text.reply_tokens == 1, "one step")
     c.rewind(5)
     v = wait(c, lambda v: v.action == "rewind", "the rewind")
-    assert v.reply_tokens == 0
+    assert v.text.reply_tokens == 0
     c.rewind(1)
     v = wait(c, lambda v: "Nothing to rewind" in v.notice, "the refusal")
-    assert v.reply_tokens == 0 and v.n_past == v.reply_start
+    assert v.text.reply_tokens == 0 and v.text.n_past == v.text.reply_start
 
 
 def test_a_message_that_does_not_fit_is_refused_and_handed_back(controller):
@@ -116,8 +116,8 @@ def test_a_message_that_does_not_fit_is_refused_and_handed_back(controller):
     c.send(text)
     v = wait(c, lambda v: v.notice_level == "error", "the refusal")
     assert "context holds 64" in v.notice
-    assert v.returned_text == text  # the chat box gets it back: nothing is lost
-    assert v.n_past == 0 and not v.messages
+    assert v.header.returned_text == text  # the chat box gets it back: nothing is lost
+    assert v.text.n_past == 0 and not v.text.messages
 
 
 def test_stepping_before_any_message_says_what_to_do(controller):

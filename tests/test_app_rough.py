@@ -91,7 +91,7 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
         await pilot.press(*MESSAGE, "enter")
         await wait_for(
             pilot,
-            lambda: app.view is not None and app.view.reply_tokens > 0,
+            lambda: app.view is not None and app.view.text.reply_tokens > 0,
             "the reply to start",
         )
         pressed = [rng.choice(keys) for _ in range(500)]
@@ -114,12 +114,12 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
             ),
             "the worker to go idle",
         )
-        if app.view.reply_start is None or app.view.reply_tokens == 0:
+        if app.view.text.reply_start is None or app.view.text.reply_tokens == 0:
             # The keys ended on a fresh chat or a rewound reply: give it one more turn.
             app.controller.send(MESSAGE)
             app.controller.step()
             app.controller.step()
-            await wait_for(pilot, lambda: app.view.reply_tokens >= 2, "two reply tokens")
+            await wait_for(pilot, lambda: app.view.text.reply_tokens >= 2, "two reply tokens")
         got = await probe(pilot, app)
         pane = app.query_one(ConversationPane)
         if pane.boundaries:  # 'b' was pressed an odd number of times
@@ -138,8 +138,8 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
         assert app.controller.error is None, app.controller.error
         assert got["problems"] == []
         assert got["llama_pos_max"] == got["mirror_pos_max"] == len(got["tokens"]) - 1
-        assert list(view.tokens) == got["tokens"]
-        assert view.reply_start == got["reply_start"]
+        assert list(view.text.tokens) == got["tokens"]
+        assert view.text.reply_start == got["reply_start"]
         assert shown_reply(app) == expected_reply(got["reply_pieces"])
 
 
@@ -170,7 +170,7 @@ async def test_a_100_kb_paste_is_refused_with_a_reason_and_kept(make_engine, tmp
         )
         await pilot.pause(0.1)
         assert app.is_running and app.controller.error is None
-        assert app.view.n_past == 0  # nothing was decoded
+        assert app.view.text.n_past == 0  # nothing was decoded
         assert "512" in app.view.notice  # the reason names the context size
         assert chat.value == pasted.replace("\n", " ")  # the text came back to the box
 
@@ -181,26 +181,26 @@ async def test_resize_to_40x12_and_back_while_a_reply_plays(make_engine, tmp_pat
     app = TokenstepApp(engine, autosave_dir=tmp_path / "autosave", close_engine=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*MESSAGE, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens > 0, "reply")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.reply_tokens > 0, "reply")
         await pilot.resize_terminal(40, 12)
         await pilot.pause(0.1)
         assert app.screen.has_class("-too-small")
         small = app.query_one("#too-small")
         assert small.display and "40×12" in str(small.render())
-        at_small = app.view.reply_tokens
+        at_small = app.view.text.reply_tokens
         await wait_for(
             pilot,
-            lambda: app.view.reply_tokens > at_small + 3 or app.view.activity == "done",
+            lambda: app.view.text.reply_tokens > at_small + 3 or app.view.activity == "done",
             "generation to go on while the terminal is too small",
         )
         await pilot.resize_terminal(*SIZE)
         await pilot.pause(0.1)
         assert not app.screen.has_class("-too-small")
         assert not small.display
-        back = app.view.reply_tokens
+        back = app.view.text.reply_tokens
         await wait_for(
             pilot,
-            lambda: app.view.reply_tokens > back or app.view.activity == "done",
+            lambda: app.view.text.reply_tokens > back or app.view.activity == "done",
             "generation to go on",
         )
         await wait_for(pilot, lambda: app._heavy_timer is None, "a heavy redraw")

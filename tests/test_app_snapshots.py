@@ -68,7 +68,7 @@ def test_compact_step_mode_at_80x24(snap_compare, make_engine):
         await pilot.press(*"Hi", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         await pilot.press("right", "right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == 2)
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 2)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
 

@@ -4,16 +4,15 @@ refuses it in one sentence, everywhere a context is made."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tui.engine import default_model_path
-from tui.worker.session_store import FORMAT_VERSION
 
 from .conftest import run_cli
+from .resume_files import write_resume
 from .test_cli_errors import one_sentence
 
 NEEDLE = "-b/--batch-size must be at least 2"
@@ -51,17 +50,5 @@ def test_every_command_refuses_it() -> None:
 
 
 def test_a_resume_file_with_it_is_refused(tmp_path: Path) -> None:
-    header = {
-        "tokenstep_session": FORMAT_VERSION,
-        "model": {"path": str(default_model_path())},
-        "mode": "raw",
-        "conversation": [],
-        "context_tokens": [1, 2, 3],
-        "settings": {"temp": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 1,
-                     "greedy": True},
-        "config": {"n_ctx": 512, "n_batch": 1, "n_ubatch": 1, "context_full": "stop",
-                   "n_keep": 0},
-    }
-    path = tmp_path / "s.jsonl"
-    path.write_text(json.dumps(header) + "\n", encoding="utf-8")
+    path = write_resume(tmp_path / "s.jsonl", default_model_path(), config={"n_batch": 1, "n_ubatch": 1})
     one_sentence(run_cli("--resume", str(path)), NEEDLE)

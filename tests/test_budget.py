@@ -11,6 +11,7 @@ import re
 import pytest
 
 from tui.engine import Engine, EngineConfig, Model, budget
+from tui.engine.context import context_budget
 
 from .conftest import run_cli
 from .test_cli_errors import one_sentence
@@ -19,21 +20,7 @@ MIB = 1 << 20
 
 
 def _estimate(model: Model, cfg: EngineConfig, fa_on: bool) -> budget.ContextBudget:
-    i = model.info
-    return budget.estimate(
-        n_ctx=cfg.n_ctx,
-        n_ubatch=cfg.n_ubatch,
-        n_seq_max=cfg.n_seq_max,
-        n_layer=i.n_layer,
-        n_head=i.n_head,
-        n_vocab=i.n_vocab,
-        n_embd_k_gqa=i.n_embd_k_gqa,
-        n_embd_v_gqa=i.n_embd_v_gqa,
-        cache_type_k=cfg.cache_type_k,
-        cache_type_v=cfg.cache_type_v,
-        flash_attn_on=fa_on,
-        model_bytes=0,
-    )
+    return context_budget(model, cfg, flash_attn_on=fa_on, model_bytes=0)
 
 
 @pytest.mark.parametrize("fa", ["off", "on"])

@@ -66,7 +66,9 @@ def _view(caps: Capabilities) -> Any:
         on=True, installed=True, layer=2, head=None, n_layer=4, info=_info(), att=_att(),
         census=CENSUS, profile=None, status="layer 2",
     )  # fmt: skip
-    return SimpleNamespace(capabilities=caps, pieces=PIECES, attention=attention)
+    return SimpleNamespace(
+        capabilities=caps, text=SimpleNamespace(pieces=PIECES), attention=attention
+    )
 
 
 class Host(App[None]):

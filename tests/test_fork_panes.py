@@ -49,13 +49,13 @@ def causal_mask(cells) -> np.ndarray:
 async def forked_app(pilot, app: TokenstepApp) -> None:
     await send(pilot, app, MESSAGE)
     await pilot.press("right", "right")
-    await wait_for(pilot, lambda: app.view.reply_tokens == 2, "two steps")
+    await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "two steps")
     await pilot.press("F")
-    await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
+    await wait_for(pilot, lambda: app.view.text.fork_at is not None, "the fork")
     for _ in range(STEPS):
         await pilot.press("right")
     await wait_for(
-        pilot, lambda: all(len(s.pieces) == STEPS for s in app.view.seqs), "the fork's steps"
+        pilot, lambda: all(len(s.pieces) == STEPS for s in app.view.text.seqs), "the fork's steps"
     )
 
 
@@ -69,9 +69,9 @@ async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, mode
         await wait_for(pilot, lambda: pane.view is app.view and pane.columns, "the columns")
         v = app.view
         shared = eng.kv.shared(0, 1)
-        assert shared == v.fork_at
+        assert shared == v.text.fork_at
         texts = {}
-        for sv in v.seqs:
+        for sv in v.text.seqs:
             mine = eng.kv.tokens(sv.seq_id)
             assert len(mine) == shared + STEPS == sv.n_tokens
             texts[sv.seq_id] = detok(model_path, mine[shared:])
@@ -88,14 +88,16 @@ async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, mode
         # A character split across the fork point: the shared text holds its first bytes,
         # each column completes it (as the one-sequence pane completes it at the next token).
         euro = "€".encode()
-        split = dataclasses.replace(
-            v,
-            pieces=(*v.pieces[: shared - 1], v.pieces[shared - 1] + euro[:2], *v.pieces[shared:]),
+        pieces = v.text.pieces
+        split_text = dataclasses.replace(
+            v.text,
+            pieces=(*pieces[: shared - 1], pieces[shared - 1] + euro[:2], *pieces[shared:]),
             seqs=tuple(
                 SeqView(sv.seq_id, (euro[2:] + b"!", *sv.pieces[1:]), sv.n_tokens, None)
-                for sv in v.seqs
+                for sv in v.text.seqs
             ),
         )
+        split = dataclasses.replace(v, text=split_text)
         text = pane.build(split)
         pane.render_view(split, text)
         assert "€" not in text.plain and "⋯" in text.plain
@@ -112,7 +114,7 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
         mask = app.query_one(CausalMaskPane)
         await wait_for(pilot, lambda: mask.view is app.view and mask.grid is not None, "the mask")
         v = app.view
-        cells = v.kv_cells
+        cells = v.kv.kv_cells
         assert mask.n_rows == len(cells) == eng.kv.used
         assert mask.factor == 1 and mask.older == 0, "the test wants a pixel per (query, key)"
         want = causal_mask(cells)
@@ -124,7 +126,7 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
         )
         assert np.array_equal(got, want)
         # The engine's own mask for the rows of the last decode (one token per sequence).
-        batch = [(t.seq_ids[0], t.pos) for t in v.last_records[-1].call.tokens]
+        batch = [(t.seq_ids[0], t.pos) for t in v.batch.last_records[-1].call.tokens]
         assert np.array_equal(eng.kv.mask(batch), want[-2:])
         # Seq 1's newest token: the shared prefix yes, seq 0's cells after the fork never.
         r = max(i for i, c in enumerate(cells) if c[2] == (1,))
@@ -140,7 +142,13 @@ async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
         # More cells than the pane is wide (a fake layout on the real pane): the newest cells
         # keep a column each, the first column stands for the older ones.
         cells = fork_layout(shared=150, steps=120)
-        mask.show(dataclasses.replace(v, kv_cells=tuple(cells), new_cells=(0, 0)))
+        mask.show(
+            dataclasses.replace(
+                v,
+                kv=dataclasses.replace(v.kv, kv_cells=tuple(cells)),
+                batch=dataclasses.replace(v.batch, new_cells=(0, 0)),
+            )
+        )
         await pilot.pause()
         n, w = len(cells), mask.n_cols
         assert mask.factor == 1 and mask.older == n - w + 1 > 0
@@ -227,12 +235,12 @@ async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_pat
         kv = app.query_one(KVCachePane)
         await wait_for(pilot, lambda: kv.view is app.view, "the KV pane")
         v = app.view
-        ev = v.shifts[-1]
-        n_gone = sum(len(e.forgotten) for e in v.shifts)
-        assert n_gone == sum(e.n_discard for e in v.shifts)  # one sequence: the whole window
-        assert kv.legend_rows == 1 + min(len(v.shifts), SHIFT_LINES)
+        ev = v.cache.shifts[-1]
+        n_gone = sum(len(e.forgotten) for e in v.cache.shifts)
+        assert n_gone == sum(e.n_discard for e in v.cache.shifts)  # one sequence: the whole window
+        assert kv.legend_rows == 1 + min(len(v.cache.shifts), SHIFT_LINES)
         head = "".join(s.text for s in kv.build_row(0, 120))
-        assert f"{n_gone} tokens forgotten · {len(v.shifts)} shift" in head
+        assert f"{n_gone} tokens forgotten · {len(v.cache.shifts)} shift" in head
         line = "".join(s.text for s in kv.build_row(kv.legend_rows - 1, 120))
         gone = detok(model_path, [f.token for f in ev.forgotten])
         assert f"shift {ev.index + 1}: forgot {ev.n_discard} after cell {ev.n_keep}" in line
@@ -244,21 +252,21 @@ async def test_kv_grid_and_text_mark_the_forgotten_tokens(make_engine, model_pat
             for s in kv.build_row(r, 120)
             if not s.text.strip().isdigit()
         )
-        seam_cells = [i for i, c in enumerate(v.kv_cells) if c[1] == ev.n_keep]
+        seam_cells = [i for i, c in enumerate(v.kv.kv_cells) if c[1] == ev.n_keep]
         assert len(seam_cells) == 1 and grid.count("▐") == 1
         # The text pane: the kept tokens, the gap, then the rest.
         pane = app.query_one(ConversationPane)
         await wait_for(pilot, lambda: pane.view is app.view, "the text pane")
         before, marker, after = pane.plain.partition(" ⟪")
         assert marker and f"{n_gone} tokens forgotten" in after
-        assert before == detok(model_path, list(v.tokens[: ev.n_keep]))
-        rest = detok(model_path, list(v.tokens[ev.n_keep :]))
+        assert before == detok(model_path, list(v.text.tokens[: ev.n_keep]))
+        rest = detok(model_path, list(v.text.tokens[ev.n_keep :]))
         assert after.split("⟫ ", 1)[1].startswith(rest[:20])
         # One sequence: the plain triangle, drawn in runs.
         await open_tab(pilot, app, "5")
         mask = app.query_one(CausalMaskPane)
         await wait_for(pilot, lambda: mask.view is app.view, "the mask")
-        assert not mask.per_seq and mask.n_rows == v.n_past
+        assert not mask.per_seq and mask.n_rows == v.text.n_past
         assert_lines_follow_pixels(mask)
 
 
@@ -269,18 +277,18 @@ async def test_new_chat_restarts_the_work_counter(make_engine, model, tmp_path):
         await send(pilot, app, MESSAGE)
         for _ in range(3):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens == 3, "the steps")
-        assert app.view.work.with_cache > 0
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 3, "the steps")
+        assert app.view.cache.work.with_cache > 0
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: app.view.action == "new", "the new chat")
-        assert app.view.work.with_cache == app.view.work.without_cache == 0
+        assert app.view.cache.work.with_cache == app.view.cache.work.without_cache == 0
         await open_tab(pilot, app, "0")
         await wait_for(pilot, lambda: "token-forward passes" in cache_text(app), "the counter")
         assert "           0 token-forward passes" in cache_text(app)
         await send(pilot, app, "Hi")
-        n = app.view.n_past  # the new prompt, computed from scratch
+        n = app.view.text.n_past  # the new prompt, computed from scratch
         await wait_for(pilot, lambda: f"{n:>12,} token-forward" in cache_text(app), "the prefill")
-        assert app.view.work.with_cache == n
+        assert app.view.cache.work.with_cache == n
 
 
 @run_async
@@ -301,24 +309,24 @@ async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, model_p
         if app.focused is not None and app.focused.id == "chat":
             await pilot.press("escape")
         await pilot.press("F")
-        await wait_for(pilot, lambda: app.view.fork_at is not None, "the fork")
-        while not app.view.shifts and app.view.activity == "generating":
-            n = app.view.n_records
+        await wait_for(pilot, lambda: app.view.text.fork_at is not None, "the fork")
+        while not app.view.cache.shifts and app.view.activity == "generating":
+            n = app.view.header.n_records
             await pilot.press("right")
             await wait_for(
                 pilot,
-                lambda n=n: app.view.n_records > n or app.view.activity != "generating",
+                lambda n=n: app.view.header.n_records > n or app.view.activity != "generating",
                 "a step",
             )
         v = app.view
-        assert v.shifts, f"no shift: {v.stop_reason}"
-        ev = v.shifts[0]
-        assert set(ev.by_seq) == {0, 1} and not v.kv_problems
+        assert v.cache.shifts, f"no shift: {v.stop_reason}"
+        ev = v.cache.shifts[0]
+        assert set(ev.by_seq) == {0, 1} and not v.kv.kv_problems
         assert "Context full: shifted" in v.notice and f"forgot {ev.n_discard}" in v.notice
-        live = [sv for sv in v.seqs if sv.stop_reason is None]
+        live = [sv for sv in v.text.seqs if sv.stop_reason is None]
         assert live and all(sv.n_tokens == 64 - ev.n_discard + 1 for sv in live)  # fed after
         mem = llama_cpp.llama_get_memory(engine.ctx)
-        for sv in v.seqs:
+        for sv in v.text.seqs:
             pos = engine.kv.positions(sv.seq_id)
             assert pos == list(range(sv.n_tokens))
             assert llama_cpp.llama_memory_seq_pos_max(mem, sv.seq_id) == pos[-1]
@@ -333,7 +341,7 @@ async def test_forked_shift_in_the_app_keeps_both_sequences(make_engine, model_p
         pane = app.query_one(ConversationPane)
         await wait_for(pilot, lambda: pane.view is app.view and pane.columns, "the columns")
         shared = engine.kv.shared(0, 1)
-        for sv in v.seqs:
+        for sv in v.text.seqs:
             gone = len(sv.pieces) - (sv.n_tokens - shared)
             col = pane.columns[sv.seq_id]
             assert (f" ⟪{gone} forgotten⟫ " in col) == (gone > 0)

@@ -8,7 +8,6 @@ tokenstep's header check prevents.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import struct
@@ -19,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tui.engine import Model, ModelError
-from tui.worker.session_store import FORMAT_VERSION
 
 from .conftest import run_cli
+from .resume_files import write_resume
 from .test_cli_errors import one_sentence
 from .test_hostile_gguf import WriteGGUF, write_gguf  # noqa: F401  (the fixture)
 
@@ -74,19 +73,7 @@ def test_resume_file_pointing_at_a_nan_model_is_one_sentence(
 ) -> None:
     bad = tmp_path / "nan_eps.gguf"
     _rewrite_eps(model_path, bad, math.nan)
-    header = {
-        "tokenstep_session": FORMAT_VERSION,
-        "model": {"path": str(bad)},
-        "mode": "raw",
-        "conversation": [],
-        "context_tokens": [1, 2, 3],
-        "settings": {"temp": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "seed": 1,
-                     "greedy": True},
-        "config": {"n_ctx": 512, "n_batch": 512, "n_ubatch": 512, "context_full": "stop",
-                   "n_keep": 0},
-    }
-    session = tmp_path / "s.jsonl"
-    session.write_text(json.dumps(header) + "\n", encoding="utf-8")
+    session = write_resume(tmp_path / "s.jsonl", bad)
     one_sentence(run_cli("--resume", str(session)), "not a finite number")
 
 

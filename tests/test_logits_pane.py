@@ -38,7 +38,7 @@ async def test_fast_rows_equal_the_rich_rendering(make_engine, tmp_path, size):
         pane = app.query_one(LogitsPane)
         await pilot.press("right", "right", "down", "down")  # steps, then the cursor moves
         await pilot.pause(0.3)
-        assert pane.view is not None and pane.view.candidates
+        assert pane.view is not None and pane.view.logits.candidates
         width = pane.content_size.width
         fast, rich = _both(pane, width)
         assert fast == rich, _first_diff(fast, rich)

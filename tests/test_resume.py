@@ -49,11 +49,11 @@ async def autosaved_turn(make_engine, tmp_path):
             lambda: (
                 app.view is not None
                 and app.view.activity == "done"
-                and app.view.last_saved == app.view.autosave_path
+                and app.view.header.last_saved == app.view.header.autosave_path
             ),
             "the reply and its autosave",
         )
-        saved = app.view.autosave_path
+        saved = app.view.header.autosave_path
         shown = app.query_one(ConversationPane).plain
     assert saved is not None
     return saved, shown
@@ -84,11 +84,11 @@ async def test_resume_restores_messages_settings_and_the_cache(make_engine, mode
             await wait_for(pilot, lambda: app.view is not None, "the first view")
             v = app.view
             assert v.action == "resume" and "Resumed" in v.notice and saved in v.notice
-            assert [(m.role, m.content) for m in v.messages] == [
+            assert [(m.role, m.content) for m in v.text.messages] == [
                 (m["role"], m["content"]) for m in header["conversation"]
             ]
             assert v.settings.to_dict() == SETTINGS.to_dict()
-            assert list(v.tokens) == header["context_tokens"]
+            assert list(v.text.tokens) == header["context_tokens"]
             app._draw_heavy()
             assert app.query_one(ConversationPane).plain.rstrip("▌") in shown
             got = await on_worker(
@@ -99,7 +99,7 @@ async def test_resume_restores_messages_settings_and_the_cache(make_engine, mode
             tokens, problems, logits, used = got
             assert tokens == header["context_tokens"] and used == len(tokens)
             assert problems == []
-            next_pick = app.view.next_pick
+            next_pick = app.view.logits.next_pick
     finally:
         engine.close()
     # The re-prefilled cache gives the logits a cold llama-cpp-python context gives.

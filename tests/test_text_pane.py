@@ -31,10 +31,10 @@ def _check(pane: ConversationPane) -> None:
 
 async def _steps(pilot, app, pane: ConversationPane, n: int) -> None:
     for _ in range(n):
-        want = app.view.n_past + 1
+        want = app.view.text.n_past + 1
         await pilot.press("right")
         await wait_for(
-            pilot, lambda w=want: pane.view is not None and pane.view.n_past == w, "a step"
+            pilot, lambda w=want: pane.view is not None and pane.view.text.n_past == w, "a step"
         )
         _check(pane)
 
@@ -47,10 +47,10 @@ async def test_chat_text_is_rebuilt_incrementally(make_engine, tmp_path):
         pane = app.query_one(ConversationPane)
         _check(pane)
         await _steps(pilot, app, pane, 12)
-        want = app.view.n_past - 4
+        want = app.view.text.n_past - 4
         for _ in range(4):
             await pilot.press("left")
-        await wait_for(pilot, lambda: pane.view.n_past == want, "the rewind")
+        await wait_for(pilot, lambda: pane.view.text.n_past == want, "the rewind")
         _check(pane)
         await pilot.press("b")  # token boundaries on
         _check(pane)
@@ -77,15 +77,15 @@ async def test_raw_text_with_split_characters_and_a_context_shift(make_engine, t
         _check(pane)
         assert "日本語のテキスト" in pane.plain
         for _ in range(50):  # past the 48-token context: a shift, then a gap marker
-            want = app.view.n_past + 1 if not app.view.shifts else None
+            want = app.view.text.n_past + 1 if not app.view.cache.shifts else None
             await pilot.press("right")
             await wait_for(
                 pilot,
-                lambda w=want: pane.view is app.view and (w is None or pane.view.n_past >= w - 30),
+                lambda w=want: pane.view is app.view and (w is None or pane.view.text.n_past >= w - 30),
                 "a step",
             )
             _check(pane)
-        assert app.view.shifts and "tokens forgotten" in pane.plain
+        assert app.view.cache.shifts and "tokens forgotten" in pane.plain
 
 
 @run_async
@@ -96,7 +96,7 @@ async def test_text_pane_scrolls_to_the_newest_line_without_a_layout_pass(make_e
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#chat").value = "The river flows. " * 60  # more lines than fit
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 150, "prefill")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 150, "prefill")
         pane = app.query_one(ConversationPane)
         await _steps(pilot, app, pane, 3)
         await pilot.pause(0.3)

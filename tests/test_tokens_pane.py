@@ -34,14 +34,14 @@ async def test_incremental_chips_equal_a_fresh_wrap(make_engine, tmp_path):
         pane = app.query_one(TokensPane)
 
         async def settle(n: int) -> None:
-            await wait_for(pilot, lambda: pane.view is not None and pane.view.n_past == n, "view")
+            await wait_for(pilot, lambda: pane.view is not None and pane.view.text.n_past == n, "view")
 
         for _ in range(8):  # each step moves the newest-chip marker and adds a chip
-            n = app.view.n_past + 1
+            n = app.view.text.n_past + 1
             await pilot.press("right")
             await settle(n)
             assert _lines(pane) == _fresh_lines(pane)
-        n = app.view.n_past - 3
+        n = app.view.text.n_past - 3
         for _ in range(3):
             await pilot.press("left")
         await settle(n)

@@ -11,17 +11,17 @@ from tui.worker.commands import Fork, NewChat, Rewind, Send, Step
 def _check(c: Worker) -> View:
     eng: Engine = c.engine
     v = c.build_view()
-    assert v.tokens == tuple(eng.tokens)
-    assert v.pieces == tuple(eng.vocab.piece(t) for t in eng.tokens)
-    assert v.kv_cells == tuple((x.token, x.pos, tuple(sorted(x.seqs))) for x in eng.kv.cells)
+    assert v.text.tokens == tuple(eng.tokens)
+    assert v.text.pieces == tuple(eng.vocab.piece(t) for t in eng.tokens)
+    assert v.kv.kv_cells == tuple((x.token, x.pos, tuple(sorted(x.seqs))) for x in eng.kv.cells)
     rows = list(eng.records.dicts(c.state.records_from))
     pre = [r for r in rows if r["phase"] == "prefill"]
     dec = [r for r in rows if r["phase"] != "prefill"]
-    tot = v.timeline_totals
+    tot = v.timeline.totals
     assert (tot.prefill_calls, tot.decode_calls) == (len(pre), len(dec))
     assert tot.prefill_tokens == sum(len(r["batch"]) for r in pre)
     assert tot.decode_tokens == sum(len(r["batch"]) for r in dec)
-    assert v.timeline_older + len(v.timeline) == len(rows)
+    assert v.timeline.older + len(v.timeline.calls) == len(rows)
     return v
 
 
@@ -39,7 +39,7 @@ def test_incremental_view_equals_fresh_view(make_engine):
         c.handle(Step())
     v = _check(c)
     assert eng.shifts, "the context should have shifted"
-    assert v.kv_used <= 64
+    assert v.kv.kv_used <= 64
     c.handle(Fork())  # cells gain a second sequence in place
     _check(c)
     for _ in range(3):
@@ -47,6 +47,6 @@ def test_incremental_view_equals_fresh_view(make_engine):
         _check(c)
     c.handle(NewChat())
     v = _check(c)
-    assert v.tokens == () and v.timeline_totals.decode_calls == 0
+    assert v.text.tokens == () and v.timeline.totals.decode_calls == 0
     c.handle(Send("A new chat starts here."))
     _check(c)

@@ -243,13 +243,13 @@ class TokenstepApp(AppActions):
                 self._heavy_timer.stop()
                 self._heavy_timer = None
             self._draw_heavy()
-        if view.returned_text and view.seq > self._returned_seq:
+        if view.header.returned_text and view.seq > self._returned_seq:
             self._returned_seq = view.seq
             chat = self.main.query_one("#chat", Input)
             if not chat.value:
-                chat.value = view.returned_text
+                chat.value = view.header.returned_text
         ended = prev is not None and prev.activity == "generating" and view.activity == "done"
-        if ended and not view.queued:  # the reply is over: the next thing is usually typing
+        if ended and not view.header.queued:  # the reply is over: the next thing is usually typing
             # At once, so the focus always matches the view that is drawn; a key pressed before
             # this moment still reaches the controls (see ChatInput).
             self.main.query_one("#chat", ChatInput).take_focus()
@@ -271,7 +271,7 @@ class TokenstepApp(AppActions):
 
     def _notice(self, view: View) -> None:
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
-        key = (view.notice, view.notice_level, view.queued, view.autosave_path, view.last_saved)
+        key = (view.notice, view.notice_level, view.header.queued, view.header.autosave_path, view.header.last_saved)
         if key == self._notice_key:
             return  # unchanged: a redraw would cost a frame for nothing
         self._notice_key = key
@@ -280,9 +280,9 @@ class TokenstepApp(AppActions):
         self.main.query_one("#notice", Static).update(t, layout=False)  # always one row
         chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
-        if view.queued:
+        if view.header.queued:
             # The user's own words: plain text in the border, never markup.
-            shown = literal(view.queued if len(view.queued) <= 40 else view.queued[:39] + "…")
+            shown = literal(view.header.queued if len(view.header.queued) <= 40 else view.header.queued[:39] + "…")
             chat.border_title = Text.assemble(
                 (f"{base} · ", ""),
                 ("queued", Style(color="black", bgcolor="bright_yellow", bold=True)),
@@ -290,11 +290,11 @@ class TokenstepApp(AppActions):
             )
         else:
             chat.border_title = base
-        if view.autosave_path is None:
+        if view.header.autosave_path is None:
             chat.border_subtitle = "autosave off"
         else:
-            where = view.autosave_path.replace(str(Path.home()), "~", 1)
-            done = " (written)" if view.last_saved == view.autosave_path else ""
+            where = view.header.autosave_path.replace(str(Path.home()), "~", 1)
+            done = " (written)" if view.header.last_saved == view.header.autosave_path else ""
             # A path is plain text: a str border title would be parsed as markup.
             chat.border_subtitle = Text(literal(f"autosave after each reply → {where}{done}"))
 
@@ -304,7 +304,7 @@ class TokenstepApp(AppActions):
             bar = self.main.query_one(KeyBar)
         except (NoMatches, IndexError):  # the app is closing
             return
-        bar.set_context(chat.has_focus, bool(self.view and self.view.queued))
+        bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued))
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
@@ -318,7 +318,7 @@ class TokenstepApp(AppActions):
             return
         text = event.value
         view = self.view
-        queued = view is not None and view.queued is not None
+        queued = view is not None and view.header.queued is not None
         if not text.strip() and not queued:
             self._say("Type a message first.", "bright_yellow")
             return

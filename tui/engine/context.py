@@ -119,15 +119,17 @@ class EngineConfig:
         return self.n_threads or max(1, min(os.cpu_count() or 1, 8))
 
 
-def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> None:
-    """Refuse, in one sentence, a context that would not fit in the memory available
-    (llama.cpp allocates and clears the whole KV cache at once; see ``budget.py``)."""
+def context_budget(
+    model: Model, config: EngineConfig, *, flash_attn_on: bool, model_bytes: int | None = None
+) -> budget.ContextBudget:
+    """What a context with ``config`` will allocate for ``model`` (see ``budget.py``)."""
     i = model.info
-    try:
-        model_bytes = os.path.getsize(model.path)
-    except OSError:
-        model_bytes = 0
-    est = budget.estimate(
+    if model_bytes is None:
+        try:
+            model_bytes = os.path.getsize(model.path)
+        except OSError:
+            model_bytes = 0
+    return budget.estimate(
         n_ctx=config.n_ctx,
         n_ubatch=config.n_ubatch,
         n_seq_max=config.n_seq_max,
@@ -141,6 +143,12 @@ def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> 
         flash_attn_on=flash_attn_on,
         model_bytes=model_bytes,
     )
+
+
+def check_memory(model: Model, config: EngineConfig, *, flash_attn_on: bool) -> None:
+    """Refuse, in one sentence, a context that would not fit in the memory available
+    (llama.cpp allocates and clears the whole KV cache at once; see ``budget.py``)."""
+    est = context_budget(model, config, flash_attn_on=flash_attn_on)
     why = budget.refusal(est, budget.available_bytes())
     if why:
         raise TokenstepError(why)

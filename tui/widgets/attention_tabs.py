@@ -27,11 +27,11 @@ class AttentionTab(AttentionPane):
     def show(self, view: Any) -> None:
         missing = view.capabilities.missing("attention")
         if missing is not None:
-            self.update_from(None, view.pieces, n_layer=0, status=missing)
+            self.update_from(None, view.text.pieces, n_layer=0, status=missing)
             return
         a = view.attention
         if a is None:
-            self.update_from(None, view.pieces, n_layer=0, status="attention unavailable")
+            self.update_from(None, view.text.pieces, n_layer=0, status="attention unavailable")
             return
         if not self._head_restored:  # later the pane's own keys choose the head
             self._head_restored = True
@@ -41,7 +41,7 @@ class AttentionTab(AttentionPane):
         # Rows are sequence 0's tokens by position: the same order as the view's pieces.
         keys = "[ ] layer · ← → head · m mean · s scale · ↑↓ or click a row"
         status = f"{a.status} · {keys}" if a.att is not None else a.status
-        self.update_from(a.att, view.pieces, n_layer=a.n_layer, status=status)
+        self.update_from(a.att, view.text.pieces, n_layer=a.n_layer, status=status)
 
 
 class AnatomyTab(AnatomyPane):

@@ -26,17 +26,17 @@ class BatchPane(LinePane):
         self._rows = self._plan()
         if self.view is not None:
             self.border_title = (
-                f"batch · last llama_decode · n_batch {self.view.n_batch}, "
-                f"n_ubatch {self.view.n_ubatch}"
+                f"batch · last llama_decode · n_batch {self.view.header.n_batch}, "
+                f"n_ubatch {self.view.header.n_ubatch}"
             )
         super().relayout()
 
     def _plan(self) -> list[tuple[str, int, int]]:
         v = self.view
         rows: list[tuple[str, int, int]] = [("head", 0, 0)]
-        if v is None or not v.last_records:
+        if v is None or not v.batch.last_records:
             return rows
-        for r, rec in enumerate(v.last_records):
+        for r, rec in enumerate(v.batch.last_records):
             rows.append(("call", r, 0))
             starts = {a for a, _ in rec.call.ubatches}
             for i in range(rec.call.n_tokens):
@@ -57,13 +57,13 @@ class BatchPane(LinePane):
         kind, r, i = self._rows[row]
         t = Text(no_wrap=True, overflow="crop")
         if kind == "head":
-            if not v.last_records:
+            if not v.batch.last_records:
                 t.append("No batch yet: the prompt's batch appears when you send a message.", DIM)
             else:
                 t.append(f"{'#':>5} {'id':>6}  {'piece':<16}{'pos':>6} {'seq':>4}  logits", HEAD)
         elif kind == "call":
-            rec = v.last_records[r]
-            n = len(v.last_records)
+            rec = v.batch.last_records[r]
+            n = len(v.batch.last_records)
             t.append(
                 f"── llama_decode {r + 1}/{n} · {_n(rec.call.n_tokens, 'token')} · "
                 f"{_n(len(rec.call.ubatches), 'ubatch')} · {fmt_ms(self, rec.decode_ms)}",
@@ -72,12 +72,12 @@ class BatchPane(LinePane):
             if rec.reused and r == 0:
                 t.append(f" · {rec.reused} earlier tokens reused from the KV cache", DIM)
         elif kind == "ubatch":
-            rec = v.last_records[r]
+            rec = v.batch.last_records[r]
             a, b = next(u for u in rec.call.ubatches if u[0] == i)
             t.append(f"   ┄ ubatch tokens {a}–{b - 1} (one graph run)", DIM)
         else:
-            tok = v.last_records[r].call.tokens[i]
-            data = v.batch_pieces[r][i]
+            tok = v.batch.last_records[r].call.tokens[i]
+            data = v.batch.batch_pieces[r][i]
             piece = piece_text(data, special=is_special(data))
             piece.truncate(15, overflow="ellipsis")
             t.append(f"{i:>5} {tok.id:>6}  ")

@@ -50,9 +50,9 @@ class MemoryTab(VerticalScroll):
             pane.show_missing(note)
             self.border_title = pane.border_title
             self.border_subtitle = pane.border_subtitle
-        elif view.memory is not None:
+        elif view.cache.memory is not None:
             pane = self.query_one(MemoryPane)
-            pane.show_report(view.memory)
+            pane.show_report(view.cache.memory)
             self.border_title = pane.border_title
             self.border_subtitle = pane.border_subtitle
 
@@ -88,12 +88,12 @@ def render_verify(res: VerifyResult) -> RenderableType:
 
 
 def render_turns(view: View) -> RenderableType:
-    if not view.turns:
+    if not view.cache.turns:
         return Text("Prefix reuse: no prompt yet.", style="grey50")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for col in ("turn", "reused", "computed", "prefill ms"):
         table.add_column(col, justify="right")
-    for i, t in enumerate(view.turns, 1):
+    for i, t in enumerate(view.cache.turns, 1):
         table.add_row(
             str(i), Text(f"{t.reused:,}", style="green"), f"{t.computed:,}", f"{t.prefill_ms:.1f}"
         )
@@ -106,17 +106,17 @@ def render_turns(view: View) -> RenderableType:
 
 def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
     policy = (
-        f"shift: keep the first {view.n_keep} tokens, forget the oldest half of the rest"
-        if view.context_full == "shift"
+        f"shift: keep the first {view.cache.n_keep} tokens, forget the oldest half of the rest"
+        if view.cache.context_full == "shift"
         else "stop with a message (--context-full shift forgets the oldest half instead)"
     )
     parts: list[RenderableType] = [
         Text.assemble(
             ("Context full ", "bold"),
-            f"{view.n_past:,} of {view.n_ctx:,} tokens in use; policy: {policy}",
+            f"{view.text.n_past:,} of {view.text.n_ctx:,} tokens in use; policy: {policy}",
         )
     ]
-    for ev, pieces in zip(shifts, view.shift_pieces, strict=False):
+    for ev, pieces in zip(shifts, view.cache.shift_pieces, strict=False):
         gone = b"".join(pieces)
         lo, hi = (ev.forgotten[0].pos, ev.forgotten[-1].pos) if ev.forgotten else (0, 0)
         parts.append(
@@ -132,27 +132,27 @@ def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
 
 
 def render_seqs(view: View) -> RenderableType:
-    if view.fork_at is None or not view.seqs:
+    if view.text.fork_at is None or not view.text.seqs:
         return Text("Sequences: one (F forks it into two).", style="grey50")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=True)
-    for sv in view.seqs:
+    for sv in view.text.seqs:
         colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
         stop = f" · {sv.stop_reason}" if sv.stop_reason else ""
         table.add_column(Text(f"seq {sv.seq_id}: {sv.n_tokens} cells{stop}", style=colour), ratio=1)
-    table.add_row(*(Text(_text(b"".join(sv.pieces)) or "…") for sv in view.seqs))
-    shared = sum(1 for _, _, seqs in view.kv_cells if len(seqs) > 1)
+    table.add_row(*(Text(_text(b"".join(sv.pieces)) or "…") for sv in view.text.seqs))
+    shared = sum(1 for _, _, seqs in view.kv.kv_cells if len(seqs) > 1)
     parts: list[RenderableType] = [
         Text.assemble(
             ("Sequences ", "bold"),
-            f"forked at {view.fork_at} tokens; {shared} KV cells are shared by both "
+            f"forked at {view.text.fork_at} tokens; {shared} KV cells are shared by both "
             "(▓ in the KV grid); each step is ONE llama_decode with a token per sequence.",
         ),
         table,
         Text("Mask per sequence (a query sees a KV cell only if the cell holds its seq_id):"),
     ]
-    cells = view.kv_cells
+    cells = view.kv.kv_cells
     start = max(0, len(cells) - MAX_CELLS_SHOWN)
-    for sv in view.seqs:
+    for sv in view.text.seqs:
         colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
         row = Text(f"  seq {sv.seq_id} ")
         if start:
@@ -181,16 +181,16 @@ class CacheTab(VerticalScroll):
         yield QuadraticPane(id="c-work")
 
     def show(self, view: View) -> None:
-        self.border_subtitle = f"KV {view.kv_used:,}/{view.n_ctx:,} · {view.context_full}"
+        self.border_subtitle = f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,} · {view.cache.context_full}"
         self.query_one("#c-seqs", Static).update(render_seqs(view))
         cannot_verify = view.capabilities.missing("verify")
         if cannot_verify is not None:
             self.query_one("#c-verify", Static).update(
                 Text(f"Verify {cannot_verify}.", style="grey62 italic")
             )
-        elif view.verify is not None:
-            self.query_one("#c-verify", Static).update(render_verify(view.verify))
-        self.query_one("#c-shift", Static).update(render_shifts(view, view.shifts))
+        elif view.cache.verify is not None:
+            self.query_one("#c-verify", Static).update(render_verify(view.cache.verify))
+        self.query_one("#c-shift", Static).update(render_shifts(view, view.cache.shifts))
         self.query_one("#c-turns", Static).update(render_turns(view))
-        if view.work is not None:
-            self.query_one(QuadraticPane).show_snapshot(view.work)
+        if view.cache.work is not None:
+            self.query_one(QuadraticPane).show_snapshot(view.cache.work)

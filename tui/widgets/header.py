@@ -42,9 +42,9 @@ class StatusHeader(Pane):
         }[v.activity]
         t.append(f" {what} ", Style(bold=True))
         t.append("│", DIM)
-        t.append(f" ctx {v.n_past:,}/{v.n_ctx:,} ")
+        t.append(f" ctx {v.text.n_past:,}/{v.text.n_ctx:,} ")
         t.append("│", DIM)
-        t.append(f" FA {v.flash_attn} ", DIM)
+        t.append(f" FA {v.header.flash_attn} ", DIM)
         t.append("│ ", DIM)
         # Metadata from the model file: plain text, never markup.
         t.append_text(Text(literal(self.model_name), style=Style(color="grey70")))

@@ -57,21 +57,21 @@ class KVCachePane(LinePane):
 
     @property
     def used(self) -> int:
-        return self.view.kv_used if self.view else 0
+        return self.view.kv.kv_used if self.view else 0
 
     @property
     def legend_rows(self) -> int:
         """Lines above the grid: a summary of the shifts, then the newest few, one a line."""
-        if self.view is None or not self.view.shifts:
+        if self.view is None or not self.view.cache.shifts:
             return 0
-        return 1 + min(len(self.view.shifts), SHIFT_LINES)
+        return 1 + min(len(self.view.cache.shifts), SHIFT_LINES)
 
     @property
     def seam(self) -> int | None:
         """The position right after the kept tokens: every shift cut there, so the cell that
         now holds it is where the forgotten tokens used to be."""
         v = self.view
-        return v.shifts[-1].n_keep if v is not None and v.shifts else None
+        return v.cache.shifts[-1].n_keep if v is not None and v.cache.shifts else None
 
     def relayout(self) -> None:
         width = max(self.size.width - LABEL_W - 1, 8)
@@ -82,18 +82,18 @@ class KVCachePane(LinePane):
     def count_rows(self) -> int:
         if self.view is None:
             return 0
-        return self.legend_rows + -(-self.view.n_ctx // self.cols)
+        return self.legend_rows + -(-self.view.text.n_ctx // self.cols)
 
     def follow_row(self) -> int | None:
         if self.view is None:
             return None
-        return self.legend_rows + max(self.view.kv_used - 1, 0) // self.cols
+        return self.legend_rows + max(self.view.kv.kv_used - 1, 0) // self.cols
 
     def legend_row(self, row: int) -> list[Segment]:
         """What the shifts forgot: the total, then per shift the count and the text."""
         v = self.view
         assert v is not None
-        shifts = v.shifts
+        shifts = v.cache.shifts
         if row == 0:
             total = sum(len(ev.forgotten) for ev in shifts)
             return [
@@ -108,7 +108,7 @@ class KVCachePane(LinePane):
             ]
         i = len(shifts) - min(len(shifts), SHIFT_LINES) + row - 1
         ev = shifts[i]
-        pieces = v.shift_pieces[i] if i < len(v.shift_pieces) else ()
+        pieces = v.cache.shift_pieces[i] if i < len(v.cache.shift_pieces) else ()
         text = escape_controls(display_bytes(b"".join(pieces))).replace("\n", "↵")
         others = "".join(
             f", seq {s}: {len(gone)}" for s, gone in sorted(ev.by_seq.items()) if s != 0
@@ -124,20 +124,20 @@ class KVCachePane(LinePane):
         if v is None:
             return
         self.border_title = (
-            f"KV cache · {v.kv_used:,}/{v.n_ctx:,} cells · {fmt_bytes(v.kv_bytes)} of "
-            f"{fmt_bytes(v.kv_bytes_allocated)}"
+            f"KV cache · {v.kv.kv_used:,}/{v.text.n_ctx:,} cells · {fmt_bytes(v.kv.kv_bytes)} of "
+            f"{fmt_bytes(v.kv.kv_bytes_allocated)}"
         )
         # Most important first: a narrow pane cuts the end of the line.
         parts = []
-        if v.kv_problems:
-            parts.append("MISMATCH: " + "; ".join(v.kv_problems))
+        if v.kv.kv_problems:
+            parts.append("MISMATCH: " + "; ".join(v.kv.kv_problems))
         rows = self.count_rows()
         if rows > self.size.height > 0:
             top = int(self.scroll_offset.y)
             parts.append(f"rows {top + 1}–{min(rows, top + self.size.height)}/{rows} ↕")
-        parts.append(f"{v.kv_bytes_per_token:,} B/token")
-        if v.kv_report is not None:
-            r = v.kv_report
+        parts.append(f"{v.kv.kv_bytes_per_token:,} B/token")
+        if v.kv.kv_report is not None:
+            r = v.kv.kv_report
             parts.append(f"llama.cpp logged {r.size_mib:.2f} MiB (K {r.type_k}, V {r.type_v})")
         sub = " · ".join(parts)
         self.border_subtitle = sub
@@ -155,12 +155,12 @@ class KVCachePane(LinePane):
         seam = self.seam
         start = row * self.cols
         segs = [Segment(f"{start:>{LABEL_W - 1}} ", LABEL)]
-        a, b = v.new_cells
-        cells = v.kv_cells
+        a, b = v.batch.new_cells
+        cells = v.kv.kv_cells
         # Neighbouring cells of one style become one Segment: a row is a few runs, not 100+.
         run: list[str] = []
         run_style: Style | None = None
-        for i in range(start, min(start + self.cols, v.n_ctx)):
+        for i in range(start, min(start + self.cols, v.text.n_ctx)):
             if i < len(cells):
                 seqs = cells[i][2]
                 if i == b - 1 and b > a:
@@ -193,10 +193,10 @@ class KVCachePane(LinePane):
             self.tooltip = None
             return
         i = row * self.cols + col
-        if i < len(v.kv_cells):
-            token, pos, seqs = v.kv_cells[i]
+        if i < len(v.kv.kv_cells):
+            token, pos, seqs = v.kv.kv_cells[i]
             self.tooltip = f"cell {i}: token {token}, pos {pos}, seq {','.join(map(str, seqs))}"
             if pos == self.seam:
                 self.tooltip += " · the forgotten tokens were just before this one"
-        elif i < v.n_ctx:
+        elif i < v.text.n_ctx:
             self.tooltip = f"cell {i}: free"

@@ -37,29 +37,29 @@ class LogitsPane(Pane):
 
     def show(self, view: View) -> None:
         old = self.view
-        fresh = old is None or (old.n_past, old.n_records) != (view.n_past, view.n_records)
+        fresh = old is None or (old.text.n_past, old.header.n_records) != (view.text.n_past, view.header.n_records)
         super().show(view)
         if fresh:
             self.cursor = 0  # new logits: back to the top candidate
-        if view.candidates:
-            self.cursor = min(self.cursor, len(view.candidates) - 1)
+        if view.logits.candidates:
+            self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
         self.border_subtitle = (
-            f"entropy {view.entropy:.2f} bits · ★ next pick · ▶ cursor"
-            if view.entropy is not None
+            f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
+            if view.logits.entropy is not None
             else ""
         )
 
     def move(self, delta: int) -> None:
-        if self.view is None or not self.view.candidates:
+        if self.view is None or not self.view.logits.candidates:
             return
-        self.cursor = (self.cursor + delta) % len(self.view.candidates)
+        self.cursor = (self.cursor + delta) % len(self.view.logits.candidates)
         self.refresh()
 
     @property
     def highlighted(self) -> CandidateRow | None:
-        if self.view is None or not self.view.candidates:
+        if self.view is None or not self.view.logits.candidates:
             return None
-        return self.view.candidates[self.cursor]
+        return self.view.logits.candidates[self.cursor]
 
     def settings_line(self, v: View) -> Text:
         s = v.settings
@@ -89,10 +89,10 @@ class LogitsPane(Pane):
 
     def chain_line(self, v: View) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
-        if v.chain is None:
+        if v.logits.chain is None:
             return t
-        t.append(f"{v.n_vocab:,}")
-        for st in v.chain.stages:
+        t.append(f"{v.text.n_vocab:,}")
+        for st in v.logits.chain.stages:
             t.append(f" →{st.name} ", DIM)
             t.append(f"{st.n:,}", Style(bold=True))
         return t
@@ -105,7 +105,7 @@ class LogitsPane(Pane):
         width = self.size.width or 50
         t.append_text(self.settings_line(v))
         t.append("\n")
-        if not v.candidates:
+        if not v.logits.candidates:
             hint = (
                 "No logits yet. Send a message: its prefill ends in one score per "
                 "vocabulary entry, and the top candidates appear here with what each "
@@ -121,9 +121,9 @@ class LogitsPane(Pane):
         t.append_text(self._head(width))
         t.append("\n")
         rows_room = max((self.size.height or 20) - 5, 3)
-        for i, c in enumerate(v.candidates[:rows_room]):
+        for i, c in enumerate(v.logits.candidates[:rows_room]):
             row = Text(no_wrap=True)
-            is_next = c.id == v.next_pick
+            is_next = c.id == v.logits.next_pick
             marker = "▶" if i == self.cursor else " "
             row.append(marker, MARKER)
             row.append("★" if is_next else " ", NEXT)
@@ -155,7 +155,7 @@ class LogitsPane(Pane):
         """The same rows as :meth:`render`, built as segments: this pane redraws ten times a
         second while a reply plays, and a row of Rich text costs several times more."""
         v = self.view
-        if v is None or not v.candidates or width <= 0:
+        if v is None or not v.logits.candidates or width <= 0:
             return None  # the hint wraps: let Rich lay it out
         console = self.app.console
 
@@ -167,8 +167,8 @@ class LogitsPane(Pane):
         show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
         rows.append(line(self._head(self.size.width or 50)))
         rows_room = max((self.size.height or 20) - 5, 3)
-        for i, c in enumerate(v.candidates[:rows_room]):
-            is_next = c.id == v.next_pick
+        for i, c in enumerate(v.logits.candidates[:rows_room]):
+            is_next = c.id == v.logits.next_pick
             segs = [
                 Segment("▶" if i == self.cursor else " ", MARKER),
                 Segment("★" if is_next else " ", NEXT),
@@ -219,13 +219,13 @@ class LogitsPane(Pane):
 
     def pick_lines(self, v: View) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
-        if v.next_pick is not None and v.activity == "generating":
-            nxt = next((c for c in v.candidates if c.id == v.next_pick), None)
+        if v.logits.next_pick is not None and v.activity == "generating":
+            nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
             t.append("next ", DIM)
             t.append_text(piece_text(nxt.piece if nxt else b"", NEXT))
             how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
             t.append(f" ← the next step picks this ({how})", DIM)
-        pk = v.last_pick
+        pk = v.text.last_pick
         if pk is not None:
             t.append("\nlast ", DIM)
             t.append_text(piece_text(pk.piece, Style(bold=True)))

@@ -141,14 +141,14 @@ class CausalMaskPane(LinePane):
     @property
     def per_seq(self) -> bool:
         """Several sequences hold cells: the mask must be computed per sequence."""
-        return bool(self.view and self.view.seqs)
+        return bool(self.view and self.view.text.seqs)
 
     @property
     def n_rows(self) -> int:
         """Query rows in the mask: one per token in the context (per cell after a fork)."""
         if self.view is None:
             return 0
-        return self.view.kv_used if self.per_seq else self.view.n_past
+        return self.view.kv.kv_used if self.per_seq else self.view.text.n_past
 
     def relayout(self) -> None:
         n = self.n_rows
@@ -166,7 +166,7 @@ class CausalMaskPane(LinePane):
             self.older = n - avail + 1 if n > avail else 0
             cols = np.concatenate(([0], np.arange(self.older, n))) if self.older else np.arange(n)
             self.n_cols = len(cols)
-            cells = self.view.kv_cells
+            cells = self.view.kv.kv_cells
             pos = np.fromiter((c[1] for c in cells), dtype=np.int64, count=n)
             bits = np.fromiter((sum(1 << s for s in c[2]) for c in cells), dtype=np.int64, count=n)
             self.grid = seq_mask_blocks(pos, bits, np.arange(n), cols)
@@ -195,10 +195,10 @@ class CausalMaskPane(LinePane):
         if v is None:
             return
         n = self.n_rows
-        a, b = v.new_cells
+        a, b = v.batch.new_cells
         if self.per_seq:
             seqs = " ".join(
-                f"[{SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]}]■[/] seq {sv.seq_id}" for sv in v.seqs
+                f"[{SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]}]■[/] seq {sv.seq_id}" for sv in v.text.seqs
             )
             self.border_title = (
                 f"causal mask per sequence · {n}×{n} · query ↓ key (KV cell) → · rows: {seqs}"
@@ -240,7 +240,7 @@ class CausalMaskPane(LinePane):
                 state = "masked"
             else:
                 state = "partial"
-        a, b = self.view.new_cells if self.view else (0, 0)
+        a, b = self.view.batch.new_cells if self.view else (0, 0)
         if q0 < b and a <= q1:
             state += "_lit"
         return state
@@ -283,7 +283,7 @@ class CausalMaskPane(LinePane):
         return COLORS[state] if self.grid is None else row_color(cls, state)
 
     def _lit(self, block_row: int) -> bool:
-        a, b = self.view.new_cells if self.view else (0, 0)
+        a, b = self.view.batch.new_cells if self.view else (0, 0)
         q0 = block_row * self.factor
         q1 = min(q0 + self.factor, self.n_rows) - 1
         return q0 < b and a <= q1
@@ -314,7 +314,7 @@ class CausalMaskPane(LinePane):
         assert v is not None
         f, n = self.factor, self.n_rows
         top, bottom = 2 * row, 2 * row + 1
-        a, b = v.new_cells
+        a, b = v.batch.new_cells
         q0 = top * f
         q_last = min((bottom + 1) * f, n) - 1
         segs = self._label(row, q0, q0 < b and a <= q_last)

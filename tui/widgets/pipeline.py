@@ -74,14 +74,14 @@ class PipelinePane(Pane):
     def facts(self, v: View) -> list[str]:
         """One line per stage, from what the last commands produced."""
         out = [""] * 7
-        if not v.tokens:
+        if not v.text.tokens:
             out[0] = "waiting for your message (type it below and press Enter)"
-        tz = v.tokenized
+        tz = v.text.tokenized
         if tz is not None:
             out[0] = f"{tz.chars} chars → {_plural(tz.text_tokens, 'token')}" + (
                 "" if v.raw else f" ({tz.prompt_tokens} with the chat template)"
             )
-        recs = v.last_records
+        recs = v.batch.last_records
         if recs:
             n = sum(r.call.n_tokens for r in recs)
             ms = sum(r.decode_ms for r in recs)
@@ -113,34 +113,34 @@ class PipelinePane(Pane):
                 out[2] = f"{n} tokens in {fmt_ms(self, ms)} ({fmt_rate(self, n, ms)})"
                 if last.reused:
                     out[2] += f" · {last.reused} reused"
-            out[3] = f"{v.n_vocab:,} scores"
-            if v.candidates and v.entropy is not None:
-                top = v.candidates[0]
-                out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H {v.entropy:.2f} bits"
-            added = v.new_cells[1] - v.new_cells[0]
-            shift = v.last_records[-1].shift if v.last_records else None
+            out[3] = f"{v.text.n_vocab:,} scores"
+            if v.logits.candidates and v.logits.entropy is not None:
+                top = v.logits.candidates[0]
+                out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H {v.logits.entropy:.2f} bits"
+            added = v.batch.new_cells[1] - v.batch.new_cells[0]
+            shift = v.batch.last_records[-1].shift if v.batch.last_records else None
             if shift is not None:  # the cache first dropped tokens, then took the new ones
                 out[6] = (
                     f"context shift: forgot {shift.n_discard}, kept the first {shift.n_keep}; "
-                    f"KV {v.kv_used}/{v.n_ctx} cells · {fmt_bytes(v.kv_bytes)}"
+                    f"KV {v.kv.kv_used}/{v.text.n_ctx} cells · {fmt_bytes(v.kv.kv_bytes)}"
                 )
             else:
                 out[6] = (
-                    f"KV {v.kv_used}/{v.n_ctx} cells (+{added}) · {fmt_bytes(v.kv_bytes)}"
+                    f"KV {v.kv.kv_used}/{v.text.n_ctx} cells (+{added}) · {fmt_bytes(v.kv.kv_bytes)}"
                     " · earlier tokens not recomputed"
                 )
         if v.action == "rewind":
             out[6] = (
-                f"rewound: KV {v.kv_used}/{v.n_ctx} cells (−1) · {fmt_bytes(v.kv_bytes)}"
+                f"rewound: KV {v.kv.kv_used}/{v.text.n_ctx} cells (−1) · {fmt_bytes(v.kv.kv_bytes)}"
                 " · llama_memory_seq_rm, nothing recomputed"
             )
-            if v.candidates and v.entropy is not None:
-                top = v.candidates[0]
+            if v.logits.candidates and v.logits.entropy is not None:
+                top = v.logits.candidates[0]
                 out[3] = (
-                    f"{v.n_vocab:,} scores kept from before · top {_plain(top.piece)} "
-                    f"{top.logit:.2f} · H {v.entropy:.2f} bits"
+                    f"{v.text.n_vocab:,} scores kept from before · top {_plain(top.piece)} "
+                    f"{top.logit:.2f} · H {v.logits.entropy:.2f} bits"
                 )
-        pk = v.last_pick
+        pk = v.text.last_pick
         if pk is not None:
             how = "forced" if pk.forced else ("greedy" if pk.greedy else f"dist seed {pk.seed}")
             out[4] = (
@@ -151,12 +151,12 @@ class PipelinePane(Pane):
                 if pk.eog
                 else f"not an end token → {_plain(pk.piece)} ({_n_bytes(len(pk.piece))})"
             )
-        if v.action == "settings" and v.next_pick is not None and v.chain is not None:
-            nxt = next((c for c in v.candidates if c.id == v.next_pick), None)
-            chain = " → ".join(f"{st.name} {st.n:,}" for st in v.chain.stages)
+        if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
+            nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
+            chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)
             out[4] = (
                 f"preview, same logits, no decode: {chain}; next pick "
-                f"{_plain(nxt.piece) if nxt else v.next_pick}"
+                f"{_plain(nxt.piece) if nxt else v.logits.next_pick}"
                 + (f" p' {fmt_p(nxt.p_final)}" if nxt else "")
             )
         return out
@@ -167,11 +167,11 @@ class PipelinePane(Pane):
         if v is None:
             return t
         facts = self.facts(v)
-        last = v.lit[-1] if v.lit else None
+        last = v.batch.lit[-1] if v.batch.lit else None
         if self.has_class("-compact") and not self.explain:
             return self._compact(v, facts, last)
         for i, name in enumerate(STAGES):
-            ran = i in v.lit
+            ran = i in v.batch.lit
             mark = "▶" if i == last else ("●" if ran else "○")
             style = LIT if i == last else (RAN if ran else IDLE)
             t.append(f"{mark} {i + 1} {name:<14}", style + Style(meta={"stage": i}))
@@ -197,7 +197,7 @@ class PipelinePane(Pane):
         t = Text(no_wrap=True, overflow="ellipsis")
         short = ("tok", "batch", "decode", "logits", "sample", "detok", "feed")
         for i, name in enumerate(short):
-            style = LIT if i == last else (RAN if i in v.lit else IDLE)
+            style = LIT if i == last else (RAN if i in v.batch.lit else IDLE)
             t.append(f" {name} ", style + Style(meta={"stage": i}))
             if i < 6:
                 t.append("›", IDLE)
@@ -210,7 +210,7 @@ class PipelinePane(Pane):
             return 2
         extra = 0
         if self.explain:
-            last = self.view.lit[-1] if self.view and self.view.lit else None
+            last = self.view.batch.lit[-1] if self.view and self.view.batch.lit else None
             lines = self._explanation(last).wrap(self.app.console, max(width, 10))
             extra = len(lines)
         return 7 + extra

@@ -98,7 +98,7 @@ class ConversationPane(FlowPane):
     def show(self, view: View) -> None:
         self.view = view
         width = self.wrap_width
-        if view.seqs or not view.tokens:
+        if view.text.seqs or not view.text.tokens:
             self._text.reset()
             renderable = self.render_view(view, self.build(view))  # sets self.plain
             console = self.app.console
@@ -134,11 +134,11 @@ class ConversationPane(FlowPane):
         """The shared text, and after a fork one column per live sequence beside each other."""
         self.columns = {}
         self.plain = text.plain
-        if not v.seqs or not v.tokens:
+        if not v.text.seqs or not v.text.tokens:
             return text
         table = Table.grid(expand=True, padding=(0, 2))
         heads, bodies = [], []
-        for sv in v.seqs:
+        for sv in v.text.seqs:
             table.add_column(ratio=1)
             head, col = self.column(v, sv)
             heads.append(head)
@@ -189,8 +189,8 @@ class ConversationPane(FlowPane):
         t = Text()
         self._pending = b""
         # The token just generated is marked while the reply is still being generated.
-        newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
-        if not v.tokens:
+        newest = v.text.n_past - 1 if v.text.reply_tokens and v.activity == "generating" else None
+        if not v.text.tokens:
             hint = (
                 "Type a prompt below and press Enter; the model continues the text."
                 if v.raw
@@ -198,7 +198,7 @@ class ConversationPane(FlowPane):
             )
             t.append(hint, DIM)
             return t
-        end = shared_count(v) if v.seqs else len(v.pieces)
+        end = shared_count(v) if v.text.seqs else len(v.text.pieces)
         self._shared = end
         for part in conversation_parts(v, end):
             if part.kind == "gap":
@@ -212,10 +212,10 @@ class ConversationPane(FlowPane):
                 continue
             a, b = part.start, part.end
             body, pending = span_text(
-                v.pieces, a, b, style, boundaries=self.boundaries, newest=newest
+                v.text.pieces, a, b, style, boundaries=self.boundaries, newest=newest
             )
             t.append_text(body)
-            if pending and (part.cut or (v.seqs and b == end)):
+            if pending and (part.cut or (v.text.seqs and b == end)):
                 # Cut by the shift, or completed in the fork's columns (they start with
                 # these bytes).
                 self._pending = pending if b == end else b""
@@ -223,15 +223,15 @@ class ConversationPane(FlowPane):
             elif pending:
                 t.append("⋯", DIM)
                 t.append(f"({len(pending)} byte(s) of a character still to come)", DIM)
-        if v.seqs:
-            ids = ", ".join(str(sv.seq_id) for sv in v.seqs)
+        if v.text.seqs:
+            ids = ", ".join(str(sv.seq_id) for sv in v.text.seqs)
             t.append(
                 f"\n── forked here: the {end:,} tokens above are KV cells shared by "
                 f"sequences {ids}; each continues in its own column",
                 FORK,
             )
             return t
-        if not v.raw and v.reply_start is not None and not v.reply_tokens:
+        if not v.raw and v.text.reply_start is not None and not v.text.reply_tokens:
             t.append("\nmodel ▸ ", ROLE_STYLES["reply"] + Style(bold=True))
         if v.activity == "generating" and v.mode == "step":
             t.append("▌", Style(color="bright_yellow", blink=False))
@@ -243,9 +243,9 @@ class ConversationPane(FlowPane):
 def shared_count(v: View) -> int:
     """Tokens of sequence 0 that every live sequence still sees: the KV cells tagged with all
     of their seq_ids. They come first in sequence 0's cell order (they were there before it
-    forked), so they are the first tokens of ``v.tokens``."""
-    live = [sv.seq_id for sv in v.seqs]
-    return sum(1 for _, _, seqs in v.kv_cells if all(s in seqs for s in live))
+    forked), so they are the first tokens of ``v.text.tokens``."""
+    live = [sv.seq_id for sv in v.text.seqs]
+    return sum(1 for _, _, seqs in v.kv.kv_cells if all(s in seqs for s in live))
 
 
 def gap_marker(v: View) -> Text:

@@ -47,9 +47,9 @@ def conversation_parts(v: View, end: int) -> Iterator[Part]:
     """The conversation's tokens [0, end) in drawing order: template text is skipped, each
     message gets a header (not in raw mode), and the shift marker stands right after the
     n_keep tokens every shift keeps. Both the Rich builder and :class:`TextFlow` draw this."""
-    gap = v.shifts[-1].n_keep if v.shifts else None
+    gap = v.cache.shifts[-1].n_keep if v.cache.shifts else None
     gap_drawn = False
-    for sp in v.spans:
+    for sp in v.text.spans:
         start, stop = sp.start, min(sp.end, end)
         if stop <= start:
             continue
@@ -99,9 +99,9 @@ class TextFlow:
         self, v: View, *, boundaries: bool, newest_style: Style, boundary_styles: tuple[Style, ...]
     ) -> list[Atom]:
         out: list[Atom] = []
-        newest = v.n_past - 1 if v.reply_tokens and v.activity == "generating" else None
+        newest = v.text.n_past - 1 if v.text.reply_tokens and v.activity == "generating" else None
         used: dict[tuple[Any, ...], _Block] = {}
-        for part in conversation_parts(v, v.n_past):
+        for part in conversation_parts(v, v.text.n_past):
             if part.kind == "gap":
                 out.append(gap_atom(v))
                 continue
@@ -118,8 +118,8 @@ class TextFlow:
             mark = newest - a if newest is not None and a <= newest < b else None
             _update(
                 block,
-                v.tokens[a:b],
-                v.pieces,
+                v.text.tokens[a:b],
+                v.text.pieces,
                 a,
                 style,
                 mark,
@@ -135,7 +135,7 @@ class TextFlow:
                     note = f"({len(block.pending)} byte(s) of a character still to come)"
                     out.append(Atom((Segment(note, DIM),), cell_len(note)))
         self._blocks = used
-        if not v.raw and v.reply_start is not None and not v.reply_tokens:
+        if not v.raw and v.text.reply_start is not None and not v.text.reply_tokens:
             out.append(Atom((), 0, True))
             head = "model ▸ "
             out.append(
@@ -152,8 +152,8 @@ class TextFlow:
 
 def gap_words(v: View) -> str:
     """Where a context shift cut the text: how many tokens are gone, over how many shifts."""
-    n = sum(len(ev.forgotten) for ev in v.shifts)
-    k = len(v.shifts)
+    n = sum(len(ev.forgotten) for ev in v.cache.shifts)
+    k = len(v.cache.shifts)
     return f" ⟪{n:,} tokens forgotten · {k} shift{'s' if k > 1 else ''}⟫ "
 
 

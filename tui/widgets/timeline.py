@@ -24,7 +24,7 @@ class TimelinePane(Pane):
         t = Text(no_wrap=True, overflow="ellipsis")
         if v is None:
             return t
-        tot = v.timeline_totals  # over every call of the chat, also those scrolled off
+        tot = v.timeline.totals  # over every call of the chat, also those scrolled off
         pn, pms = tot.prefill_tokens, tot.prefill_ms
         dn, dms = tot.decode_tokens, tot.decode_ms
         t.append(" prefill ", PREFILL)
@@ -45,7 +45,7 @@ class TimelinePane(Pane):
             return t
         t.append_text(self.stats())
         t.append("\n")
-        if not v.timeline:
+        if not v.timeline.calls:
             t.append("No llama_decode calls yet.", DIM)
             return t
         width = max(self.size.width, 20)
@@ -53,8 +53,8 @@ class TimelinePane(Pane):
         timed = show_timings(self)
         room = width * rows
 
-        ms_all = np.fromiter((ms for _, _, ms in v.timeline), np.float64, len(v.timeline))
-        prefill = np.fromiter((ph == "prefill" for ph, _, _ in v.timeline), bool, len(v.timeline))
+        ms_all = np.fromiter((ms for _, _, ms in v.timeline.calls), np.float64, len(v.timeline.calls))
+        prefill = np.fromiter((ph == "prefill" for ph, _, _ in v.timeline.calls), bool, len(v.timeline.calls))
 
         def widths(scale: float) -> np.ndarray:
             if not timed:
@@ -76,7 +76,7 @@ class TimelinePane(Pane):
         cells: list[tuple[str, Style]] = []
         k = j = 0  # alternate shades so neighbouring calls stay apart
         for i in range(first, len(ws)):
-            ph, n, ms = v.timeline[i]
+            ph, n, ms = v.timeline.calls[i]
             w = ws[i]
             if ph == "prefill":
                 label = f" {n} tok {fmt_ms(self, ms)} "
@@ -97,7 +97,7 @@ class TimelinePane(Pane):
                 body.append(ch, st)
         t.append_text(body)
         note = f"1 column = {scale:g} ms" if timed else "timings hidden (test mode)"
-        older = first + v.timeline_older
+        older = first + v.timeline.older
         if older:
             note += f" · {older:,} older calls scrolled off"
         self.border_subtitle = note

@@ -52,17 +52,17 @@ class TokensPane(FlowPane):
 
     def titles(self, v: View) -> None:
         """Token count against character count, in the border: overall, then per origin."""
-        n = v.n_past
-        chars = chars_of(v.pieces, 0, n)
+        n = v.text.n_past
+        chars = chars_of(v.text.pieces, 0, n)
         title = f"tokens · {n:,} tokens, {chars:,} chars"
         if n:
             title += f" ({chars / n:.2f} chars/token)"
         self.border_title = title
         roles: dict[str, list[int]] = {}
-        for sp in v.spans:
+        for sp in v.text.spans:
             acc = roles.setdefault(sp.role, [0, 0])
             acc[0] += sp.end - sp.start
-            acc[1] += chars_of(v.pieces, sp.start, sp.end)
+            acc[1] += chars_of(v.text.pieces, sp.start, sp.end)
         parts = [f"{ROLE_NAMES.get(r, r)} {nt:,}/{nc:,}" for r, (nt, nc) in roles.items()]
         self.border_subtitle = " · ".join(parts) + " (tokens/chars)" if parts else ""
 
@@ -75,31 +75,31 @@ class TokensPane(FlowPane):
         token (drawn reversed); equal keys mean an equal chip. Also the first index that may
         differ from the previous view: only chips from there on are looked at again."""
         old = self._key
-        k = changed_from(self._tokens, v.tokens)
-        newest = v.n_past - 1
+        k = changed_from(self._tokens, v.text.tokens)
+        newest = v.text.n_past - 1
         # The reversed "newest" chip moves: both the old one and the new one are redrawn.
-        k = max(0, min(k, _spans_changed_at(self._spans, v.spans), self._newest, newest))
-        reply = v.reply_start if v.reply_start is not None else v.n_past
-        role_at = ["template"] * (v.n_past - k)
-        for sp in v.spans:
-            lo, hi = max(sp.start, k), min(sp.end, v.n_past)
+        k = max(0, min(k, _spans_changed_at(self._spans, v.text.spans), self._newest, newest))
+        reply = v.text.reply_start if v.text.reply_start is not None else v.text.n_past
+        role_at = ["template"] * (v.text.n_past - k)
+        for sp in v.text.spans:
+            lo, hi = max(sp.start, k), min(sp.end, v.text.n_past)
             if hi > lo:
                 role_at[lo - k : hi - k] = [sp.role] * (hi - lo)
         tail = tuple(
-            (v.tokens[i], role_at[i - k], i == newest and i >= reply) for i in range(k, v.n_past)
+            (v.text.tokens[i], role_at[i - k], i == newest and i >= reply) for i in range(k, v.text.n_past)
         )
-        self._tokens, self._spans, self._newest = v.tokens, v.spans, newest
+        self._tokens, self._spans, self._newest = v.text.tokens, v.text.spans, newest
         return old[:k] + tail, k
 
     def _chip(self, v: View, i: int, key: ChipKey) -> Atom:
-        data = v.pieces[i]
+        data = v.text.pieces[i]
         bg = CHIP_BACKGROUNDS[i % len(CHIP_BACKGROUNDS)]
         chip = piece_text(data, ROLE_STYLES.get(key[1], Style()), special=is_special(data))
         chip.stylize(Style(bgcolor=bg))
         if key[2]:
             chip.stylize(Style(reverse=True))
         if self.show_ids:
-            chip.append(str(v.tokens[i]).translate(SUBSCRIPT), Style(color="grey70", bgcolor=bg))
+            chip.append(str(v.text.tokens[i]).translate(SUBSCRIPT), Style(color="grey70", bgcolor=bg))
         chip.append(" ")
         segs = tuple(s for s in chip.render(self.app.console) if s.text != "\n")
         return Atom(segs, chip.cell_len, data.endswith(b"\n"))
@@ -121,7 +121,7 @@ class TokensPane(FlowPane):
     def show(self, view: View) -> None:
         self.view = view
         self.titles(view)
-        if not view.tokens:
+        if not view.text.tokens:
             hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
             segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
             self._forget()

@@ -15,7 +15,19 @@ from ..engine.work import WorkSnapshot
 from .caches import Memo
 from .chat import merge, messages_now, spans_now
 from .saving import n_records
-from .views import TOP_ROWS, CandidateRow, SeqView, View
+from .views import (
+    TOP_ROWS,
+    BatchView,
+    CacheView,
+    CandidateRow,
+    HeaderView,
+    KVView,
+    LogitsView,
+    SeqView,
+    TextView,
+    TimelineView,
+    View,
+)
 
 if TYPE_CHECKING:
     from .thread import Worker
@@ -56,32 +68,35 @@ class ViewBuilder:
 
     def build(self) -> View:
         self.seq += 1
-        pieces = self.pieces.get()
-        return View(
-            **self.header(),
-            **self.conversation(pieces),
-            **self.pipeline(),
-            **self.kv_cache(),
-            **self.timeline(),
-            **self.logits(),
-            **self.cache_lessons(),
-            attention=self.w.attention.view(),
-        )
-
-    # -- one group of fields per pane ------------------------------------------------------------
-    def header(self) -> dict[str, Any]:
         w, eng, s = self.w, self.w.engine, self.w.state
-        autosave = w.autosave_path
-        return dict(
+        return View(
             seq=self.seq,
             mode=s.mode,
             activity=s.activity,
             action=s.action,
             raw=w.raw,
             settings=eng.settings.copy(),
-            queued=s.queued,
             notice=s.notice,
             notice_level=s.notice_level,
+            stop_reason=eng.stop_reason,
+            header=self.header(),
+            text=self.text(self.pieces.get()),
+            batch=self.batch(),
+            kv=self.kv(),
+            timeline=self.timeline(),
+            logits=self.logits(),
+            cache=self.cache(),
+            attention=w.attention.view(),
+            commands=w.commands,
+            capabilities=eng.capabilities,
+        )
+
+    # -- one sub-view per pane -------------------------------------------------------------------
+    def header(self) -> HeaderView:
+        w, eng, s = self.w, self.w.engine, self.w.state
+        autosave = w.autosave_path
+        return HeaderView(
+            queued=s.queued,
             autosave_path=str(autosave) if autosave else None,
             last_saved=s.last_saved,
             n_records=n_records(w),
@@ -89,14 +104,12 @@ class ViewBuilder:
             n_batch=eng.config.n_batch,
             n_ubatch=eng.config.n_ubatch,
             returned_text=s.returned_text,
-            commands=w.commands,
-            capabilities=eng.capabilities,
         )
 
-    def conversation(self, pieces: tuple[bytes, ...]) -> dict[str, Any]:
+    def text(self, pieces: tuple[bytes, ...]) -> TextView:
         """The conversation and tokens panes (and the forked sequences)."""
         w, eng, s = self.w, self.w.engine, self.w.state
-        return dict(
+        return TextView(
             tokens=tuple(eng.tokens),
             pieces=pieces,
             spans=tuple(merge(spans_now(w))),
@@ -106,25 +119,24 @@ class ViewBuilder:
             messages=tuple(messages_now(w, pieces)),
             last_pick=s.last_pick,
             tokenized=s.tokenized,
-            stop_reason=eng.stop_reason,
             fork_at=s.fork_at,
             seqs=self.seq_views(),
         )
 
-    def pipeline(self) -> dict[str, Any]:
+    def batch(self) -> BatchView:
         """The pipeline and batch panes: the stages lit, the calls of the last command."""
         s, piece = self.w.state, self.w.engine.vocab.piece
-        return dict(
+        return BatchView(
             lit=s.lit,
             last_records=s.last_records,
             batch_pieces=tuple(tuple(piece(t.id) for t in r.call.tokens) for r in s.last_records),
             new_cells=s.new_cells,
         )
 
-    def kv_cache(self) -> dict[str, Any]:
+    def kv(self) -> KVView:
         eng = self.w.engine
         local = eng.capabilities.kv_cells  # a remote backend has no KV mirror to copy
-        return dict(
+        return KVView(
             kv_cells=self.kv_cells.get() if local else (),
             kv_bytes=eng.kv_bytes_used,
             kv_bytes_per_token=eng.layout.bytes_per_token,
@@ -133,22 +145,22 @@ class ViewBuilder:
             kv_problems=tuple(eng.records[-1].kv_problems) if local and eng.records else (),
         )
 
-    def timeline(self) -> dict[str, Any]:
+    def timeline(self) -> TimelineView:
         tl = self.w.state.timeline
-        return dict(timeline=tuple(tl.recent), timeline_totals=tl.totals(), timeline_older=tl.older)
+        return TimelineView(calls=tuple(tl.recent), totals=tl.totals(), older=tl.older)
 
-    def logits(self) -> dict[str, Any]:
+    def logits(self) -> LogitsView:
         """The logits pane: the top candidates and what the sampler chain does to them."""
         rows, chain, entropy, next_pick = (
             _NO_CANDIDATES if self.w.engine.logits is None else self.candidates.get()
         )
-        return dict(candidates=rows, chain=chain, entropy=entropy, next_pick=next_pick)
+        return LogitsView(candidates=rows, chain=chain, entropy=entropy, next_pick=next_pick)
 
-    def cache_lessons(self) -> dict[str, Any]:
+    def cache(self) -> CacheView:
         """The cache tabs: memory, work, verify, prefix reuse per turn, context shifts."""
         eng, s = self.w.engine, self.w.state
         shifts = eng.shifts[s.shifts_from :]
-        return dict(
+        return CacheView(
             memory=memory_report(eng) if eng.capabilities.kv_cells else None,
             work=self.work.get(),
             verify=s.verify,

@@ -46,26 +46,23 @@ class SeqView:
 
 
 @dataclass(frozen=True)
-class View:
-    """Everything the panes draw, copied out of the engine by the worker thread."""
+class HeaderView:
+    """The header and the status line: where the session is saved, the context's settings."""
 
-    # header and status line
-    seq: int
-    mode: str  # "autoplay" or "step"
-    activity: str  # "idle", "generating" or "done"
-    action: str  # what the last command did
-    raw: bool
-    settings: SamplerSettings
-    queued: str | None
-    notice: str
-    notice_level: str  # "info", "warn" or "error"
+    queued: str | None  # a message waiting for the reply to end
     autosave_path: str | None
     last_saved: str | None
     n_records: int
     flash_attn: str
     n_batch: int
     n_ubatch: int
-    # conversation and tokens panes
+    returned_text: str | None = None  # a message that could not be sent, for the chat box
+
+
+@dataclass(frozen=True)
+class TextView:
+    """The conversation and tokens panes: the context's tokens, their pieces and origins."""
+
     tokens: tuple[int, ...]
     pieces: tuple[bytes, ...]
     spans: tuple[Span, ...]
@@ -75,47 +72,8 @@ class View:
     messages: tuple[Message, ...]
     last_pick: Pick | None
     tokenized: Tokenized | None
-    stop_reason: str | None
-    # pipeline and batch panes
-    lit: tuple[int, ...]  # pipeline stages the last command ran, in order
-    last_records: tuple[StepRecord, ...]  # the llama_decode calls of the last decoding command
-    batch_pieces: tuple[tuple[bytes, ...], ...]  # the pieces of those calls' tokens
-    new_cells: tuple[int, int]  # [start, end) of the KV cells those calls wrote
-    # KV cache pane
-    kv_cells: tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
-    kv_bytes: int
-    kv_bytes_per_token: int
-    kv_bytes_allocated: int
-    kv_report: KVLogReport | None
-    kv_problems: tuple[str, ...]
-    # timeline pane
-    timeline: tuple[tuple[str, int, float], ...]  # (phase, n_tokens, decode_ms), newest calls
-    # logits pane
-    candidates: tuple[CandidateRow, ...]
-    chain: ChainResult | None
-    entropy: float | None
-    next_pick: int | None
-    returned_text: str | None = None  # a message that could not be sent, for the chat box
-    attention: AttentionView | None = None  # the Attention and Anatomy tabs
-    # The cache lessons (issue 5): all copied out of the engine by the worker thread.
-    memory: MemoryReport | None = None
-    work: WorkSnapshot | None = None
-    verify: VerifyResult | None = None
-    turns: tuple[PrefillTurn, ...] = ()  # this chat's prefills: reused vs computed tokens
-    shifts: tuple[ShiftEvent, ...] = ()  # context shifts, with the tokens each forgot
-    shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
-    context_full: str = "stop"
-    n_keep: int = 0
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
-    commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
-    timeline_totals: TimelineTotals = TimelineTotals()  # over every call, not only those kept
-    timeline_older: int = 0  # calls before ``timeline[0]`` that are only counted
-    capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
-
-    @property
-    def kv_used(self) -> int:
-        return len(self.kv_cells)
 
     @property
     def n_past(self) -> int:
@@ -124,3 +82,88 @@ class View:
     @property
     def reply_tokens(self) -> int:
         return 0 if self.reply_start is None else len(self.tokens) - self.reply_start
+
+
+@dataclass(frozen=True)
+class BatchView:
+    """The pipeline and batch panes: the stages the last command ran and its decode calls."""
+
+    lit: tuple[int, ...]  # pipeline stages the last command ran, in order
+    last_records: tuple[StepRecord, ...]  # the llama_decode calls of the last decoding command
+    batch_pieces: tuple[tuple[bytes, ...], ...]  # the pieces of those calls' tokens
+    new_cells: tuple[int, int]  # [start, end) of the KV cells those calls wrote
+
+
+@dataclass(frozen=True)
+class KVView:
+    """The KV cache grid and the causal mask: one entry per used cell."""
+
+    kv_cells: tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
+    kv_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_allocated: int
+    kv_report: KVLogReport | None
+    kv_problems: tuple[str, ...]
+
+    @property
+    def kv_used(self) -> int:
+        return len(self.kv_cells)
+
+
+@dataclass(frozen=True)
+class TimelineView:
+    """The timeline pane: the newest llama_decode calls and totals over all of them."""
+
+    calls: tuple[tuple[str, int, float], ...]  # (phase, n_tokens, decode_ms), newest calls
+    totals: TimelineTotals = TimelineTotals()  # over every call, not only those kept
+    older: int = 0  # calls before ``calls[0]`` that are only counted
+
+
+@dataclass(frozen=True)
+class LogitsView:
+    """The logits pane: the top candidates and what the sampler chain does to them."""
+
+    candidates: tuple[CandidateRow, ...]
+    chain: ChainResult | None
+    entropy: float | None
+    next_pick: int | None
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """The cache lessons (memory, work, verify, prefix reuse per turn, context shifts)."""
+
+    memory: MemoryReport | None = None
+    work: WorkSnapshot | None = None
+    verify: VerifyResult | None = None
+    turns: tuple[PrefillTurn, ...] = ()  # this chat's prefills: reused vs computed tokens
+    shifts: tuple[ShiftEvent, ...] = ()  # context shifts, with the tokens each forgot
+    shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
+    context_full: str = "stop"
+    n_keep: int = 0
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the panes draw, copied out of the engine by the worker thread: a few fields
+    every pane reads, and one small sub-view per pane (each pane reads its own)."""
+
+    seq: int
+    mode: str  # "autoplay" or "step"
+    activity: str  # "idle", "generating" or "done"
+    action: str  # what the last command did
+    raw: bool
+    settings: SamplerSettings
+    notice: str
+    notice_level: str  # "info", "warn" or "error"
+    stop_reason: str | None
+    header: HeaderView
+    text: TextView
+    batch: BatchView
+    kv: KVView
+    timeline: TimelineView
+    logits: LogitsView
+    cache: CacheView = CacheView()
+    attention: AttentionView | None = None  # the Attention and Anatomy tabs
+    commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
+    capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
