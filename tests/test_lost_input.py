@@ -41,8 +41,8 @@ def test_a_queued_message_too_long_is_refused_when_queued(make_engine, tmp_path)
         c.send(LONG)
         v = wait(c, lambda v: v.notice_level == "error", "the refusal")
         assert "context holds 512" in v.notice, v.notice
-        assert v.returned_text == LONG  # the chat box gets it back
-        assert v.queued is None
+        assert v.header.returned_text == LONG  # the chat box gets it back
+        assert v.header.queued is None
     finally:
         assert c.stop()
     assert c.error is None, c.error
@@ -56,10 +56,10 @@ def test_a_queued_message_that_no_longer_fits_comes_back(make_engine, tmp_path):
         c.send("One, two, three, four, five,")
         wait(c, lambda v: v.activity == "generating", "the reply to start")
         c.send(" and so on.")
-        v = wait(c, lambda v: v.returned_text is not None, "the message to come back", 300)
+        v = wait(c, lambda v: v.header.returned_text is not None, "the message to come back", 300)
         assert v.stop_reason == "context full"
         assert "context holds 64" in v.notice
-        assert v.returned_text == " and so on." and v.queued is None
+        assert v.header.returned_text == " and so on." and v.header.queued is None
     finally:
         assert c.stop()
     assert c.error is None, c.error
@@ -69,10 +69,10 @@ def test_a_sent_message_is_autosaved_before_the_reply(controller):  # noqa: F811
     c = controller(autoplay=False)
     c.send("Hi there")
     v = wait(c, lambda v: v.action == "send", "the prefill")
-    assert v.activity == "generating" and v.reply_tokens == 0  # the reply has not begun
+    assert v.activity == "generating" and v.text.reply_tokens == 0  # the reply has not begun
     header, _ = read_session(c.autosave_path)
     assert header["conversation"] == [{"role": "user", "content": "Hi there"}]
-    assert header["context_tokens"] == list(v.tokens)
+    assert header["context_tokens"] == list(v.text.tokens)
 
 
 CHILD = textwrap.dedent(
