@@ -12,12 +12,17 @@ import sys
 import textwrap
 from pathlib import Path
 
+from textual.widgets import Input
+
+from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.worker import Worker
 from tui.worker.session_store import read_session
 
 from .conftest import ROOT
+from .test_app import SIZE, run_async, wait_for
 from .test_app_controller import controller, wait  # noqa: F401  (the fixture)
+from .test_key_flood import feed
 
 GREEDY = SamplerSettings(temp=0.0)
 LONG = "the waves rolled in and " * 400  # about 2,400 tokens
@@ -123,3 +128,37 @@ def test_kill_9_during_the_first_reply_keeps_the_message(tmp_path: Path) -> None
     assert len(files) == 1, files
     header, _ = read_session(files[0])
     assert header["conversation"] == [{"role": "user", "content": "Keep this message"}]
+
+
+@run_async
+async def test_a_213_kb_paste_queued_during_a_reply_stays_in_the_box(make_engine, tmp_path):
+    """The reported case, with the bytes a terminal sends: a bracketed paste of a 213 kB
+    line during a reply, then Enter. The box keeps the text, the reply plays on."""
+    big = "the waves rolled in and " * 8_900  # 213,600 characters, one line
+    assert len(big) > 213_000
+    app = TokenstepApp(
+        make_engine(GREEDY, n_ctx=512),
+        raw=True,
+        autoplay=True,
+        autosave_dir=tmp_path / "autosave",
+        close_engine=False,
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"One, two, three, four, five, six,", "enter")
+        await wait_for(
+            pilot, lambda: app.view is not None and app.view.activity == "generating", "reply"
+        )
+        chat = app.query_one("#chat", Input)
+        if not chat.has_focus:
+            await pilot.press("escape")  # Esc: from the controls to the chat box
+        feeder = feed(app, "\x1b[200~" + big + "\x1b[201~\r")  # the paste, then Enter
+        await wait_for(
+            pilot,
+            lambda: app.view is not None and app.view.notice_level == "error",
+            "the refusal",
+        )
+        feeder.join(timeout=60)
+        assert "context holds 512" in app.view.notice
+        await wait_for(pilot, lambda: chat.value == big, "the text back in the box")
+        assert app.view.header.queued is None
+        assert app.view.activity == "generating"  # the reply was not cut
