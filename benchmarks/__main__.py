@@ -1,5 +1,5 @@
-"""``make bench``: the benchmarks of the performance issue (and 8, remote stepping; 10, the
-logit lens), each figure beside its target.
+"""``make bench``: the benchmarks of the performance issue (and 8, attention memory; 9, the
+sampler chain; 10, the logit lens; 11, remote stepping), each figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
 and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
@@ -16,6 +16,7 @@ from tui.engine import Model
 
 from . import (
     attention_cost,
+    attention_memory,
     bench_app,
     bench_chain,
     bench_engine,
@@ -53,7 +54,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,10", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -66,9 +67,10 @@ def main() -> int:
         (5, "attention", lambda: attention_cost.run(model, rounds=2 * rounds + 1)),
         (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
-        (8, "remote", lambda: bench_remote.run(rounds=rounds)),
+        (8, "attention memory", attention_memory.run),
         (9, "sampler chain", lambda: bench_chain.run(model, rounds=rounds)),
         (10, "lens", lambda: bench_lens.run(model, rounds=rounds)),
+        (11, "remote", lambda: bench_remote.run(rounds=rounds)),
     ]
     rows: list[Row] = []
     print(f"machine: {_machine()}", file=sys.stderr)

@@ -163,6 +163,7 @@ class TokenstepApp(AppActions):
         self._draw_tabstrip()
         self._size_classes()
         self.main.query_one("#chat", Input).focus()
+        self._gate_keys()  # a flood of key presses cannot bury Ctrl+Q
         self.controller.start()
 
     def on_unmount(self) -> None:
@@ -256,6 +257,8 @@ class TokenstepApp(AppActions):
             chat = self.main.query_one("#chat", Input)
             if not chat.value:
                 chat.value = view.header.returned_text
+            elif view.header.returned_text not in chat.value:  # typed meanwhile: keep both
+                chat.value = f"{view.header.returned_text} {chat.value}"
         ended = prev is not None and prev.activity == "generating" and view.activity == "done"
         if ended and not view.header.queued:  # the reply is over: the next thing is usually typing
             # At once, so the focus always matches the view that is drawn; a key pressed before

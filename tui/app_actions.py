@@ -14,17 +14,19 @@ from rich.text import Text
 from textual import events
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .widgets.attention import AttentionPane
 from .widgets.help import HelpScreen
+from .widgets.key_flood import KeyGate, describe
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
 from .widgets.logits import LogitsPane
 from .widgets.paths import PathsPane
 from .widgets.pipeline import PipelinePane
 from .widgets.run_chart import RunChart
-from .widgets.save_dialog import SaveScreen, default_save_name
+from .widgets.save_dialog import SaveScreen, default_save_path
 from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
 
@@ -264,7 +266,7 @@ class AppActions(App[int]):
             else:
                 self._say("Not saved.")
 
-        self.push_screen(SaveScreen(default_save_name()), done)
+        self.push_screen(SaveScreen(default_save_path(self.controller.autosave_dir)), done)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -275,6 +277,35 @@ class AppActions(App[int]):
 
     async def action_quit(self) -> None:
         self.exit(0)
+
+    # -- key floods (see widgets/key_flood.py) ---------------------------------------------------
+    key_gate: KeyGate | None = None
+
+    def _gate_keys(self) -> None:
+        """Put the key gate between the terminal driver's parser and the app's queue."""
+        driver = self._driver
+        if driver is None or self.key_gate is not None:
+            return
+        gate = self.key_gate = KeyGate()
+        send = driver.process_message
+
+        def gated(message: Message) -> None:  # the driver's input thread
+            if gate.admit(message):
+                send(message)
+
+        driver.process_message = gated  # type: ignore[method-assign]
+
+    async def on_event(self, event: events.Event) -> None:
+        flood = None
+        if isinstance(event, events.Key) and self.key_gate is not None:
+            flood = self.key_gate.taken(event)
+        await super().on_event(event)
+        if flood is not None and flood.keys:
+            chat = self.main.query_one("#chat", Input)
+            if not chat.has_focus:
+                chat.focus()
+            chat.post_message(events.Paste(flood.text))
+            self._say(describe(flood), "bright_yellow")
 
     def on_key(self, event: events.Key) -> None:
         """A printable key with no meaning on the controls starts a message instead."""

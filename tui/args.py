@@ -318,6 +318,8 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
 
 def read_prompt(args: argparse.Namespace) -> str:
     """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence."""
+    if args.file is not None and args.prompt is not None:
+        raise TokenstepError("-p and -f both give the prompt; pass one of them.")
     if args.file:
         try:
             with open(args.file, "rb") as fh:

@@ -200,13 +200,28 @@ def trace_main(args: argparse.Namespace) -> int:
     engine = engine_from_args(args)
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        out = sys.stdout
+        out, n_sampled = sys.stdout, 0
         for rec in loop.generate(engine, args.n_predict, toks):
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
+            n_sampled += rec.sampled is not None
+        if n_sampled < args.n_predict and engine.stop_reason:
+            print(stopped_early(engine, n_sampled, args.n_predict), file=sys.stderr)
     finally:
         engine.close()
     return 0
+
+
+def stopped_early(engine: Engine, n_sampled: int, n_predict: int) -> str:
+    """The one line ``trace`` writes to stderr when it stops before -n tokens (the exit code
+    stays 0: stopping is the loop's rule, not an error)."""
+    why = engine.stop_reason or ""
+    line = f"tokenstep: stopped after {n_sampled} of -n {n_predict} tokens: {why}"
+    if why.startswith("context full"):
+        line += f" ({engine.n_past} of -c {engine.n_ctx} tokens)"
+        if why == "context full":
+            line += "; a larger -c or --context-full shift keeps going"
+    return line + "."
 
 
 def info_main(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import os
 
 from .app import TokenstepApp
 from .commands import engine_from_args
+from .engine.errors import TokenstepError
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
 
@@ -29,7 +30,12 @@ def run_app(args: argparse.Namespace) -> int:
         apply_to_args(args, header)
     if not args.threads:
         args.threads = app_threads()
-    engine = engine_from_args(args)
+    try:
+        engine = engine_from_args(args)
+    except TokenstepError as exc:
+        if header is None:
+            raise
+        raise TokenstepError(f"resuming {args.resume}: {exc}") from None
     app = TokenstepApp(
         engine,
         raw=args.raw,

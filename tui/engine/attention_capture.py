@@ -22,11 +22,13 @@ each row is exactly 0 on the other sequences' tokens.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .attention_store import StoredArray, WeightStore
 from .cell_map import CellMap, Slot
 from .errors import TokenstepError
 from .graph_tap import GraphTap
@@ -40,8 +42,11 @@ SOFTMAX_NODE = "kq_soft_max-{}"
 K_IDXS_INPUT = b"attn_inp_k_idxs"
 
 # Where one query row's weights live: (the decode's weights for that layer, shape (n_head,
-# n_rows, n_keys), the row in it, the kv_id of each of its key columns).
-RowSource = tuple[np.ndarray, int, np.ndarray]
+# n_rows, n_keys), in memory or moved to the weight store; the row in it; the kv_id of each of
+# its key columns).
+RowSource = tuple[np.ndarray | StoredArray, int, np.ndarray]
+# Decodes whose weights stay in memory; older ones go to the weight store (attention_store.py).
+HOT_DECODES = 8
 
 
 def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
@@ -108,6 +113,9 @@ class AttentionCapture(GraphTap):
         self._soft: dict[int, list[np.ndarray]] = {}
         # layer -> kv_id of a query token -> where its row of weights is (see context_attention)
         self.row_sources: dict[int, dict[int, RowSource]] = {}
+        self.store: WeightStore | None = None  # made on the first decode that leaves memory
+        self._hot: deque[tuple[dict[str, Any], range]] = deque()
+        self.hot_decodes = HOT_DECODES
 
     def set_layers(self, layers: Iterable[int]) -> None:
         chosen = sorted(set(int(x) for x in layers))
@@ -193,6 +201,9 @@ class AttentionCapture(GraphTap):
                 self._note_rows(extras["attention"], rows, key_ids)
                 if len(seqs) > 1:
                     extras["attention_rows"]["seq"] = [list(t.seq_ids) for t in call.tokens]
+                self._hot.append((extras, rows))
+                while len(self._hot) > self.hot_decodes:
+                    self._cool(*self._hot.popleft())
         if problems:
             extras["attention_problems"] = problems
 
@@ -289,6 +300,27 @@ class AttentionCapture(GraphTap):
             if len(src) > 2 * len(self.cell_map) + 256:
                 live = self.cell_map.live_ids()
                 self.row_sources[layer] = {k: v for k, v in src.items() if k in live}
+
+    def _cool(self, extras: dict[str, Any], rows: range) -> None:
+        """Move a decode's weights and key lists out of memory, into the weight store: the
+        record and the row sources then point at the file (read back a row at a time)."""
+        if self.store is None:
+            self.store = WeightStore()
+        store = self.store
+        att = extras.get("attention", {})
+        for layer, w in list(att.items()):
+            if not isinstance(w, np.ndarray):
+                continue
+            moved = att[layer] = store.put(w)
+            src = self.row_sources.get(layer, {})
+            for kv_id in rows:
+                s = src.get(kv_id)
+                if s is not None and s[0] is w:
+                    src[kv_id] = (moved, s[1], s[2])
+        keys = extras.get("attention_keys", {})
+        for name in ("pos", "cell", "kv_id"):
+            if isinstance(keys.get(name), list):
+                keys[name] = store.put_ints(keys[name])
 
 
 def find_capture(engine: Engine) -> AttentionCapture | None:

@@ -92,7 +92,8 @@ class ContextAttention:
         if src is None:
             return np.full(n, np.nan, dtype=np.float32)
         arr, r, ids = src
-        vals = arr[head, r] if head is not None else arr[:, r].mean(axis=0)
+        w = arr[:, r] if isinstance(arr, np.ndarray) else arr.row(r)  # in memory, or on disk
+        vals = w[head] if head is not None else w.mean(axis=0)
         out = np.zeros(n, dtype=np.float32)
         m = len(ids)
         if m <= n and ids.strides == self._key_ids.strides and _addr(ids) == self._key_addr:

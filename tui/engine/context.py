@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
-from . import budget, ggml, llama_log, rules
+from . import budget, checks, ggml, llama_log, rules
+from .checks import Namer
 from .errors import TokenstepError
 from .kvcache import KVLogReport, parse_kv_log
 
@@ -26,6 +27,19 @@ if TYPE_CHECKING:
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 CONTEXT_FULL = ("stop", "shift")
+CONFIG_FLAGS = {
+    "n_ctx": "-c/--ctx-size",
+    "n_batch": "-b/--batch-size",
+    "n_ubatch": "-ub/--ubatch-size",
+    "n_threads": "-t/--threads",
+    "flash_attn": "-fa",
+    "cache_type_k": "-ctk",
+    "cache_type_v": "-ctv",
+    "n_seq_max": "-np/--parallel (n_seq_max)",
+    "context_full": "--context-full",
+    "n_keep": "--keep",
+    "swa_full": "swa_full",
+}
 
 
 @dataclass
@@ -45,43 +59,60 @@ class EngineConfig:
     swa_full: bool = True
     offload_kqv: bool = True  # --no-kv-offload: keep the KV cache in system memory
 
-    def validate(self) -> None:
+    def validate(self, name: Namer | None = None) -> None:
+        """Types, then llama.cpp's limits; ``name`` as in :meth:`SamplerSettings.validate`."""
+        n = name or CONFIG_FLAGS.__getitem__
+        for key in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_seq_max", "n_keep"):
+            checks.whole(getattr(self, key), n(key))
+        for key in ("flash_attn", "cache_type_k", "cache_type_v", "context_full"):
+            checks.text(getattr(self, key), n(key))
+        checks.flag(self.swa_full, n("swa_full"))
         if self.n_ctx < 8:
-            raise TokenstepError(f"-c/--ctx-size must be at least 8 tokens, not {self.n_ctx}.")
+            raise TokenstepError(f"{n('n_ctx')} must be at least 8 tokens, not {self.n_ctx}.")
         if self.n_ctx > 1 << 20:
-            raise TokenstepError(f"-c/--ctx-size {self.n_ctx} is larger than tokenstep supports.")
+            raise TokenstepError(f"{n('n_ctx')} {self.n_ctx} is larger than tokenstep supports.")
         if self.n_batch < 1 or self.n_ubatch < 1:
-            raise TokenstepError("-b and -ub must be at least 1.")
+            raise TokenstepError(f"{n('n_batch')} and {n('n_ubatch')} must be at least 1.")
         if self.n_batch < self.n_ubatch:
             raise TokenstepError(
-                f"-b/--batch-size ({self.n_batch}) must not be smaller than "
-                f"-ub/--ubatch-size ({self.n_ubatch})."
+                f"{n('n_batch')} ({self.n_batch}) must not be smaller than "
+                f"{n('n_ubatch')} ({self.n_ubatch})."
             )
         too_small = rules.batch_holds_sequences(self.n_batch, self.n_seq_max)
-        if too_small:
+        if too_small:  # the rule names the flag; a session file's field is named as well
+            named = n("n_batch")
+            if named != CONFIG_FLAGS["n_batch"]:
+                too_small = f"{named} is {self.n_batch}, and {too_small}"
             raise TokenstepError(too_small)
         if self.flash_attn not in FLASH_ATTN:
-            raise TokenstepError(f"-fa must be on, off or auto, not {self.flash_attn!r}.")
+            raise TokenstepError(
+                f"{n('flash_attn')} must be on, off or auto, not {self.flash_attn!r}."
+            )
         if not 1 <= self.n_seq_max <= 64:
             raise TokenstepError(
-                f"-np/--parallel (n_seq_max) must be between 1 and 64, not {self.n_seq_max}."
+                f"{n('n_seq_max')} must be between 1 and 64, not {self.n_seq_max}."
             )
         if self.context_full not in CONTEXT_FULL:
             raise TokenstepError(
-                f"--context-full must be stop or shift, not {self.context_full!r}."
+                f"{n('context_full')} must be stop or shift, not {self.context_full!r}."
             )
         if self.n_keep < -1:
             raise TokenstepError(
-                f"--keep must be -1 (the whole prompt) or more, not {self.n_keep}."
+                f"{n('n_keep')} must be -1 (the whole prompt) or more, not {self.n_keep}."
             )
         if self.n_threads < 0:
-            raise TokenstepError(f"-t/--threads must be 0 (auto) or more, not {self.n_threads}.")
-        ggml.parse_cache_type(self.cache_type_k)
-        ggml.parse_cache_type(self.cache_type_v)
+            raise TokenstepError(
+                f"{n('n_threads')} must be 0 (auto) or more, not {self.n_threads}."
+            )
+        for key in ("cache_type_k", "cache_type_v"):
+            try:
+                ggml.parse_cache_type(getattr(self, key))
+            except TokenstepError as exc:
+                raise TokenstepError(f"{n(key)}: {exc}") from None
         if rules.v_cache_needs_flash_attn(self.cache_type_v) and self.flash_attn == "off":
             raise TokenstepError(
                 f"a quantized V cache ({self.cache_type_v}) needs flash attention; "
-                "use -fa on or auto."
+                f"use {n('flash_attn')} on or auto."
             )
 
     @property

@@ -6,9 +6,11 @@ hours grows without bound. So the log keeps only the newest ``window`` records a
 older one is written, in the JSON form ``tokenstep trace`` prints, to an unnamed temporary file
 and dropped. Saving a session reads those lines back, so nothing is lost.
 
-Records that carry observer data (attention weights, graph census) stay in memory: the
-attention heatmap is assembled from them. Capturing attention is opt-in and its memory cost
-is the matrix itself.
+Records that carry attention weights are spilled the same way: the attention capture has
+already moved the weights of all but its newest decodes into its own weight file
+(:mod:`tui.engine.attention_store`), which the heatmap reads a row at a time, so memory stays
+flat however long the session plays. The spilled JSON leaves the weights out (their shape
+stays), as a saved session does.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ WINDOW = 256  # records kept as objects; rewind and the panes only look this far
 class RecordLog:
     """An append-only sequence of step records indexed by ``StepRecord.index``.
 
-    ``log[i]`` works for every record still in memory (the newest ``window`` and the pinned
-    ones); an index that has moved to disk raises ``IndexError``. Iterating yields the records
+    ``log[i]`` works for every record still in memory (the newest ``window``); an index that has moved to disk raises ``IndexError``. Iterating yields the records
     in memory, oldest first. :meth:`dicts` yields every record, spilled or not, as a dict."""
 
     def __init__(
@@ -38,7 +39,6 @@ class RecordLog:
         self.window = max(1, window)
         self._kept: list[StepRecord] = []  # the newest records, by index
         self._first = 0  # index of _kept[0]
-        self._pinned: dict[int, StepRecord] = {}  # older records with observer data
         self._spill: IO[str] | None = None
         self._offsets: list[int] = []  # file offset of each spilled index >= _spill_from
         self._spill_from = 0
@@ -59,10 +59,7 @@ class RecordLog:
     def _evict(self, n: int) -> None:
         old, self._kept = self._kept[:n], self._kept[n:]
         for rec in old:
-            if rec.extras:
-                self._pinned[rec.index] = rec
-            else:
-                self._write(rec)
+            self._write(rec)
         self._first += n
 
     def _write(self, rec: StepRecord) -> None:
@@ -70,8 +67,6 @@ class RecordLog:
             self._spill = tempfile.TemporaryFile("w+", encoding="utf-8")
             self._spill_from = rec.index
         self._spill.seek(0, 2)
-        while len(self._offsets) < rec.index - self._spill_from:
-            self._offsets.append(-1)  # a pinned record: not in the file
         self._offsets.append(self._spill.tell())
         self._spill.write(json.dumps(self.to_dict(rec), ensure_ascii=False) + "\n")
 
@@ -94,8 +89,6 @@ class RecordLog:
             raise IndexError(f"no step record {i} (there are {n})")
         if i >= self._first:
             return self._kept[i - self._first]
-        if i in self._pinned:
-            return self._pinned[i]
         raise IndexError(f"step record {i} is no longer in memory (see RecordLog.dicts)")
 
     def get(self, i: int) -> StepRecord | None:
@@ -106,20 +99,15 @@ class RecordLog:
             return None
 
     def __iter__(self) -> Iterator[StepRecord]:
-        yield from sorted(self._pinned.values(), key=lambda r: r.index)
         yield from self._kept
 
     def __reversed__(self) -> Iterator[StepRecord]:
         yield from reversed(self._kept)
-        yield from sorted(self._pinned.values(), key=lambda r: -r.index)
 
     def dicts(self, start: int = 0) -> Iterator[dict[str, Any]]:
         """Every record from index ``start`` on, as the trace's dict: spilled ones are read
         back from the temporary file, the others converted now."""
         for i in range(start, self._first):
-            if i in self._pinned:
-                yield self.to_dict(self._pinned[i])
-                continue
             assert self._spill is not None
             off = self._offsets[i - self._spill_from]
             self._spill.seek(off)

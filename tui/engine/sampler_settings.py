@@ -9,9 +9,12 @@ spells the same thing one letter a stage (``edskypmxt``). Defaults are llama.cpp
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from . import checks
+from .checks import Namer
 from .errors import TokenstepError
 
 DEFAULT_SEED = 42
@@ -97,6 +100,39 @@ def parse_logit_bias(text: str) -> tuple[int, float]:
     raise TokenstepError(f"-l/--logit-bias wants TOKEN_ID(+/-)BIAS, like 15043+1, not {text!r}.")
 
 
+# How each field is called on the command line (llama.cpp's flag names, common/arg.cpp).
+FLAGS = {
+    "temp": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+    "seed": "--seed",
+    "greedy": "--greedy",
+    "repeat_penalty": "--repeat-penalty",
+    "repeat_last_n": "--repeat-last-n",
+    "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "dry_multiplier": "--dry-multiplier",
+    "dry_base": "--dry-base",
+    "dry_allowed_length": "--dry-allowed-length",
+    "dry_penalty_last_n": "--dry-penalty-last-n",
+    "dry_sequence_breakers": "--dry-sequence-breaker",
+    "top_n_sigma": "--top-nsigma",
+    "typical_p": "--typical",
+    "xtc_probability": "--xtc-probability",
+    "xtc_threshold": "--xtc-threshold",
+    "dynatemp_range": "--dynatemp-range",
+    "dynatemp_exponent": "--dynatemp-exp",
+    "mirostat": "--mirostat",
+    "mirostat_tau": "--mirostat-ent",
+    "mirostat_eta": "--mirostat-lr",
+    "logit_bias": "-l/--logit-bias",
+    "samplers": "--samplers",
+    "grammar": "--grammar",
+    "off": "stages turned off",
+}
+
+
 @dataclass
 class SamplerSettings:
     temp: float = 0.8
@@ -133,73 +169,76 @@ class SamplerSettings:
         """``--temp 0`` means greedy, as in llama.cpp's tools."""
         return self.greedy or self.temp <= 0.0
 
-    def validate(self) -> None:
+    def validate(self, name: Namer | None = None) -> None:
+        """Types first, then llama.cpp's ranges. ``name`` says how a field is called where it
+        came from: the command line's flag by default, ``settings.temp`` for a session file
+        (the one validator the two share)."""
+        n = name or FLAGS.__getitem__
+        self._check_types(n)
+
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise TokenstepError(msg)
 
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, float) and math.isnan(v):
-                raise TokenstepError(f"--{f.name.replace('_', '-')} must be a number, not nan.")
-        need(self.temp >= 0, f"--temp must be 0 or more, not {self.temp}.")
-        need(self.top_k >= 0, f"--top-k must be 0 (off) or more, not {self.top_k}.")
-        need(0.0 <= self.top_p <= 1.0, f"--top-p must be between 0 and 1, not {self.top_p}.")
-        need(0.0 <= self.min_p <= 1.0, f"--min-p must be between 0 and 1, not {self.min_p}.")
+        need(self.temp >= 0, f"{n('temp')} must be 0 or more, not {self.temp}.")
+        need(self.top_k >= 0, f"{n('top_k')} must be 0 (off) or more, not {self.top_k}.")
+        need(0.0 <= self.top_p <= 1.0, f"{n('top_p')} must be between 0 and 1, not {self.top_p}.")
+        need(0.0 <= self.min_p <= 1.0, f"{n('min_p')} must be between 0 and 1, not {self.min_p}.")
         need(
             0 <= self.seed <= 0xFFFFFFFF,
-            f"--seed must be between 0 and 4294967295, not {self.seed}.",
+            f"{n('seed')} must be between 0 and 4294967295, not {self.seed}.",
         )
         need(
             self.repeat_penalty > 0,
-            f"--repeat-penalty must be more than 0 (1.0 = off), not {self.repeat_penalty}.",
+            f"{n('repeat_penalty')} must be more than 0 (1.0 = off), not {self.repeat_penalty}.",
         )
         need(
             self.repeat_last_n >= -1,
-            f"--repeat-last-n must be -1 (context size), 0 (off) or more, not {self.repeat_last_n}.",
+            f"{n('repeat_last_n')} must be -1 (context size), 0 (off) or more, not {self.repeat_last_n}.",
         )
         need(
             self.dry_multiplier >= 0,
-            f"--dry-multiplier must be 0 (off) or more, not {self.dry_multiplier}.",
+            f"{n('dry_multiplier')} must be 0 (off) or more, not {self.dry_multiplier}.",
         )
-        need(self.dry_base >= 1.0, f"--dry-base must be 1.0 or more, not {self.dry_base}.")
+        need(self.dry_base >= 1.0, f"{n('dry_base')} must be 1.0 or more, not {self.dry_base}.")
         need(
             self.dry_allowed_length >= 1,
-            f"--dry-allowed-length must be 1 or more, not {self.dry_allowed_length}.",
+            f"{n('dry_allowed_length')} must be 1 or more, not {self.dry_allowed_length}.",
         )
         need(
             self.dry_penalty_last_n >= -1,
-            "--dry-penalty-last-n must be -1 (context size), 0 (off) or more, "
+            f"{n('dry_penalty_last_n')} must be -1 (context size), 0 (off) or more, "
             f"not {self.dry_penalty_last_n}.",
         )
         need(
             0.0 <= self.typical_p <= 1.0,
-            f"--typical must be between 0 and 1 (1.0 = off), not {self.typical_p}.",
+            f"{n('typical_p')} must be between 0 and 1 (1.0 = off), not {self.typical_p}.",
         )
         need(
             0.0 <= self.xtc_probability <= 1.0,
-            f"--xtc-probability must be between 0 and 1, not {self.xtc_probability}.",
+            f"{n('xtc_probability')} must be between 0 and 1, not {self.xtc_probability}.",
         )
         need(
             0.0 <= self.xtc_threshold <= 1.0,
-            f"--xtc-threshold must be between 0 and 1, not {self.xtc_threshold}.",
+            f"{n('xtc_threshold')} must be between 0 and 1, not {self.xtc_threshold}.",
         )
         need(
             self.dynatemp_range >= 0,
-            f"--dynatemp-range must be 0 (off) or more, not {self.dynatemp_range}.",
+            f"{n('dynatemp_range')} must be 0 (off) or more, not {self.dynatemp_range}.",
         )
         need(
             self.dynatemp_exponent > 0,
-            f"--dynatemp-exp must be more than 0, not {self.dynatemp_exponent}.",
+            f"{n('dynatemp_exponent')} must be more than 0, not {self.dynatemp_exponent}.",
         )
         need(
             self.mirostat in (0, 1, 2),
-            f"--mirostat must be 0 (off), 1 or 2, not {self.mirostat}.",
+            f"{n('mirostat')} must be 0 (off), 1 or 2, not {self.mirostat}.",
         )
-        need(self.mirostat_tau > 0, f"--mirostat-ent must be more than 0, not {self.mirostat_tau}.")
-        need(self.mirostat_eta > 0, f"--mirostat-lr must be more than 0, not {self.mirostat_eta}.")
-        for name in [*self.samplers, *self.off]:
-            need(name in DEFAULT_ORDER, f"--samplers: llama.cpp has no sampler {name!r}.")
+        tau, eta = self.mirostat_tau, self.mirostat_eta
+        need(tau > 0, f"{n('mirostat_tau')} must be more than 0, not {tau}.")
+        need(eta > 0, f"{n('mirostat_eta')} must be more than 0, not {eta}.")
+        for stage in [*self.samplers, *self.off]:
+            need(stage in DEFAULT_ORDER, f"{n('samplers')}: llama.cpp has no sampler {stage!r}.")
         need(
             len(set(self.samplers)) == len(self.samplers),
             "--samplers names a sampler twice.",
@@ -207,6 +246,23 @@ class SamplerSettings:
         for tok, bias in self.logit_bias:
             need(tok >= 0, f"-l/--logit-bias: token id {tok} is negative.")
             need(not math.isnan(bias), "-l/--logit-bias: the bias is not a number.")
+
+    def _check_types(self, n: Callable[[str], str]) -> None:
+        """A session file can hold anything JSON holds: NaN, a string, ``true`` for a number."""
+        for f in fields(self):
+            v, what = getattr(self, f.name), n(f.name)
+            kind = str(f.type)
+            if kind == "float":
+                checks.finite(v, what)
+            elif kind == "int":
+                checks.whole(v, what)
+            elif kind == "bool":
+                checks.flag(v, what)
+            elif kind == "str":
+                checks.text(v, what)
+            elif kind.startswith("list[str]"):
+                if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+                    raise TokenstepError(f"{what} must be a list of strings, not {checks.shown(v)}.")
 
     def check_vocab(self, n_vocab: int) -> None:
         for tok, _ in self.logit_bias:

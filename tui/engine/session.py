@@ -100,7 +100,7 @@ class Engine:
         self._verifier: Verifier | None = None
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
-        return record_to_dict(self, rec)
+        return record_to_dict(self, rec, weights=False)  # spilled: as a saved session
 
     def adopt_history(self, old: Engine) -> None:
         """Take over ``old``'s step records, prefill turns and context shifts (a context

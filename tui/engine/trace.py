@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .attention_store import StoredInts, is_stored
 from .tokens import display_bytes
 
 if TYPE_CHECKING:
@@ -40,7 +41,11 @@ def _piece(engine: Source, token: int) -> dict[str, Any]:
     return {"id": token, "piece": display_bytes(b), "bytes": b.hex()}
 
 
-def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
+def record_to_dict(engine: Source, rec: StepRecord, *, weights: bool = True) -> dict[str, Any]:
+    """The trace's JSON for one record. ``weights=False`` (saved sessions) leaves the
+    attention weights out, keeping their shape: as JSON text they are most of a session file
+    (one prefill record of 23 MB), and ``--resume`` re-prefills with the capture on, which
+    computes the weights of the context again."""
     d: dict[str, Any] = {
         "step": rec.index,
         "phase": rec.phase,
@@ -117,6 +122,9 @@ def record_to_dict(engine: Source, rec: StepRecord) -> dict[str, Any]:
             for s, r in rec.rows.items()
         }
     for key, value in rec.extras.items():
+        if key == "attention" and not weights:
+            d["attention_shape"] = {str(k): list(np.shape(v)) for k, v in value.items()}
+            continue
         d[key] = jsonable(value)
     return d
 
@@ -154,7 +162,11 @@ def stages_to_dicts(
 
 def jsonable(value: Any) -> Any:
     """Observers' extras as JSON: arrays rounded to 4 decimals, dict keys as strings."""
+    if is_stored(value):  # moved to the attention weight store: read it back
+        value = value.tolist() if isinstance(value, StoredInts) else np.asarray(value)
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "iub":
+            return value.tolist()
         return np.round(value.astype(np.float64), 4).tolist()
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -15,6 +16,12 @@ from textual.widgets import Input, Static
 
 def default_save_name() -> str:
     return time.strftime("tokenstep-session-%Y%m%d-%H%M%S.jsonl")
+
+
+def default_save_path(folder: str | Path | None) -> str:
+    """A fresh name in the autosave folder (where the sessions already are), not in whatever
+    directory the app was started from; just the name when there is no folder."""
+    return str(Path(folder) / default_save_name()) if folder else default_save_name()
 
 
 class SaveScreen(ModalScreen[str | None]):

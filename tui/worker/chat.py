@@ -116,6 +116,11 @@ def send(w: Worker, text: str) -> None:
             s.note("Type a message first.", "warn")
             return
     elif s.activity == "generating" and s.mode == "autoplay":
+        try:  # the size now: a message that cannot fit is refused before it is queued
+            planned(w, text)
+        except TokenstepError:
+            s.returned_text = text
+            raise
         s.queued = text
         s.note("Queued: your message is sent when this reply ends.", "warn")
         return
@@ -126,10 +131,34 @@ def send(w: Worker, text: str) -> None:
         raise
 
 
-def send_now(w: Worker, text: str) -> None:
-    """Tokenize the conversation with the new message and prefill what the cache lacks."""
+def send_queued(w: Worker) -> None:
+    """The reply ended: send the queued message; one that no longer fits (the reply grew)
+    goes back to the chat box."""
+    s = w.state
+    if not s.queued:
+        return
+    text, s.queued = s.queued, None
+    try:
+        send_now(w, text)
+    except TokenstepError:
+        s.returned_text = text
+        raise
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What sending ``text`` now would put in the context."""
+
+    messages: list[Message]
+    tokens: list[int]
+    spans: list[Span]
+    text_tokens: int
+
+
+def planned(w: Worker, text: str) -> Planned:
+    """Tokenize the conversation with the new message (the worker owns tokenization);
+    a conversation longer than the context is refused, in one sentence."""
     s, eng = w.state, w.engine
-    was_cut = s.activity == "generating" and s.reply_start is not None
     messages = list(s.messages)
     if not w.raw:
         if s.reply_start is not None and reply_tokens(w):
@@ -147,14 +176,24 @@ def send_now(w: Worker, text: str) -> None:
         tokens = eng.tokens + new
         spans = spans_now(w) + [Span("prompt", eng.n_past, len(tokens))]
         text_tokens = len(new)
-    if eng.branches:
-        w.drop_forks()
-    paths.new_turn(w)
     if len(tokens) > eng.n_ctx:
         raise ContextFullError(
             f"the conversation would need {len(tokens)} tokens but the context holds "
             f"{eng.n_ctx}; press ctrl+n for a new chat or start with a larger -c."
         )
+    return Planned(messages, tokens, spans, text_tokens)
+
+
+def send_now(w: Worker, text: str) -> None:
+    """Tokenize the conversation with the new message and prefill what the cache lacks; then
+    autosave, so a crash during the reply keeps the message."""
+    s, eng = w.state, w.engine
+    was_cut = s.activity == "generating" and s.reply_start is not None
+    plan = planned(w, text)
+    messages, tokens, spans, text_tokens = plan.messages, plan.tokens, plan.spans, plan.text_tokens
+    if eng.branches:
+        w.drop_forks()
+    paths.new_turn(w)
     records = eng.sync_prompt(tokens, reuse=w.prefix_cache)
     s.messages = messages
     s.spans = merge(spans)
@@ -174,3 +213,4 @@ def send_now(w: Worker, text: str) -> None:
         note += "; the previous reply was cut where it stood"
     tail = ". Space pauses." if s.mode == "autoplay" else ". → steps one token, space plays."
     s.note(note + tail)
+    w.autosave()

@@ -10,12 +10,16 @@ cache state is rebuilt by a real prefill, before the worker thread starts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine import checks
 from ..engine.chat import Message, chat_tokens
+from ..engine.context import EngineConfig
 from ..engine.errors import TokenstepError
+from ..engine.sampler_settings import SamplerSettings
 from . import paths
 from .chat import Span, chat_spans
 from .session_store import FORMAT_VERSION
@@ -26,8 +30,14 @@ if TYPE_CHECKING:
 ROLES = ("system", "user", "assistant")
 
 
+SETTINGS_KEYS = ("temp", "top_k", "top_p", "min_p", "seed", "greedy")
+CONFIG_KEYS = ("n_ctx", "n_batch", "n_ubatch", "context_full", "n_keep")
+CONFIG_OPTIONAL = ("flash_attn", "cache_type_k", "cache_type_v", "n_seq_max")
+
+
 def load_header(path: str | Path) -> dict[str, Any]:
-    """The header of a session file, checked; any problem is one sentence."""
+    """The header of a session file, checked completely, once, before anything is built
+    from it; any problem is one sentence that names the field."""
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
@@ -37,47 +47,118 @@ def load_header(path: str | Path) -> dict[str, Any]:
         raise TokenstepError(f"{path} is not a tokenstep session file (not UTF-8 text).") from None
     try:
         header = json.loads(first)
+    except RecursionError:  # [[[[... nested deeper than the decoder recurses
+        raise TokenstepError(
+            f"{path} is not a tokenstep session file (its first line nests too deeply)."
+        ) from None
     except ValueError:
         raise TokenstepError(
             f"{path} is not a tokenstep session file (its first line is not JSON)."
         ) from None
-    if not isinstance(header, dict) or header.get("tokenstep_session") != FORMAT_VERSION:
+    version = header.get("tokenstep_session") if isinstance(header, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python
         raise TokenstepError(f"{path} is not a tokenstep session file.")
     try:
-        _check(header)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TokenstepError(
-            f"the session file {path} is damaged ({type(exc).__name__}: {exc})."
-        ) from None
+        check_header(header)
+    except TokenstepError as exc:
+        raise TokenstepError(f"the session file {path} cannot be resumed: {exc}") from None
     return header
 
 
-def _check(h: dict[str, Any]) -> None:
-    for m in h["conversation"]:
-        if m["role"] not in ROLES or not isinstance(m["content"], str):
-            raise ValueError("a message is not a role and a text")
-    toks = h["context_tokens"]
+def _object(h: dict[str, Any], key: str, *, required: bool = True) -> dict[str, Any]:
+    value = h.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise TokenstepError(f"{key} must be an object, not {checks.shown(value)}.")
+    return value
+
+
+def _field(obj: dict[str, Any], section: str, key: str) -> Any:
+    if key not in obj:
+        raise TokenstepError(f"{section}.{key} is missing.")
+    return obj[key]
+
+
+def saved_settings(h: dict[str, Any]) -> SamplerSettings:
+    """The whole saved chain: the six keys every session has, and any of the others (an
+    older session lacks them: llama.cpp's defaults)."""
+    st = _object(h, "settings")
+    for k in SETTINGS_KEYS:
+        _field(st, "settings", k)
+    names = {f.name for f in dataclasses.fields(SamplerSettings)}
+    kw = {k: v for k, v in st.items() if k in names}
+    bias = kw.get("logit_bias")
+    if bias is not None:
+        pairs = isinstance(bias, list) and all(
+            isinstance(x, list)
+            and len(x) == 2
+            and type(x[0]) is int
+            and type(x[1]) in (int, float)
+            for x in bias
+        )
+        if not pairs:
+            raise TokenstepError("settings.logit_bias must be a list of [token id, bias] pairs.")
+        kw["logit_bias"] = [(int(t), float(b)) for t, b in bias]
+    return SamplerSettings(**kw)
+
+
+def saved_config(h: dict[str, Any]) -> EngineConfig:
+    cfg = _object(h, "config")
+    fields = {k: _field(cfg, "config", k) for k in CONFIG_KEYS}
+    fields.update({k: cfg[k] for k in CONFIG_OPTIONAL if k in cfg})
+    return EngineConfig(**fields)
+
+
+def check_header(h: dict[str, Any]) -> None:
+    """Every field resuming reads, by the same validators the command line's flags go
+    through (:meth:`SamplerSettings.validate`, :meth:`EngineConfig.validate`)."""
+    conv = h.get("conversation")
+    if not isinstance(conv, list):
+        raise TokenstepError(f"conversation must be a list, not {checks.shown(conv)}.")
+    for i, m in enumerate(conv):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise TokenstepError(f"conversation[{i}] must have a role of {', '.join(ROLES)}.")
+        checks.text(m.get("content"), f"conversation[{i}].content")
+    mode = h.get("mode")
+    if mode not in ("raw", "chat"):
+        raise TokenstepError(f"mode must be raw or chat, not {checks.shown(mode)}.")
+    if "prefix_cache" in h:
+        checks.flag(h["prefix_cache"], "prefix_cache")
+    saved_settings(h).validate(lambda k: f"settings.{k}")
+    config = saved_config(h)
+    config.validate(lambda k: f"config.{k}")
+    toks = h.get("context_tokens")
     if not isinstance(toks, list) or not all(type(t) is int and t >= 0 for t in toks):
-        raise ValueError("context_tokens is not a list of token ids")
-    if h["mode"] not in ("raw", "chat"):
-        raise ValueError(f"mode {h['mode']!r}")
-    for key in ("temp", "top_k", "top_p", "min_p", "seed", "greedy"):
-        h["settings"][key]
-    for key in ("n_ctx", "n_batch", "n_ubatch", "context_full", "n_keep"):
-        h["config"][key]
+        raise TokenstepError("context_tokens must be a list of token ids.")
+    if len(toks) > config.n_ctx:
+        raise TokenstepError(
+            f"it holds {len(toks)} context tokens but its config.n_ctx is {config.n_ctx}."
+        )
+    model = _object(h, "model", required=False)
+    for key in ("path", "name"):
+        if model.get(key) is not None:
+            checks.text(model[key], f"model.{key}")
+    att = _object(h, "attention", required=False)
+    if "on" in att:
+        checks.flag(att["on"], "attention.on")
+    for key in ("layer", "head"):
+        if att.get(key) is not None:
+            checks.whole(att[key], f"attention.{key}")
 
 
 def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
-    """The saved config, settings and mode replace the command line's."""
+    """The saved config, settings and mode replace the command line's (``header`` has
+    passed :func:`load_header`)."""
     cfg, st = header["config"], header["settings"]
     args.ctx_size = cfg["n_ctx"]
     args.batch_size = cfg["n_batch"]
     args.ubatch_size = cfg["n_ubatch"]
     args.context_full = cfg["context_full"]
     args.keep = cfg["n_keep"]
-    if isinstance(cfg.get("n_seq_max"), int):
+    if "n_seq_max" in cfg:
         args.parallel = cfg["n_seq_max"]
-    for key in ("flash_attn", "cache_type_k", "cache_type_v"):
+    for key in CONFIG_OPTIONAL:
         if key in cfg:
             setattr(args, key, cfg[key])
     args.temp, args.top_k, args.top_p = st["temp"], st["top_k"], st["top_p"]
@@ -87,8 +168,8 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     args.no_prefix_cache = not header.get("prefix_cache", True)
     att = header.get("attention")  # attention capture on: the context is built with it
     if isinstance(att, dict) and att.get("on") and getattr(args, "attention", None) is None:
-        args.attention = str(att.get("layer", 0))
-    saved_model = header.get("model", {}).get("path")
+        args.attention = str(att.get("layer") or 0)
+    saved_model = (header.get("model") or {}).get("path")
     local = not getattr(args, "server", None)  # a server has its own model
     if local and args.model is None and saved_model and Path(saved_model).is_file():
         args.model = saved_model
@@ -98,7 +179,7 @@ def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
     """Re-prefill the saved context and set the conversation. Call before the worker starts
     (this thread still owns the engine then)."""
     eng = worker.engine
-    saved_name = header.get("model", {}).get("name")
+    saved_name = (header.get("model") or {}).get("name")
     if saved_name is not None and saved_name != eng.info.name:
         raise TokenstepError(
             f"{path} was saved with the model {saved_name!r}, not {eng.info.name!r}; "

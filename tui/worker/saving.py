@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from .thread import Worker
 
 
+WEIGHTS_LEFT_OUT = (
+    "attention weights are not saved (each record keeps their shape): --resume re-prefills "
+    "the context with the capture on, which computes them again"
+)
+
+
 def n_records(w: Worker) -> int:
     """Step records of this chat."""
     return len(w.engine.records) - w.state.records_from
@@ -31,13 +37,16 @@ def write(w: Worker, path: str | Path) -> Path:
     )
     rows[0]["attention"] = w.attention.state()
     rows[0]["paths"] = paths.to_json(w)
+    if any("attention_shape" in r for r in rows[1:]):
+        rows[0]["attention_weights"] = WEIGHTS_LEFT_OUT
     return session_store.write_jsonl_atomic(path, rows)
 
 
 def save(w: Worker, path: str) -> None:
     target = write(w, path)
     w.state.last_saved = str(target)
-    w.state.note(f"Saved {n_records(w)} step records and the conversation to {target}.")
+    left_out = "; attention weights left out, --resume captures them again" * w.attention.on
+    w.state.note(f"Saved {n_records(w)} step records and the conversation to {target}{left_out}.")
 
 
 def autosave(w: Worker) -> None:

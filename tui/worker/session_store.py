@@ -88,7 +88,9 @@ def session_rows(
     """The header, then one row per record (records already in dict form pass through: the
     engine's record log keeps old records on disk in that form)."""
     rows = [session_header(engine, messages, raw=raw, prefix_cache=prefix_cache)]
-    rows += [r if isinstance(r, dict) else record_to_dict(engine, r) for r in records]
+    rows += [
+        r if isinstance(r, dict) else record_to_dict(engine, r, weights=False) for r in records
+    ]
     rows[0]["n_records"] = len(rows) - 1
     return rows
 

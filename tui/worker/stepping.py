@@ -159,10 +159,7 @@ def pick_probabilities(sp: Sampled) -> tuple[float, float]:
 def turn_ended(w: Worker) -> None:
     """The reply ended: autosave, then send the message queued while it played."""
     saving.autosave(w)
-    s = w.state
-    if s.queued:
-        text, s.queued = s.queued, None
-        chat.send_now(w, text)
+    chat.send_queued(w)
 
 
 def toggle_play(w: Worker) -> None:

@@ -278,6 +278,10 @@ class Worker:
     def drop_forks(self) -> None:
         stepping.drop_forks(self)
 
+    def autosave(self) -> None:
+        """Write the chat to its autosave file now (a message was just sent)."""
+        saving.autosave(self)
+
     def require(self, what: str) -> None:
         """Refuse a command the backend cannot do (a ``Capabilities`` field), in its words."""
         missing = self.engine.capabilities.missing(what)

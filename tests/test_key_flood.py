@@ -1,0 +1,77 @@
+"""A paste the terminal did not bracket arrives as one key press per character: 212 kB with
+raw ESC bytes used to become ~200,000 Key events, with Ctrl+Q stuck behind them for minutes.
+The bytes go through Textual's own terminal parser and into the app's driver from a thread,
+exactly as the terminal driver's input thread sends them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from textual._xterm_parser import XTermParser
+from textual.widgets import Input
+
+from tui.widgets.key_flood import FLOOD
+
+from .test_app import SIZE, make_app, run_async, wait_for
+
+SENTENCE = "The tide came in over the sand and nobody saw it. "
+
+
+def feed(app, data: str) -> threading.Thread:
+    """Parse ``data`` as the terminal driver does and hand every event to the app's driver."""
+    driver = app._driver
+
+    def run() -> None:
+        parser = XTermParser(False)
+        for i in range(0, len(data), 4096):  # the driver reads 4 kB at a time
+            for event in parser.feed(data[i : i + 4096]):
+                driver.process_message(event)
+        for _ in range(20):  # the driver ticks the parser after each 0.1 s select: a lone
+            time.sleep(0.1)  # ESC (or one starting a sequence) is a key once nothing follows
+            for event in parser.tick():
+                driver.process_message(event)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+async def until(pred, what: str, timeout: float = 240) -> None:
+    """Wait for ``pred`` without a pilot (the app may be closing)."""
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@run_async
+async def test_ctrl_q_is_handled_behind_a_212_kb_unbracketed_paste(make_engine, tmp_path):
+    data = (SENTENCE[:-1] + "\x1b ") * (212_000 // len(SENTENCE)) + "\x11"  # then Ctrl+Q
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        feeder = feed(app, data)
+        await until(lambda: app.return_code is not None, "Ctrl+Q to be handled")
+        feeder.join(timeout=60)
+    assert app.return_code == 0
+
+
+@run_async
+async def test_a_flood_goes_into_the_chat_box_as_one_paste(make_engine, tmp_path):
+    n = 40 * FLOOD // len(SENTENCE) + 1
+    data = SENTENCE * n + "The end."
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        feeder = feed(app, data)
+        chat = app.query_one("#chat", Input)
+        await wait_for(pilot, lambda: chat.value.endswith("The end."), "the text in the box")
+        feeder.join(timeout=60)
+        assert chat.value == SENTENCE * n + "The end."  # every character, in order
+        assert app.view is not None and app.view.text.n_past == 0  # nothing was sent
+        # the app still answers keys
+        await pilot.press("end", "backspace")
+        assert chat.value.endswith("The end")

@@ -1,0 +1,89 @@
+"""Key floods: a paste the terminal did not bracket arrives as one key press per character.
+
+212 kB pasted that way (with raw ESC bytes in it) became about 200,000 Key events in the app's
+queue: each one typed into the chat box or moved the focus, the screen was stuck for minutes,
+memory grew to 1.4 GB, and Ctrl+Q waited behind all of them. The :class:`KeyGate` sits
+between the terminal driver's parser and the app's queue (it runs on the driver's input
+thread). While the app keeps up, every key passes. Once :data:`FLOOD` keys wait unhandled, the
+gate keeps the rest instead: characters (and line breaks) are gathered into one text, other
+keys (ESC, arrows, function keys) are dropped and counted. When the app has handled the keys in
+its queue, it takes the gathered text (:meth:`KeyGate.taken`) and pastes it into the chat box
+in one go. Quit keys always pass, so a quit waits behind at most :data:`FLOOD` keys.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from textual import events
+from textual.message import Message
+
+FLOOD = 64  # keys waiting unhandled: far more than anyone types ahead
+QUIT_KEYS = frozenset({"ctrl+q", "ctrl+c"})
+_MARK = "_tokenstep_gated"  # set on the Key events the gate let through
+
+
+@dataclass(frozen=True)
+class Flood:
+    """What the gate kept during one flood."""
+
+    text: str  # the characters, line breaks as "\n"
+    keys: int  # key presses kept (characters and dropped keys)
+    dropped: int  # keys that are not text: ESC, arrows, function keys
+
+
+class KeyGate:
+    def __init__(self, limit: int = FLOOD) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._sent = 0  # keys let through ...
+        self._taken = 0  # ... and keys of those the app has handled
+        self._text: list[str] = []
+        self._keys = 0
+        self._dropped = 0
+
+    def admit(self, message: Message) -> bool:
+        """On the driver's thread: True to send ``message`` on now, False when the gate keeps
+        it (a key of a flood)."""
+        if not isinstance(message, events.Key):
+            return True
+        with self._lock:
+            flooding = self._keys > 0 or self._sent - self._taken >= self.limit
+            if not flooding or message.key in QUIT_KEYS:
+                self._sent += 1
+                setattr(message, _MARK, True)
+                return True
+            self._keys += 1
+            if message.key == "enter":
+                self._text.append("\n")
+            elif message.key == "tab":
+                self._text.append(" ")
+            elif message.is_printable and message.character:
+                self._text.append(message.character)
+            else:
+                self._dropped += 1
+            return False
+
+    def taken(self, event: events.Key) -> Flood | None:
+        """On the app's thread, for every Key event it handles: once the keys the gate let
+        through are all handled, what it kept meanwhile (None: nothing)."""
+        if not getattr(event, _MARK, False):
+            return None  # not from the driver (a test's pilot, a forwarded copy)
+        with self._lock:
+            self._taken += 1
+            if self._sent > self._taken or not self._keys:
+                return None
+            flood = Flood("".join(self._text), self._keys, self._dropped)
+            self._text, self._keys, self._dropped = [], 0, 0
+            return flood
+
+
+def describe(flood: Flood) -> str:
+    chars = len(flood.text)
+    dropped = f"; {flood.dropped:,} other keys (ESC, arrows) were dropped" if flood.dropped else ""
+    return (
+        f"{flood.keys:,} key presses came in faster than they could be handled (a paste "
+        f"without bracketed paste?): {chars:,} characters went into the chat box as one "
+        f"paste{dropped}."
+    )
