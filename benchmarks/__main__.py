@@ -1,4 +1,4 @@
-"""``make bench``: all seven benchmarks of the performance issue, each figure beside its target.
+"""``make bench``: all eight benchmarks of the performance issue, each figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
 and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
@@ -6,6 +6,7 @@ and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses few
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -13,8 +14,16 @@ from collections.abc import Callable
 
 from tui.engine import Model
 
-from . import attention_cost, bench_app, bench_engine, bench_memory, bench_render, bench_startup
-from .common import Row, load
+from . import (
+    attention_cost,
+    bench_app,
+    bench_engine,
+    bench_memory,
+    bench_render,
+    bench_startup,
+    bench_trace,
+)
+from .common import THREADS, Row, load
 
 
 def _machine() -> str:
@@ -32,17 +41,17 @@ def _machine() -> str:
 
 def table(rows: list[Row]) -> str:
     """A Markdown table: it reads as plain text and pastes into the README as it is."""
-    head = "| benchmark | figure | target | met | detail |"
-    out = [head, "|---|---|---|---|---|"]
+    head = "| benchmark | figure | target | met | load | detail |"
+    out = [head, "|---|---|---|---|---|---|"]
     for r in rows:
         met = "-" if r.met is None else ("yes" if r.met else "**no**")
-        out.append(f"| {r.benchmark} | {r.figure} | {r.target} | {met} | {r.detail} |")
+        out.append(f"| {r.benchmark} | {r.figure} | {r.target} | {met} | {r.load} | {r.detail} |")
     return "\n".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -55,6 +64,7 @@ def main() -> int:
         (5, "attention", lambda: attention_cost.run(model, rounds=2 * rounds + 1)),
         (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
+        (8, "trace", lambda: bench_trace.run(model, rounds=2 * rounds + 1)),
     ]
     rows: list[Row] = []
     print(f"machine: {_machine()}", file=sys.stderr)
@@ -62,8 +72,11 @@ def main() -> int:
         if num not in wanted and not (num == 2 and 3 in wanted):
             continue
         t0 = time.perf_counter()
+        before = os.getloadavg()[0]
         print(f"[{name}] running ({load()})...", file=sys.stderr, flush=True)
         got = fn()
+        for r in got:  # the 1-minute load before and after: a figure moves with it
+            r.load = f"{before:.1f}-{os.getloadavg()[0]:.1f}"
         if num == 2:
             got = [r for r in got if int(r.benchmark.split(".")[0]) in wanted]
         rows.extend(got)
@@ -71,7 +84,11 @@ def main() -> int:
             print(f"  {r.benchmark}: {r.figure} (target {r.target}) {r.detail}", file=sys.stderr)
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print()
-    print(f"SmolLM2-135M-Instruct Q4_1, 2 threads. Machine: {_machine()}; {load()} at the end.")
+    print(
+        f"SmolLM2-135M-Instruct Q4_1, {THREADS} threads (the app: its default). Machine: "
+        f"{_machine()}; {load()} at the end. Load: the 1-minute load average before and after "
+        "each benchmark."
+    )
     print()
     print(table(rows))
     missed = [r.benchmark for r in rows if r.met is False]
