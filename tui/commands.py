@@ -72,11 +72,13 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     """--attention / --graph / --profile as one eval-callback observer (a context has one
     cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
+    spec = getattr(args, "attention", None)
+    census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
+    if spec is None and not (census or profile):
+        return []  # and the capture's modules are not even imported (start-up time)
     from .engine.attention_capture import AttentionCapture, parse_layers
     from .engine.graph_tap import GraphTap
 
-    spec = getattr(args, "attention", None)
-    census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
     if spec is not None:
         conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
         if conflict is not None:
