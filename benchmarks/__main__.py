@@ -85,7 +85,7 @@ def main() -> int:
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print()
     print(
-        f"SmolLM2-135M-Instruct Q4_1, {THREADS} threads (the app: its default). Machine: "
+        f"SmolLM2-135M-Instruct Q4_1, {THREADS} threads (the app: its default, cores - 1). Machine: "
         f"{_machine()}; {load()} at the end. Load: the 1-minute load average before and after "
         "each benchmark."
     )
