@@ -1,5 +1,6 @@
-"""``make bench``: the benchmarks of the performance issue (and 8, attention memory; 9, the
-sampler chain; 10, the logit lens; 11, remote stepping), each figure beside its target.
+"""``make bench``: the benchmarks of the performance issues (8, ``tokenstep trace`` end to end;
+9, attention memory; 10, the sampler chain; 11, the logit lens; 12, remote stepping), each
+figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
 and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses fewer rounds."""
@@ -7,6 +8,7 @@ and reports medians. Options: ``--only 1,4`` runs a subset; ``--quick`` uses few
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -25,8 +27,9 @@ from . import (
     bench_remote,
     bench_render,
     bench_startup,
+    bench_trace,
 )
-from .common import Row, load
+from .common import THREADS, Row, load
 
 
 def _machine() -> str:
@@ -44,17 +47,17 @@ def _machine() -> str:
 
 def table(rows: list[Row]) -> str:
     """A Markdown table: it reads as plain text and pastes into the README as it is."""
-    head = "| benchmark | figure | target | met | detail |"
-    out = [head, "|---|---|---|---|---|"]
+    head = "| benchmark | figure | target | met | load | detail |"
+    out = [head, "|---|---|---|---|---|---|"]
     for r in rows:
         met = "-" if r.met is None else ("yes" if r.met else "**no**")
-        out.append(f"| {r.benchmark} | {r.figure} | {r.target} | {met} | {r.detail} |")
+        out.append(f"| {r.benchmark} | {r.figure} | {r.target} | {met} | {r.load} | {r.detail} |")
     return "\n".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -67,10 +70,11 @@ def main() -> int:
         (5, "attention", lambda: attention_cost.run(model, rounds=2 * rounds + 1)),
         (6, "start-up", lambda: bench_startup.run(rounds=2 * rounds + 1)),
         (7, "memory", bench_memory.run),
-        (8, "attention memory", attention_memory.run),
-        (9, "sampler chain", lambda: bench_chain.run(model, rounds=rounds)),
-        (10, "lens", lambda: bench_lens.run(model, rounds=rounds)),
-        (11, "remote", lambda: bench_remote.run(rounds=rounds)),
+        (8, "trace", lambda: bench_trace.run(model, rounds=2 * rounds + 1)),
+        (9, "attention memory", attention_memory.run),
+        (10, "sampler chain", lambda: bench_chain.run(model, rounds=rounds)),
+        (11, "lens", lambda: bench_lens.run(model, rounds=rounds)),
+        (12, "remote", lambda: bench_remote.run(rounds=rounds)),
     ]
     rows: list[Row] = []
     print(f"machine: {_machine()}", file=sys.stderr)
@@ -78,8 +82,11 @@ def main() -> int:
         if num not in wanted and not (num == 2 and 3 in wanted):
             continue
         t0 = time.perf_counter()
+        before = os.getloadavg()[0]
         print(f"[{name}] running ({load()})...", file=sys.stderr, flush=True)
         got = fn()
+        for r in got:  # the 1-minute load before and after: a figure moves with it
+            r.load = f"{before:.1f}-{os.getloadavg()[0]:.1f}"
         if num == 2:
             got = [r for r in got if int(r.benchmark.split(".")[0]) in wanted]
         rows.extend(got)
@@ -87,7 +94,11 @@ def main() -> int:
             print(f"  {r.benchmark}: {r.figure} (target {r.target}) {r.detail}", file=sys.stderr)
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print()
-    print(f"SmolLM2-135M-Instruct Q4_1, 2 threads. Machine: {_machine()}; {load()} at the end.")
+    print(
+        f"SmolLM2-135M-Instruct Q4_1, {THREADS} threads (the app: its default, cores - 1). Machine: "
+        f"{_machine()}; {load()} at the end. Load: the 1-minute load average before and after "
+        "each benchmark."
+    )
     print()
     print(table(rows))
     missed = [r.benchmark for r in rows if r.met is False]

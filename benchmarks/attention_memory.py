@@ -58,7 +58,7 @@ def run() -> list[Row]:
     growth = (peaks[SIZES[-1]] - peaks[SIZES[0]]) / MB
     return [
         Row(
-            f"8. peak RSS, attention on, {SIZES[0]} to {SIZES[-1]} tokens",
+            f"9. peak RSS, attention on, {SIZES[0]} to {SIZES[-1]} tokens",
             f"+{growth:.0f} MB",
             f"<= +{FLAT_MB} MB (flat)",
             growth <= FLAT_MB,

@@ -1,4 +1,4 @@
-"""9. The whole sampler chain on the per-step path: tokenstep's stage-by-stage run (every stage
+"""10. The whole sampler chain on the per-step path: tokenstep's stage-by-stage run (every stage
 a llama_sampler_apply on the same array, with what each stage did read off) against llama.cpp's
 own one-call ``llama_sampler_sample`` on one chain built with the same samplers."""
 
@@ -97,7 +97,7 @@ def run(model: Model, rounds: int = 3, n: int = 32) -> list[Row]:
     a, b = statistics.median(ours_ms), statistics.median(theirs_ms)
     return [
         Row(
-            "9. full sampler chain per step",
+            "10. full sampler chain per step",
             f"{a:.2f} ms",
             "reported",
             None,

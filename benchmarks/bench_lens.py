@@ -1,4 +1,4 @@
-"""Benchmark 10: what the logit lens costs per step.
+"""Benchmark 11: what the logit lens costs per step.
 
 The projection is n_layer × n_vocab × n_embd multiply-adds (SmolLM2: 30 × 49,152 × 576, 0.85
 G) on the float32 head, plus the softmax and top 5 of every layer; the capture adds one graph
@@ -56,7 +56,7 @@ def run(model: Model, *, rounds: int = 3, n: int = 16) -> list[Row]:
     macs = info.n_layer * head.out.shape[0] * info.n_embd
     return [
         Row(
-            "10.1 lens projection, all layers",
+            "11.1 lens projection, all layers",
             f"{median(proj):.1f} ms/step",
             "reported",
             None,
@@ -64,14 +64,14 @@ def run(model: Model, *, rounds: int = 3, n: int = 16) -> list[Row]:
             f"{macs / 1e9:.2f} G multiply-adds; median of {len(proj)} steps",
         ),
         Row(
-            "10.2 decode with the lens's capture",
+            "11.2 decode with the lens's capture",
             f"{median(d_lens):.1f} ms/step",
             "reported",
             None,
             f"without: {median(d_plain):.1f} ms/step (one graph split per layer)",
         ),
         Row(
-            "10.3 lens head read and dequantized",
+            "11.3 lens head read and dequantized",
             f"{load_s:.2f} s once",
             "reported",
             None,

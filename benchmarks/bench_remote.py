@@ -1,4 +1,4 @@
-"""Benchmark 8: stepping a model over llama-server, one request per token, against the server's
+"""Benchmark 12: stepping a model over llama-server, one request per token, against the server's
 own speed in the same run (one ``/completion`` that streams the same number of tokens itself).
 
 Where a remote step's time goes: the server evaluating the new token (``timings.prompt_ms``),
@@ -94,7 +94,7 @@ def run(rounds: int = 3) -> list[Row]:
     if binary is None:
         return [
             Row(
-                "8 remote step",
+                "12. remote step",
                 "skipped",
                 "reported",
                 None,
@@ -118,7 +118,7 @@ def run(rounds: int = 3) -> list[Row]:
     own = median(stream)
     return [
         Row(
-            "8 remote step",
+            "12. remote step",
             f"{s['wall']:.1f} ms/token",
             "reported",
             None,

@@ -21,6 +21,7 @@ class Row:
     target: str
     met: bool | None  # None: reported only, no target
     detail: str = ""  # bare-loop figure, ratio, medians
+    load: str = ""  # the machine's 1-minute load average while it was measured
 
 
 def median(xs: list[float]) -> float:

@@ -133,12 +133,14 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     """--attention / --lens / --graph / --profile as one eval-callback observer (a context has one
     cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
-    from .engine.attention_capture import AttentionCapture, parse_layers
-    from .engine.graph_tap import GraphTap
-
     spec = getattr(args, "attention", None)
     census, profile = getattr(args, "graph", False), getattr(args, "profile", False)
     lens = getattr(args, "lens", False)
+    if spec is None and not (census or profile or lens):
+        return []  # and the capture's modules are not even imported (start-up time)
+    from .engine.attention_capture import AttentionCapture, parse_layers
+    from .engine.graph_tap import GraphTap
+
     if spec is not None:
         conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
         if conflict is not None:

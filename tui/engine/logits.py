@@ -8,11 +8,13 @@ the logits of the new last position without recomputing them.
 
 from __future__ import annotations
 
+import ctypes
 from collections import OrderedDict
 
 import llama_cpp
 import numpy as np
 
+from .errors import TokenstepError
 from .sampling import top_stats
 from .step import Candidate
 from .tokens import Vocab
@@ -22,9 +24,14 @@ LOGITS_KEEP = 64  # logits kept for rewinding without recomputation
 
 
 def read_row(ctx: llama_cpp.llama_context_p, i: int, n_vocab: int) -> np.ndarray:
-    """A copy of logits row ``i`` of the last decode (-1: the last row)."""
+    """A copy of logits row ``i`` of the last decode (-1: the last row). One memmove into a
+    new array (``np.ctypeslib.as_array`` builds a ctypes array type on every call)."""
     ptr = llama_cpp.llama_get_logits_ith(ctx, i)
-    return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+    if not ptr:
+        raise TokenstepError(f"llama.cpp has no logits for row {i}.")
+    out = np.empty(n_vocab, dtype=np.float32)
+    ctypes.memmove(out.ctypes.data, ptr, out.nbytes)
+    return out
 
 
 def top_candidates(logits: np.ndarray, vocab: Vocab) -> tuple[list[Candidate], float]:

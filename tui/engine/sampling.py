@@ -66,14 +66,16 @@ def top_k_by_logit(logits: np.ndarray, k: int) -> np.ndarray:
 
     No full sort and no partition of the whole vocabulary: the k-th largest of the block maxima
     is a lower bound for the k-th largest logit, so only the few logits at or above it are
-    sorted. That is ~10x cheaper than ``np.argpartition`` over 49k entries."""
+    sorted. That is ~10x cheaper than ``np.argpartition`` over 49k entries. The blocks are
+    strided (block j holds ids j, j + n_blocks, ...): any split into blocks gives the bound, and
+    a column maximum is one vectorized pass where a row maximum is n_blocks small reductions."""
     n = logits.size
     k = min(k, n)
     n_blocks = n // _TOP_BLOCK
     if k <= 0:
         return np.zeros(0, dtype=np.intp)
     if n_blocks >= k:
-        maxima = logits[: n_blocks * _TOP_BLOCK].reshape(n_blocks, _TOP_BLOCK).max(axis=1)
+        maxima = logits[: n_blocks * _TOP_BLOCK].reshape(_TOP_BLOCK, n_blocks).max(axis=0)
         floor = np.partition(maxima, n_blocks - k)[n_blocks - k]
         cand = np.flatnonzero(logits >= floor)
         if cand.size >= k:  # fewer only with NaN logits

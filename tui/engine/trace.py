@@ -177,5 +177,8 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps makes one per call
+
+
 def dumps(engine: Source, rec: StepRecord) -> str:
-    return json.dumps(record_to_dict(engine, rec), ensure_ascii=False)
+    return _ENCODE(record_to_dict(engine, rec))

@@ -13,6 +13,7 @@ Nothing here imports Textual or Rich: the worker is plain Python and can be driv
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -59,6 +60,7 @@ from .state import State
 from .views import View
 
 MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
+SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it
 _STOP = Stop()
 
 
@@ -133,6 +135,11 @@ class Worker:
 
     # -- the UI side ---------------------------------------------------------------------------
     def start(self) -> None:
+        # When llama_decode returns, this thread must take the GIL back from the UI thread,
+        # which may be drawing; by default it waits up to 5 ms for it (a profile of autoplay
+        # showed that wait as most of a step's time outside llama_decode). A shorter switch
+        # interval hands the GIL over sooner.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._run, name="tokenstep-decode", daemon=True)
         self._thread.start()
 
