@@ -200,11 +200,14 @@ class AppActions(App[int]):
         self.main.query_one(LogitsPane).focus()
 
     def action_toggle_focus(self) -> None:
+        """Esc always leads to the controls. (It used to toggle, so an Esc pressed on the
+        controls during a reply sent the focus into the chat box, and the next Space was typed
+        there instead of pausing.)"""
         chat = self.main.query_one("#chat", Input)
         if chat.has_focus:
             self.main.query_one(LogitsPane).focus()
         else:
-            chat.focus()
+            self._say("Esc: the step/sampler keys already have the focus; i or any letter types.")
 
     def action_new_chat(self) -> None:
         self.controller.new_chat()
