@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from textual import events
 
-from tui.engine import SamplerSettings
 from tui.widgets.chat_input import ChatInput
 
 from .test_app import SIZE, make_app, run_async, wait_for
@@ -44,3 +43,63 @@ async def test_esc_during_a_reply_goes_to_the_controls_and_space_pauses(make_eng
         post_key(app, "escape")
         await wait_for(pilot, lambda: not chat.has_focus, "Esc to leave the chat box")
         assert chat.value == ""
+
+
+async def capture_on(pilot, app) -> None:
+    """A short reply in step mode, then ``a``: capture on, tab 6 showing."""
+    await pilot.press(*"Name three colors.", "enter")
+    await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating", "")
+    await pilot.press("right", "right", "right")
+    await pilot.press("a")
+    await wait_for(
+        pilot,
+        lambda: app.view.attention is not None and app.view.attention.att is not None,
+        "the capture",
+        timeout=300,
+    )
+
+
+@run_async
+async def test_attention_keys_work_after_a_opened_the_tab_and_esc_came_back(make_engine, tmp_path):
+    from tui.widgets.attention_tabs import AttentionTab
+
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await capture_on(pilot, app)
+        assert app._tab == "attention"
+        chat = app.query_one(ChatInput)
+        await pilot.press("i")  # e.g. the reply ended and moved the focus to the chat box
+        assert chat.has_focus
+        await pilot.press("escape")
+        assert isinstance(app.focused, AttentionTab)  # the tab's own keys act there
+        n = app.view.text.n_past
+        await pilot.press("right_square_bracket")
+        await wait_for(pilot, lambda: app.view.attention.layer == 1, "layer 1", timeout=300)
+        assert chat.value == "" and app.view.text.n_past == n
+
+
+@run_async
+async def test_layer_presses_during_a_capture_add_up_and_show_progress(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    busy: list[str] = []
+    async with app.run_test(size=SIZE) as pilot:
+        await capture_on(pilot, app)
+        on_view = app.controller.on_view
+
+        def record(view) -> None:
+            if view.busy:
+                busy.append(view.busy)
+            on_view(view)
+
+        app.controller.on_view = record
+        for _ in range(5):  # faster than a re-prefill: all five wait in the queue
+            post_key(app, "right_square_bracket", "]")
+        await wait_for(
+            pilot,
+            lambda: app.view.attention.layer == 5 and app.view.busy is None,
+            "layer 5",
+            timeout=300,
+        )
+        assert app.view.attention.att is not None and app.view.attention.att.layer == 5
+        assert busy and all("Capturing layer" in b for b in busy)
+        assert "already captured" not in app.view.notice

@@ -32,6 +32,7 @@ from .app_actions import AppActions
 from .engine.session import Engine
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
+from .widgets.busy import BusyBar
 from .widgets.cache import CacheTab, MemoryTab
 from .widgets.chat_input import ChatInput
 from .widgets.common import literal
@@ -128,6 +129,7 @@ class TokenstepApp(AppActions):
             id="chat",
         )
         yield Static(id="notice")
+        yield BusyBar(id="busy")
         yield KeyBar(id="keybar")
         yield Static(id="too-small")
 
@@ -229,6 +231,7 @@ class TokenstepApp(AppActions):
         self.main.query_one(PipelinePane).show(view)
         self.main.query_one(LogitsPane).show(view)
         self._notice(view)
+        self.show_busy(view.busy)
         self._keybar()
         now = time.monotonic()
         # While playing, the heavy panes redraw on every other light tick, in the same frame
@@ -298,6 +301,11 @@ class TokenstepApp(AppActions):
             # A path is plain text: a str border title would be parsed as markup.
             chat.border_subtitle = Text(literal(f"autosave after each reply → {where}{done}"))
 
+    def show_busy(self, what: str | None) -> None:
+        """The progress row stands in for the notice row while a slow command runs."""
+        self.main.query_one(BusyBar).show(what)
+        self.main.query_one("#notice").display = what is None
+
     def _keybar(self) -> None:
         try:
             chat = self.main.query_one("#chat", Input)
@@ -325,7 +333,7 @@ class TokenstepApp(AppActions):
         event.input.value = ""
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
-            self.main.query_one(LogitsPane).focus()
+            self.controls().focus()
 
     def on_chat_input_pasted_lines(self, event: ChatInput.PastedLines) -> None:
         self._say(

@@ -15,6 +15,7 @@ from textual import events
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .widgets.attention import AttentionPane
@@ -196,8 +197,15 @@ class AppActions(App[int]):
     def action_focus_chat(self) -> None:
         self.main.query_one("#chat", Input).focus()
 
+    def controls(self) -> Widget:
+        """Where the step/sampler keys go: tab 6 or 7 while it shows (its own keys, [ ] and
+        the arrows, act there), else the logits pane."""
+        if self._tab in ("attention", "anatomy"):
+            return self.main.query_one(f"#{self._tab}")
+        return self.main.query_one(LogitsPane)
+
     def action_leave_chat(self) -> None:
-        self.main.query_one(LogitsPane).focus()
+        self.controls().focus()
 
     def action_toggle_focus(self) -> None:
         """Esc always leads to the controls. (It used to toggle, so an Esc pressed on the
@@ -205,7 +213,7 @@ class AppActions(App[int]):
         there instead of pausing.)"""
         chat = self.main.query_one("#chat", Input)
         if chat.has_focus:
-            self.main.query_one(LogitsPane).focus()
+            self.controls().focus()
         else:
             self._say("Esc: the step/sampler keys already have the focus; i or any letter types.")
 

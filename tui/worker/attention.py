@@ -26,6 +26,7 @@ from ..engine.errors import TokenstepError
 from ..engine.model import ModelInfo
 from ..engine.session import Engine
 from .caches import Memo
+from .commands import AttentionLayer
 
 if TYPE_CHECKING:
     from .thread import Worker
@@ -135,8 +136,13 @@ class AttentionControl:
             )
             return
         self.on = True
+        n_tok = len(self.engine.tokens)
         if cap is None:
-            n = self._rebuild()
+            with self.w.busy(
+                "Attention on: building a context with flash attention off and the eval "
+                f"callback, then prefilling its {n_tok} tokens again"
+            ):
+                n = self._rebuild()
             again = f", and its {n} tokens were prefilled again" if n else ""
             self.w.state.note(
                 f"Attention on (layer {self.layer}): a new context was created with flash "
@@ -145,12 +151,20 @@ class AttentionControl:
             )
             return
         cap.set_layers([self.layer])
-        n = self._reprefill()
+        with self.w.busy(f"Attention on: prefilling the {n_tok} tokens in the cache again"):
+            n = self._reprefill()
         again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
         self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
     def set_layer(self, layer: int) -> None:
         self.w.require("attention")
+        # Presses of [ or ] made while a capture was prefilling: only the newest is done.
+        later = self.w.take_queued(AttentionLayer)
+        skipped = 0
+        while isinstance(later, AttentionLayer):
+            skipped += 1
+            layer = later.layer
+            later = self.w.take_queued(AttentionLayer)
         n_layer = self.engine.info.n_layer
         layer %= n_layer
         self.layer = layer
@@ -163,10 +177,14 @@ class AttentionControl:
             self.w.state.note(f"Layer {layer}: already captured.")
             return
         cap.set_layers([layer])
-        n = self._reprefill()
+        n_tok = len(self.engine.tokens)
+        with self.w.busy(f"Capturing layer {layer} of {n_layer}: prefilling the {n_tok} tokens "
+                         "in the cache again"):
+            n = self._reprefill()
+        taken = f" ({skipped + 1} layer presses taken together: the newest wins)" if skipped else ""
         self.w.state.note(
             f"Layer {layer}: the {n} tokens in the cache were prefilled again to capture it "
-            "(same tokens, same KV cache contents)."
+            f"(same tokens, same KV cache contents){taken}."
         )
 
     def _no_forks(self) -> None:

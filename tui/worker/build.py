@@ -89,6 +89,7 @@ class ViewBuilder:
             attention=w.attention.view(),
             commands=w.commands,
             capabilities=eng.capabilities,
+            busy=s.busy,
         )
 
     # -- one sub-view per pane -------------------------------------------------------------------

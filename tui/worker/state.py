@@ -69,6 +69,7 @@ class State:
     shifts_from: int = 0
     fork_at: int | None = None  # sequence 0's length when it was forked
     fork_tokens: dict[int, list[int]] = field(default_factory=dict)
+    busy: str | None = None  # a slow command under way (a re-prefill, verify): what it does
 
     @property
     def playing(self) -> bool:

@@ -16,7 +16,8 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,26 @@ class Worker:
             self.engine.close()
         self.engine = new
         self.close_engine = True
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """A slow command: a view saying ``what`` it does is published before it starts (the
+        app shows progress), and cleared when it ends."""
+        self.state.busy = what
+        self._publish(force=True)
+        try:
+            yield
+        finally:
+            self.state.busy = None
+
+    def take_queued(self, kind: type[Command]) -> Command | None:
+        """Remove every queued command of ``kind`` and return the newest (None if none): a
+        flood of presses asking for the same slow thing is done once, for the last one."""
+        with self._q.mutex:
+            found = [c for c in self._q.queue if isinstance(c, kind)]
+            for c in found:
+                self._q.queue.remove(c)
+        return found[-1] if found else None
 
     def drop_forks(self) -> None:
         stepping.drop_forks(self)

@@ -167,3 +167,4 @@ class View:
     attention: AttentionView | None = None  # the Attention and Anatomy tabs
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
+    busy: str | None = None  # a slow command under way: what it is doing (the app shows progress)
