@@ -103,3 +103,36 @@ async def test_layer_presses_during_a_capture_add_up_and_show_progress(make_engi
         assert app.view.attention.att is not None and app.view.attention.att.layer == 5
         assert busy and all("Capturing layer" in b for b in busy)
         assert "already captured" not in app.view.notice
+
+
+def test_info_describes_the_caches_the_app_creates_on_a_sliding_window_model(tmp_path):
+    """`info` used llama.cpp's tools' window-sized SWA cache while the app makes a full one."""
+    import json
+
+    from tui.args import parse
+    from tui.commands import config_from_args
+    from tui.engine import Engine, Model
+    from tui.engine import memory as mem
+
+    from .conftest import run_cli
+    from .swa_model import write_swa_model
+
+    path = write_swa_model(tmp_path / "tiny-swa.gguf")
+    for flags in ([], ["--no-swa-full"]):
+        _, args = parse(["-m", str(path), "-c", "1024", "-t", "2", *flags])
+        config = config_from_args(args)
+        assert config.swa_full == (not flags)
+        eng = Engine(Model(path), config)
+        try:
+            made = [(c.kind, c.cells, c.bytes) for c in mem.memory_report(eng).caches]
+        finally:
+            eng.close()
+        res = run_cli("info", "-m", str(path), "-c", "1024", "--json", *flags)
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        assert data["swa_full"] == (not flags)
+        said = [(c["kind"], c["cells"], c["bytes"]["f16"]) for c in data["kv_caches"]]
+        assert said == made  # llama.cpp's own allocation, as the memory tab reads it
+        text = run_cli("info", "-m", str(path), "-c", "1024", *flags).stdout.decode()
+        assert ("--no-swa-full:" in text) == bool(flags) and "two caches" in text
+        assert "n_head_kv       2\n" in text  # a number, not the list "[2]"

@@ -50,6 +50,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         cache_type_v=args.cache_type_v,
         context_full=getattr(args, "context_full", "stop"),
         n_keep=getattr(args, "keep", 0),
+        swa_full=getattr(args, "swa_full", True),
     )
     c.validate()
     if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault
@@ -160,19 +161,25 @@ def info_main(args: argparse.Namespace) -> int:
             "bytes": {t: b * n_ctx for t, b in kv.items()},
         },
     }
-    # the caches llama.cpp's tools would allocate (two for a model with sliding-window layers)
+    # The caches the app and `trace` create (two for a model with sliding-window layers):
+    # the same --swa-full and sequence count as their EngineConfig.
+    config = EngineConfig(swa_full=args.swa_full)
+    data["swa_full"] = config.swa_full
     data["kv_caches"] = [
         {"kind": c.kind, "cells": c.cells, "layers": len(c.layers), "bytes": c.bytes}
-        for c in info.cache_plan(hdr, f, n_ctx)
+        for c in info.cache_plan(
+            hdr, f, n_ctx, config.n_ubatch, config.n_seq_max, swa_full=config.swa_full
+        )
     ]
     if args.json:
         print(json.dumps(data))
         return 0
     w = max(len(k) for k in data)
     for k, v in data.items():
-        if k in ("kv_cache", "kv_caches"):
+        if k in ("kv_cache", "kv_caches", "swa_full"):
             continue
-        print(f"{k:<{w}}  {_safe(v)}")
+        shown = ", ".join(str(x) for x in v) if isinstance(v, list) else v  # not "[3]"
+        print(f"{k:<{w}}  {_safe(shown)}")
     print(f"\nKV cache for {n_ctx:,} tokens (K and V the same type):")
     for t in info.CALC_TYPES:
         print(f"  {t:<5} {kv[t]:>9,} B/token  {kv[t] * n_ctx / 2**20:>10.2f} MiB")
@@ -180,7 +187,15 @@ def info_main(args: argparse.Namespace) -> int:
         swa = info.swa_layers(hdr, f) or []
         print(
             f"\nSliding window of {f.sliding_window:,} tokens on {sum(swa)} of {f.n_layer} "
-            "layers: llama.cpp allocates two caches (-ub 512, one sequence):"
+            "layers: llama.cpp allocates two caches. As the app and trace create them "
+            f"(-ub {config.n_ubatch}, {config.n_seq_max} sequences, "
+            + (
+                "--swa-full: the SWA cache holds the whole context too, so rewind and prefix "
+                "reuse work; --no-swa-full shows llama.cpp's tools' smaller one):"
+                if config.swa_full
+                else "--no-swa-full: the SWA cache holds the window only, as llama.cpp's "
+                "tools make it):"
+            )
         )
         for c in data["kv_caches"]:
             sizes = "  ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in c["bytes"].items())
