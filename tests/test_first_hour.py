@@ -136,3 +136,72 @@ def test_info_describes_the_caches_the_app_creates_on_a_sliding_window_model(tmp
         text = run_cli("info", "-m", str(path), "-c", "1024", *flags).stdout.decode()
         assert ("--no-swa-full:" in text) == bool(flags) and "two caches" in text
         assert "n_head_kv       2\n" in text  # a number, not the list "[2]"
+
+
+def _odd_split(vocab) -> tuple[list[int], list[int]]:
+    """A word the model may write as two pieces that a fresh tokenization splits otherwise."""
+    for word, a, b in ((" Sunsets", " Sun", "sets"), (" seashore", " seas", "hore")):
+        fresh = vocab.tokenize(word, add_special=False)
+        written = vocab.tokenize(a, add_special=False) + vocab.tokenize(b, add_special=False)
+        if fresh != written:
+            return written, fresh
+    raise AssertionError("no word tokenizes differently from its pieces")
+
+
+def test_the_next_prompt_keeps_the_models_own_tokens_live_and_after_resume(
+    make_engine, model, tmp_path
+):
+    from tui.engine.session import Engine
+    from tui.worker import Worker
+    from tui.worker.commands import Force, Save, Send
+    from tui.worker.resume import restore
+    from tui.worker.session_store import read_session
+
+    eng = make_engine()
+    w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
+    w.handle(Send("Describe the evening sky in one word."))
+    written, fresh = _odd_split(eng.vocab)
+    for t in written:  # the model "writes" the word in pieces a retokenization would not
+        w.handle(Force(t))
+    held = list(eng.tokens)
+    assert held[-len(written) :] == written
+    w.handle(Send("Why?"))
+    # A live session: every token the cache held is reused; none is decoded again.
+    assert w.state.tokenized is not None and w.state.tokenized.reused == len(held)
+    assert eng.tokens[: len(held)] == held
+    for t in fresh:  # a second reply, still in the cache when the session is saved
+        w.handle(Force(t))
+    path = tmp_path / "s.jsonl"
+    w.handle(Save(str(path)))
+    header, _ = read_session(path)
+    assert header["conversation"][1]["tokens"][-len(written) :] == written
+    # After --resume: the saved reply keeps its ids, so the next turn reuses the whole cache.
+    eng2 = Engine(model, eng.config, eng.settings)
+    try:
+        w2 = Worker(eng2, autoplay=False, autosave_dir=None, close_engine=False)
+        restore(w2, header, path)
+        before = list(eng2.tokens)
+        w2.handle(Send("And then?"))
+        assert w2.state.tokenized.reused == len(before)
+    finally:
+        eng2.close()
+
+
+def test_a_cut_cache_says_where_and_why(make_engine):
+    """A prompt that differs from the cache (an old session's retokenized reply) says so."""
+    from tui.engine.chat import Message
+    from tui.worker import Worker
+    from tui.worker.commands import Force, Send
+
+    eng = make_engine()
+    w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
+    w.handle(Send("Describe the evening sky in one word."))
+    written, fresh = _odd_split(eng.vocab)
+    for t in written:
+        w.handle(Force(t))
+    text = b"".join(eng.vocab.piece(t) for t in written).decode()
+    # What an older tokenstep kept: the reply as text only.
+    w.state.messages.append(Message("assistant", text))
+    w.state.reply_start = None
+    w.handle(Send("Why?"))
+    assert "the cache was cut at token" in w.state.notice

@@ -25,6 +25,10 @@ from .tokens import Vocab
 class Message:
     role: str
     content: str
+    # The model's own token ids for a reply. The same text can tokenize differently ("Sun" +
+    # "sets" sampled, "S" + "uns" + "ets" retokenized): the next prompt keeps these, as
+    # llama-server's cache does for a client that sends tokens, so the prefix is reused whole.
+    tokens: tuple[int, ...] | None = None
 
 
 class TemplateError(TokenstepError):
@@ -131,7 +135,10 @@ def chat_tokens(
         tokens += vocab.tokenize(before, add_special=first and add_bos, parse_special=True)
         first = False
         start = len(tokens)
-        tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
+        if m.tokens is not None:
+            tokens += m.tokens
+        else:
+            tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
         spans.append((start, len(tokens)))
         text_parts += [before, m.content]
     tokens += vocab.tokenize(rest, add_special=False, parse_special=True)

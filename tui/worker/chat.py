@@ -100,8 +100,12 @@ def messages_now(w: Worker, pieces: tuple[bytes, ...] | None = None) -> list[Mes
             text = reply_text(w)
         else:
             text = b"".join(pieces[s.reply_start :]).decode("utf-8", errors="replace")
-        msgs.append(Message("assistant", text))
+        msgs.append(Message("assistant", text, tuple(w.engine.tokens[s.reply_start :])))
     return msgs
+
+
+def _shown(piece: bytes) -> str:
+    return repr(piece.decode("utf-8", errors="replace"))
 
 
 # -- sending a message -------------------------------------------------------------------------
@@ -132,7 +136,8 @@ def send_now(w: Worker, text: str) -> None:
     messages = list(s.messages)
     if not w.raw:
         if s.reply_start is not None and reply_tokens(w):
-            messages.append(Message("assistant", reply_text(w)))
+            reply = tuple(eng.tokens[s.reply_start :])
+            messages.append(Message("assistant", reply_text(w), reply))
         messages.append(Message("user", text))
         tmpl = eng.info.chat_template
         if not tmpl:
@@ -153,6 +158,7 @@ def send_now(w: Worker, text: str) -> None:
             f"the conversation would need {len(tokens)} tokens but the context holds "
             f"{eng.n_ctx}; press ctrl+n for a new chat or start with a larger -c."
         )
+    held = list(eng.tokens)
     records = eng.sync_prompt(tokens, reuse=w.prefix_cache)
     s.messages = messages
     s.spans = merge(spans)
@@ -168,6 +174,14 @@ def send_now(w: Worker, text: str) -> None:
     note = f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
     if records[0].reused:
         note += f", {records[0].reused} reused from the KV cache"
+    cut_at = records[0].reused
+    if w.prefix_cache and cut_at < min(len(held), len(tokens)) and held[cut_at] != tokens[cut_at]:
+        piece = eng.vocab.piece
+        note += (
+            f"; the cache was cut at token {cut_at}: it held {_shown(piece(held[cut_at]))} "
+            f"(id {held[cut_at]}), the new prompt has {_shown(piece(tokens[cut_at]))} "
+            f"(id {tokens[cut_at]}) there"
+        )
     if was_cut:
         note += "; the previous reply was cut where it stood"
     tail = ". Space pauses." if s.mode == "autoplay" else ". → steps one token, space plays."
