@@ -278,9 +278,9 @@ class TokenstepApp(AppActions):
         if key == self._notice_key:
             return  # unchanged: a redraw would cost a frame for nothing
         self._notice_key = key
-        t = Text(no_wrap=True, overflow="ellipsis")
+        t = Text(overflow="fold")
         t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
-        self.main.query_one("#notice", Static).update(t, layout=False)  # always one row
+        self._show_notice(t)
         chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.header.queued:

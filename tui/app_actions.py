@@ -112,9 +112,18 @@ class AppActions(App[int]):
             t.append(gap)
         strip.update(t, layout=False)  # always one row
 
+    def _show_notice(self, t: Text) -> None:
+        """The whole notice, on up to three rows; the layout is redone only when the number
+        of rows changes (most notices are one row)."""
+        notice = self.main.query_one("#notice", Static)
+        width = max(notice.size.width - 2, 20)  # its padding
+        rows = min(len(t.wrap(self.console, width)), 3)
+        notice.update(t, layout=rows != notice.styles.height.value)  # type: ignore[union-attr]
+        notice.styles.height = rows
+
     def _say(self, text: str, colour: str = "grey85") -> None:
         self._notice_key = None  # the next view's notice replaces this message
-        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)), layout=False)
+        self._show_notice(Text(text, Style(color=colour)))
 
     # -- the loop --------------------------------------------------------------------------------
     def action_toggle_play(self) -> None:

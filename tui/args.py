@@ -21,7 +21,8 @@ COMMANDS = ("trace", "info", "verify")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise TokenstepError(f"{message} (see 'tokenstep {self._cmd} --help').")
+        see = " ".join(w for w in ("tokenstep", self._cmd, "--help") if w)
+        raise TokenstepError(f"{message} (see '{see}').")
 
     @property
     def _cmd(self) -> str:

@@ -104,8 +104,11 @@ class PipelinePane(Pane):
                     if rows == 1 and toks[-1].logits
                     else f"logits on {_plural(rows, 'row')}"
                 )
+                lo, hi = min(t.pos for t in toks), max(t.pos for t in toks)
+                # After a fork every sequence's token sits at the same position.
+                at = f"pos {lo}–{hi}" if hi > lo else f"pos {lo} in each sequence"
                 out[1] = (
-                    f"{n} tokens · pos {toks[0].pos}–{toks[-1].pos}"
+                    f"{n} tokens · {at}"
                     + (f" · seqs {','.join(map(str, seqs))}" if len(seqs) > 1 else "")
                     + f" · {_plural(len(recs), 'call')}, "
                     + f"{_plural(ub, 'ubatch').replace('chs', 'ches')} · {where}"
