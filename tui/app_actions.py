@@ -199,6 +199,9 @@ class AppActions(App[int]):
         self.action_tab("tokens")
         self.main.query_one(TokensPane).toggle_ids()
 
+    def action_seen(self) -> None:
+        self.main.query_one(LogitsPane).toggle_seen()
+
     def action_explain(self) -> None:
         self.main.query_one(PipelinePane).toggle_explain()
 

@@ -46,7 +46,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("t", "adjust('temp', -1)", "t/T", "temp", "Temperature down/up (0 is greedy).", "sampler"),
     Key("T", "adjust('temp', 1)", "", "", "", "sampler"),
-    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (0 is off).", "sampler"),
+    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (1 at the bottom; off, 0, is past 200).", "sampler"),
     Key("K", "adjust('top_k', 1)", "", "", "", "sampler"),
     Key("p", "adjust('top_p', -1)", "p/P", "top-p", "top-p down/up (1.0 is off).", "sampler"),
     Key("P", "adjust('top_p', 1)", "", "", "", "sampler"),
@@ -112,6 +112,15 @@ KEYS: tuple[Key, ...] = (
         "step",
     ),
     Key("b", "boundaries", "b", "boundaries", "Show token boundaries in the text.", "view"),
+    Key(
+        "percent_sign",
+        "seen",
+        "%",
+        "p|k",
+        "Logits: p|k, the distribution top-p saw (softmax over top-k's survivors), and its "
+        "running sum Σ, so each top-p cut can be checked; % again for p and p′.",
+        "view",
+    ),
     Key("number_sign", "ids", "#", "ids", "Show token ids on the chips.", "view"),
     Key(
         "e",

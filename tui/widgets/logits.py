@@ -34,6 +34,27 @@ class LogitsPane(Pane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.cursor = 0
+        # %: the two p columns show the distribution top-p saw (p|k, softmax over top-k's
+        # survivors) and its running sum, so each top-p cut can be checked on screen.
+        self.seen = False
+
+    def toggle_seen(self) -> None:
+        self.seen = not self.seen
+        self._subtitle()
+        self.refresh()
+
+    def _p_cells(self, rows: tuple[CandidateRow, ...]) -> list[tuple[str, str]]:
+        """The two p columns of each row: p and p′, or p|k and its running sum Σ."""
+        if not self.seen:
+            return [(fmt_p(c.p), fmt_p(c.p_final) if not c.cut_by else "–") for c in rows]
+        out, total = [], 0.0
+        for c in rows:
+            if c.p_seen is None:
+                out.append(("–", "–"))
+                continue
+            total += c.p_seen
+            out.append((fmt_p(c.p_seen), fmt_p(total)))
+        return out
 
     def show(self, view: View) -> None:
         old = self.view
@@ -43,11 +64,21 @@ class LogitsPane(Pane):
             self.cursor = 0  # new logits: back to the top candidate
         if view.logits.candidates:
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
-        self.border_subtitle = (
-            f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
-            if view.logits.entropy is not None
-            else ""
-        )
+        self._subtitle()
+
+    def _subtitle(self) -> None:
+        view = self.view
+        if view is None or view.logits.entropy is None:
+            self.border_subtitle = ""
+        elif self.seen:
+            self.border_subtitle = (
+                f"p|k: what top-p saw (softmax of top-k's survivors) · top-p keeps rows until "
+                f"Σ ≥ {view.settings.top_p:.2f} · % back"
+            )
+        else:
+            self.border_subtitle = (
+                f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor · % p|k"
+            )
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.logits.candidates:
@@ -121,6 +152,7 @@ class LogitsPane(Pane):
         t.append_text(self._head(width))
         t.append("\n")
         rows_room = max((self.size.height or 20) - 5, 3)
+        cells = self._p_cells(v.logits.candidates)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             row = Text(no_wrap=True)
             is_next = c.id == v.logits.next_pick
@@ -134,10 +166,8 @@ class LogitsPane(Pane):
                 row.append(f"{c.id:>6}", DIM)
             if show_logit:
                 row.append(f"{c.logit:>7.2f}")
-            row.append(f"{fmt_p(c.p):>7}")
-            row.append(
-                f"{fmt_p(c.p_final) if not c.cut_by else '–':>7} ", NEXT if is_next else Style()
-            )
+            row.append(f"{cells[i][0]:>7}")
+            row.append(f"{cells[i][1]:>7} ", NEXT if is_next else Style())
             filled = round(c.p_final * bar_w)
             raw = round(c.p * bar_w)
             row.append("█" * filled, BAR)
@@ -167,6 +197,7 @@ class LogitsPane(Pane):
         show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
         rows.append(line(self._head(self.size.width or 50)))
         rows_room = max((self.size.height or 20) - 5, 3)
+        cells = self._p_cells(v.logits.candidates)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             is_next = c.id == v.logits.next_pick
             segs = [
@@ -180,9 +211,8 @@ class LogitsPane(Pane):
                 segs.append(Segment(f"{c.id:>6}", DIM))
             if show_logit:
                 segs.append(Segment(f"{c.logit:>7.2f}"))
-            segs.append(Segment(f"{fmt_p(c.p):>7}"))
-            p_final = fmt_p(c.p_final) if not c.cut_by else "–"
-            segs.append(Segment(f"{p_final:>7} ", NEXT if is_next else None))
+            segs.append(Segment(f"{cells[i][0]:>7}"))
+            segs.append(Segment(f"{cells[i][1]:>7} ", NEXT if is_next else None))
             filled = round(c.p_final * bar_w)
             raw = round(c.p * bar_w)
             segs.append(Segment("█" * filled, BAR))
@@ -205,7 +235,8 @@ class LogitsPane(Pane):
             head.append(f"{'id':>6}", DIM)
         if show_logit:
             head.append(f"{'logit':>7}", DIM)
-        head.append(f"{'p':>7}{'p′':>7} ", DIM)
+        a, b = ("p|k", "Σp|k") if self.seen else ("p", "p′")
+        head.append(f"{a:>7}{b:>7} ", DIM)
         head.append(f"{'':<{bar_w}} cut by", DIM)
         return head
 

@@ -154,6 +154,11 @@ class PipelinePane(Pane):
                 if pk.eog
                 else f"not an end token → {_plain(pk.piece)} ({_n_bytes(len(pk.piece))})"
             )
+        # One step runs 5, 6, 7, then 2, 3, 4: the pick (5) came from the logits before, and
+        # the new logits (4) are what the next step samples. Each row says which it is.
+        if pk is not None and v.action in ("step", "force") and out[3]:
+            out[3] = f"for pos {v.text.n_past}, the next step · " + out[3]
+            out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
         if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
             nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
             chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)

@@ -225,10 +225,33 @@ class ViewBuilder:
         chain = eng.preview()
         top, p_top, entropy = top_stats(logits, TOP_ROWS)  # one exp pass, no full softmax
         ids = top.tolist()
+        seen = _seen_by_top_p(logits, chain, ids)
         rows = tuple(
-            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut)
-            for t, pt, pf, cut in zip(
-                ids, p_top.tolist(), chain.p_final_many(ids), chain.cut_by_many(ids), strict=True
+            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut, ps)
+            for t, pt, pf, cut, ps in zip(
+                ids,
+                p_top.tolist(),
+                chain.p_final_many(ids),
+                chain.cut_by_many(ids),
+                seen,
+                strict=True,
             )
         )
         return rows, chain, entropy, chain.selected
+
+
+def _seen_by_top_p(logits: Any, chain: Any, ids: list[int]) -> list[float | None]:
+    """Each candidate's probability in the distribution the top-p stage sorted and summed:
+    llama.cpp's top-p takes the softmax of what the stages before it left (top-k's survivors)."""
+    import numpy as np
+
+    names = [st.name for st in chain.stages]
+    if "top-p" not in names:
+        return [None] * len(ids)
+    i = names.index("top-p")
+    x = np.asarray(logits, dtype=np.float64)
+    pool = chain.stages[i - 1].survivors if i else np.arange(x.size)
+    top = x[pool].max()
+    z = float(np.exp(x[pool] - top).sum())
+    inside = np.isin(np.asarray(ids), pool)
+    return [float(np.exp(x[t] - top) / z) if ok else None for t, ok in zip(ids, inside, strict=True)]

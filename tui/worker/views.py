@@ -33,6 +33,9 @@ class CandidateRow:
     p: float  # softmax of the raw logits (temperature 1, whole vocabulary)
     p_final: float  # probability after the sampler chain (0 if cut)
     cut_by: str | None  # the stage that removed it, None if it survived
+    # Its probability in the distribution top-p saw: the softmax (temperature 1) over what the
+    # stages before it left; None if it was cut before top-p or top-p did not run.
+    p_seen: float | None = None
 
 
 @dataclass(frozen=True)
