@@ -331,6 +331,9 @@ class TokenstepApp(AppActions):
             self._say("Type a message first.", "bright_yellow")
             return
         event.input.value = ""
+        if text.startswith("/system") and text[7:8] in ("", " "):
+            self.controller.set_system_prompt(text[8:])  # /system TEXT (empty: none)
+            return
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
             self.controls().focus()

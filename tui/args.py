@@ -191,6 +191,14 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import version
+
+    from . import __version__
+
+    return f"tokenstep {__version__} (llama-cpp-python {version('llama_cpp_python')})"
+
+
 def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
     _model_flags(app)
@@ -198,6 +206,19 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _sampler_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
+    app.add_argument(
+        "--chat-template",
+        metavar="NAME|FILE",
+        help="chat template: a name (chatml) or a Jinja file; default the model's own, or "
+        "ChatML (llama.cpp's fallback, as llama-server uses) when it has none",
+    )
+    app.add_argument(
+        "-sys",
+        "--system-prompt",
+        metavar="TEXT",
+        help="system message at the start of every chat (in the app: /system TEXT)",
+    )
+    app.add_argument("--version", action="version", version=_version())
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )

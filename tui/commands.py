@@ -4,6 +4,7 @@ app shares with them (:func:`engine_from_args`, :func:`preflight`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -66,8 +67,13 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     settings = settings_from_args(args)
     if getattr(args, "attention", None) is not None:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
+    template = getattr(args, "chat_template", None)
+    template_text = chat_mod.template_from(template) if template else None  # before loading
     model = Model(args.model)
-    return Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    if template_text is not None:
+        engine.info = dataclasses.replace(engine.info, chat_template=template_text)
+    return engine
 
 
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:

@@ -144,3 +144,32 @@ def chat_tokens(
     tokens += vocab.tokenize(rest, add_special=False, parse_special=True)
     text_parts.append(rest)
     return ChatPrompt("".join(text_parts), tokens, spans)
+
+
+# llama.cpp's fallback when a model has no template (llama-server uses ChatML then), written as
+# the Jinja every chatml model ships.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+NAMED_TEMPLATES = {"chatml": CHATML}
+
+
+def template_from(spec: str) -> str:
+    """``--chat-template NAME|FILE``: a template llama.cpp names (chatml), or a Jinja file."""
+    if spec.lower() in NAMED_TEMPLATES:
+        return NAMED_TEMPLATES[spec.lower()]
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        names = ", ".join(NAMED_TEMPLATES)
+        raise TokenstepError(
+            f"--chat-template {spec!r} is neither a template name ({names}) nor a readable "
+            f"UTF-8 file ({getattr(exc, 'strerror', None) or exc})."
+        ) from exc
+    if not text.strip():
+        raise TokenstepError(f"--chat-template file {spec} is empty.")
+    return text

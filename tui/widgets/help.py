@@ -83,6 +83,8 @@ def help_text(autosave: str | None) -> Group:
         "  Enter while a reply plays queues the message; in step mode it cuts the reply and sends.\n",
         DIM,
     )
+    t.row("/system", "/system TEXT sets the system prompt (the chat's first message; -sys at "
+          "start-up); /system alone removes it.")
     t.append("\nThe seven stages of the loop\n", H)
     for i, (name, (call, body)) in enumerate(zip(STAGES, EXPLAIN, strict=True)):
         t.append(f"  {i + 1} {name} ", K)

@@ -129,11 +129,36 @@ def send(w: Worker, text: str) -> None:
         raise
 
 
+def set_system(w: Worker, text: str) -> None:
+    """A new system prompt: the first message of this chat from the next message on (the
+    conversation is rendered again, so the cache is reused only up to where it changed)."""
+    s = w.state
+    w.system_prompt = text.strip() or None
+    if w.raw:
+        s.note("Raw mode has no chat template, so no system message; it is kept for chat mode.")
+        return
+    rest = s.messages[1:] if s.messages and s.messages[0].role == "system" else list(s.messages)
+    s.messages = ([Message("system", w.system_prompt)] if w.system_prompt else []) + rest
+    s.dirty_since_save = True
+    what = f"System prompt set ({len(w.system_prompt)} characters)" if w.system_prompt else (
+        "System prompt removed"
+    )
+    later = (
+        ": the next message renders the conversation with it, and the KV cache is reused only "
+        "up to where the prompt changed."
+        if rest
+        else ": it opens the next message's prompt."
+    )
+    s.note(what + later)
+
+
 def send_now(w: Worker, text: str) -> None:
     """Tokenize the conversation with the new message and prefill what the cache lacks."""
     s, eng = w.state, w.engine
     was_cut = s.activity == "generating" and s.reply_start is not None
     messages = list(s.messages)
+    if not w.raw and not messages and w.system_prompt:
+        messages.append(Message("system", w.system_prompt))
     if not w.raw:
         if s.reply_start is not None and reply_tokens(w):
             reply = tuple(eng.tokens[s.reply_start :])

@@ -86,6 +86,7 @@ class Worker:
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self.commands = 0  # user commands handled so far
         self.attention = AttentionControl(self)
+        self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
         self._q: queue.Queue[Command] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,6 +148,10 @@ class Worker:
 
     def send(self, text: str) -> None:
         self.put(Send(text))
+
+    def set_system_prompt(self, text: str) -> None:
+        """``/system TEXT`` in the chat box (empty: no system message)."""
+        self.put(Call(lambda: chat.set_system(self, text)))
 
     def step(self) -> None:
         self.put(Step())

@@ -1,0 +1,75 @@
+"""What a new user looked for: a chat template fallback said at start-up, a system prompt (flag
+and in the app), --version; driven on real models."""
+
+from __future__ import annotations
+
+from tui.args import parse
+from tui.commands import engine_from_args
+from tui.engine.chat import CHATML, Message, chat_tokens
+from tui.startup import build_app
+
+from .conftest import run_cli
+from .test_app import SIZE, run_async, wait_for
+
+
+@run_async
+async def test_a_model_without_a_template_says_so_at_start_and_chats_in_chatml(tmp_path):
+    from .swa_model import write_swa_model
+
+    path = write_swa_model(tmp_path / "no-template.gguf")
+    args = parse(["-m", str(path), "-c", "512", "-t", "2", "--temp", "0"])[1]
+    engine = engine_from_args(args)
+    assert engine.info.chat_template is None
+    app = build_app(engine, args, autosave_dir=None, close_engine=False, autoplay=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.view is not None, "the first view")
+            assert "no chat template: using ChatML" in app.view.notice  # before any typing
+            await pilot.press(*"Hi", "enter")
+            await wait_for(pilot, lambda: app.view.activity == "generating", "the prefill")
+            want = chat_tokens(
+                engine.vocab, CHATML, [Message("user", "Hi")], add_bos=engine.info.add_bos
+            ).tokens
+            assert list(app.view.text.tokens) == want
+            rendered = b"".join(app.view.text.pieces).decode("utf-8", "replace")
+            assert "<|im_start|>user" in rendered and rendered.endswith("<|im_start|>assistant\n")
+    finally:
+        app.controller.stop()
+        engine.close()
+
+
+def test_chat_template_flag_and_version(tmp_path):
+    bad = run_cli("--chat-template", str(tmp_path / "missing.jinja"))
+    assert bad.returncode == 1 and bad.stderr.count(b"\n") == 1
+    assert b"neither a template name (chatml) nor a readable" in bad.stderr
+    ver = run_cli("--version")
+    assert ver.returncode == 0 and ver.stdout.startswith(b"tokenstep 0.")
+    assert b"llama-cpp-python 0.3.36" in ver.stdout
+
+
+@run_async
+async def test_system_prompt_from_the_flag_and_from_the_chat_box(model, tmp_path):
+    args = parse(["-sys", "You answer in one word.", "-c", "1024", "-t", "2", "--temp", "0"])[1]
+    engine = engine_from_args(args)
+    app = build_app(engine, args, autosave_dir=None, close_engine=False, autoplay=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press(*"Name a colour.", "enter")
+            await wait_for(pilot, lambda: app.view.activity == "generating", "the prefill")
+            msgs = [Message("system", "You answer in one word."), Message("user", "Name a colour.")]
+            want = chat_tokens(
+                engine.vocab, engine.info.chat_template, msgs, add_bos=engine.info.add_bos
+            ).tokens
+            assert list(app.view.text.tokens) == want
+            assert [m.role for m in app.view.text.messages][:2] == ["system", "user"]
+            # In the app: /system replaces it; the next message renders the chat with it.
+            await pilot.press("i", *"/system Answer in French.", "enter")
+            await wait_for(pilot, lambda: "System prompt set" in app.view.notice, "/system")
+            assert app.query_one("#chat").value == ""
+            await pilot.press(*"Another?", "enter")  # the box keeps the focus
+            await wait_for(pilot, lambda: app.view.text.messages[-1].content == "Another?", "")
+            assert app.view.text.messages[0] == Message("system", "Answer in French.")
+            assert "Answer in French." in b"".join(app.view.text.pieces).decode("utf-8", "replace")
+    finally:
+        app.controller.stop()
+        engine.close()
