@@ -73,3 +73,57 @@ async def test_system_prompt_from_the_flag_and_from_the_chat_box(model, tmp_path
     finally:
         app.controller.stop()
         engine.close()
+
+
+@run_async
+async def test_copy_the_reply_click_a_candidate_and_focus_after_ctrl_s(make_engine, tmp_path):
+    from tui.widgets.logits import LogitsPane
+
+    from .test_app import make_app, send
+
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Name a colour.")
+        pane = app.query_one(LogitsPane)
+        assert app.focused is pane
+        n = app.view.text.n_past
+        third = app.view.logits.candidates[2]
+        # A click on the third candidate's row forces it.
+        await pilot.click(LogitsPane, offset=(3, 1 + 3 + 2))  # border, 3 lines, row 2
+        await wait_for(pilot, lambda: app.view.text.n_past == n + 1, "the forced token")
+        assert app.view.text.tokens[-1] == third.id and app.view.text.last_pick.forced
+        await pilot.press("c")
+        reply = app.view.text.messages[-1]
+        assert reply.role == "assistant" and app.clipboard == reply.content
+        assert "Copied the reply" in str(app.query_one("#notice").content)
+        await pilot.press("ctrl+s")
+        await pilot.press("escape")  # the dialog cancelled
+        assert app.focused is pane  # back on the controls, where Ctrl+S was pressed
+
+
+@run_async
+async def test_all_layers_in_one_prefill(make_engine, tmp_path):
+    from .test_app import make_app, send
+
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Name a colour.")
+        await pilot.press("A")
+        await wait_for(
+            pilot,
+            lambda: app.view.attention.att is not None and "All 30 layers" in app.view.notice,
+            "every layer",
+            timeout=300,
+        )
+        records = app.view.header.n_records
+        for layer in (1, 2, 3):
+            await pilot.press("right_square_bracket")
+            await wait_for(
+                pilot,
+                lambda layer=layer: (
+                    app.view.attention.att is not None and app.view.attention.att.layer == layer
+                ),
+                f"layer {layer}",
+            )
+        assert app.view.header.n_records == records  # no prefill for any of them
+        assert "without a new prefill" in app.view.notice

@@ -152,6 +152,22 @@ class AppActions(App[int]):
             return
         self.controller.force(row.id)
 
+    def on_logits_pane_clicked(self, event: LogitsPane.Clicked) -> None:
+        self.action_force()  # the clicked row is the cursor now
+
+    def action_copy_reply(self) -> None:
+        """The newest reply to the clipboard (Textual's copy_to_clipboard: OSC 52)."""
+        msgs = self.view.text.messages if self.view is not None else ()
+        reply = next((m.content for m in reversed(msgs) if m.role == "assistant"), None)
+        if not reply:
+            self._say("No reply to copy yet.", "bright_yellow")
+            return
+        self.copy_to_clipboard(reply)
+        self._say(
+            f"Copied the reply ({len(reply):,} characters) to the clipboard (OSC 52: the "
+            "terminal must allow it; tmux needs set-clipboard on)."
+        )
+
     def action_adjust(self, name: str, direction: int) -> None:
         self.controller.adjust(name, direction)
 
@@ -183,6 +199,11 @@ class AppActions(App[int]):
 
     def action_attention(self) -> None:
         self.controller.attention_cmd("toggle")
+        if self._tab not in ("attention", "anatomy"):
+            self.action_tab("attention")
+
+    def action_attention_all(self) -> None:
+        self.controller.attention_cmd("all")
         if self._tab not in ("attention", "anatomy"):
             self.action_tab("attention")
 
@@ -234,11 +255,15 @@ class AppActions(App[int]):
         self.main.query_one("#chat", Input).focus()
 
     def action_save(self) -> None:
+        before = self.focused  # back there after the dialog, not where a reply's end moved it
+
         def done(path: str | None) -> None:
             if path:
                 self.controller.save(path)
             else:
                 self._say("Not saved.")
+            target = before if before is not None and before.is_attached else self.controls()
+            self.main.set_focus(target)
 
         self.push_screen(SaveScreen(default_save_name()), done)
 

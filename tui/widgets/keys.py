@@ -85,6 +85,14 @@ KEYS: tuple[Key, ...] = (
         "view",
     ),
     Key(
+        "A",
+        "attention_all",
+        "A",
+        "all layers",
+        "Attention for every layer in one prefill: [ and ] then switch layers at once.",
+        "view",
+    ),
+    Key(
         "9",
         "tab('memory')",
         "9/0",
@@ -130,6 +138,7 @@ KEYS: tuple[Key, ...] = (
         "Explain the pipeline stage (click a stage to choose).",
         "view",
     ),
+    Key("c", "copy_reply", "c", "copy", "Copy the newest reply to the clipboard.", "view"),
     Key("i,slash", "focus_chat", "i", "type", "Go to the chat box (Esc comes back).", "view"),
     Key(
         "ctrl+n",

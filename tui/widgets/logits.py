@@ -12,6 +12,8 @@ import textwrap
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 
 from ..worker.views import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
@@ -26,6 +28,13 @@ BAR_RAW = Style(color="grey42")
 
 class LogitsPane(Pane):
     can_focus = True
+
+    class Clicked(Message):
+        """A candidate row was clicked: the app forces it, as ``f`` on the cursor does."""
+
+        def __init__(self, row: int) -> None:
+            super().__init__()
+            self.row = row
 
     DEFAULT_CSS = """
     LogitsPane { height: 1fr; }
@@ -79,6 +88,16 @@ class LogitsPane(Pane):
             self.border_subtitle = (
                 f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor · % p|k"
             )
+
+    def on_click(self, event: events.Click) -> None:
+        at = event.get_content_offset(self)
+        if at is None or self.view is None:
+            return
+        row = at.y - 3  # under the settings, the chain and the column titles
+        if 0 <= row < len(self.view.logits.candidates):
+            self.cursor = row
+            self.refresh()
+            self.post_message(self.Clicked(row))
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.logits.candidates:

@@ -65,6 +65,7 @@ class AttentionControl:
         self.head = head
         self.want_matrix = False  # the Attention tab is showing
         self.want_census = False  # the Anatomy tab is showing
+        self._layers: list[int] | None = None  # the next rebuild captures these (A: all)
         cap = self.capture
         if cap is not None:
             if cap.layers:
@@ -156,6 +157,33 @@ class AttentionControl:
         again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
         self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
+    def capture_all(self) -> None:
+        """``A``: every layer in one prefill, so [ and ] then switch layers at once."""
+        self.w.require("attention")
+        n_layer = self.engine.info.n_layer
+        everything = list(range(n_layer))
+        cap = self.capture
+        n_tok = len(self.engine.tokens)
+        if cap is None:
+            self._layers = everything
+            self.on = False
+            self.toggle()
+            if self.on:
+                self.w.state.note(
+                    f"All {n_layer} layers captured in one prefill (a new context with flash "
+                    "attention off); [ and ] now switch layers without another."
+                )
+            return
+        self.on = True
+        cap.set_layers(everything)
+        self.w.state.dirty_since_save = True
+        with self.w.busy(f"Capturing all {n_layer} layers: prefilling the {n_tok} tokens again"):
+            n = self._reprefill()
+        self.w.state.note(
+            f"All {n_layer} layers captured in one prefill of {n} tokens; [ and ] now switch "
+            "layers without another. Decoding is slower while every layer is copied."
+        )
+
     def set_layer(self, layer: int) -> None:
         self.w.require("attention")
         # Presses of [ or ] made while a capture was prefilling: only the newest is done.
@@ -174,7 +202,7 @@ class AttentionControl:
             self.w.state.note(f"Layer {layer} selected; press a to turn attention capture on.")
             return
         if layer in cap.layers:
-            self.w.state.note(f"Layer {layer}: already captured.")
+            self.w.state.note(f"Layer {layer}: already captured, shown without a new prefill.")
             return
         cap.set_layers([layer])
         n_tok = len(self.engine.tokens)
@@ -218,7 +246,9 @@ class AttentionControl:
                 "needs it on; start with -ctv f16."
             )
         config = dataclasses.replace(old.config, flash_attn="off")
-        cap = AttentionCapture(old.info.n_layer, [self.layer], census=self.want_census)
+        layers = self._layers or [self.layer]
+        self._layers = None
+        cap = AttentionCapture(old.info.n_layer, layers, census=self.want_census)
         new = Engine(old.model, config, old.settings, [cap])
         # The session keeps its history: step records, prefill turns, context shifts.
         new.adopt_history(old)

@@ -188,6 +188,8 @@ class Worker:
         """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
         if name == "toggle":
             self.put(AttentionToggle())
+        elif name == "all":
+            self.put(Call(self.attention.capture_all))
         elif name == "layer":
             self.put(AttentionLayer(int(args[0])))
         elif name == "head":
