@@ -86,6 +86,15 @@ async def test_after_a_fork_the_batch_line_names_one_position(make_engine, tmp_p
         line = app.query_one(PipelinePane).facts(app.view)[1]
         pos = app.view.batch.last_records[-1].call.tokens[0].pos
         assert f"pos {pos} in each sequence" in line and f"{pos}–{pos}" not in line
+        # The logits pane names the sequence whose row it shows; stage 5 names its pick.
+        from tui.widgets.logits import LogitsPane
+
+        assert "seq 0's row (of seqs 0, 1)" in str(app.query_one(LogitsPane).border_title)
+        pick = app.view.text.last_pick
+        assert pick is not None
+        assert pick.id == app.view.batch.last_records[-1].rows[0].token
+        facts = app.query_one(PipelinePane).facts(app.view)
+        assert facts[4] and f"id {pick.id}" in facts[4]
         from .test_app_cache import cache_text, open_tab
 
         await open_tab(pilot, app, "0")

@@ -73,6 +73,12 @@ class LogitsPane(Pane):
             self.cursor = 0  # new logits: back to the top candidate
         if view.logits.candidates:
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
+        seqs = [sv.seq_id for sv in view.text.seqs]
+        self.border_title = (
+            f"logits → sampler · seq 0's row (of seqs {', '.join(map(str, seqs))})"
+            if view.text.fork_at is not None and len(seqs) > 1
+            else "logits → sampler"
+        )
         self._subtitle()
 
     def _subtitle(self) -> None:
