@@ -127,3 +127,44 @@ async def test_all_layers_in_one_prefill(make_engine, tmp_path):
             )
         assert app.view.header.n_records == records  # no prefill for any of them
         assert "without a new prefill" in app.view.notice
+
+
+@run_async
+async def test_quitting_shows_the_autosave_under_way_and_then_writes_it(make_engine, tmp_path):
+    import threading
+
+    from tui.widgets.busy import BusyBar
+
+    from .test_app import make_app
+
+    app = make_app(make_engine, tmp_path, autoplay=True)
+    gate = threading.Event()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Name a colour.", "enter")
+        await wait_for(
+            pilot, lambda: app.view is not None and app.view.activity == "generating", ""
+        )
+        real_stop = app.controller.stop
+
+        def held_stop(timeout: float | None = 60.0) -> bool:
+            gate.wait(60)  # the real stop, once the test has looked at the screen
+            return real_stop(timeout)
+
+        app.controller.stop = held_stop  # type: ignore[method-assign]
+        from textual import events
+
+        app.post_message(events.Key("ctrl+q", None))  # as the terminal sends it, mid-reply
+        bar = app.query_one(BusyBar)
+        await wait_for(pilot, lambda: bar.display and bar.what is not None, "the quit's progress")
+        assert "Quitting" in bar.what and "autosaving to" in bar.what
+        assert not app.query_one("#notice").display
+        path = app.controller.autosave_path
+        gate.set()
+        import asyncio
+
+        for _ in range(1200):  # the app leaves on its own once the autosave is written
+            if app.return_code is not None:
+                break
+            await asyncio.sleep(0.05)
+    assert app.return_code == 0
+    assert path is not None and path.is_file()

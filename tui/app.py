@@ -160,7 +160,7 @@ class TokenstepApp(AppActions):
         self.controller.start()
 
     def on_unmount(self) -> None:
-        self.controller.stop()
+        self.controller.stop(timeout=0.2 if self.quit_now else 60.0)
         sys.setswitchinterval(self._switch_interval)
 
     def on_resize(self, event: events.Resize) -> None:
@@ -300,11 +300,6 @@ class TokenstepApp(AppActions):
             done = " (written)" if view.header.last_saved == view.header.autosave_path else ""
             # A path is plain text: a str border title would be parsed as markup.
             chat.border_subtitle = Text(literal(f"autosave after each reply → {where}{done}"))
-
-    def show_busy(self, what: str | None) -> None:
-        """The progress row stands in for the notice row while a slow command runs."""
-        self.main.query_one(BusyBar).show(what)
-        self.main.query_one("#notice").display = what is None
 
     def _keybar(self) -> None:
         try:

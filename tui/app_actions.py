@@ -7,6 +7,7 @@ shows; the view that answers a command is drawn by :class:`tui.app.TokenstepApp`
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from rich.style import Style
@@ -19,6 +20,7 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .widgets.attention import AttentionPane
+from .widgets.busy import BusyBar
 from .widgets.help import HelpScreen
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
 from .widgets.logits import LogitsPane
@@ -120,6 +122,13 @@ class AppActions(App[int]):
         rows = min(len(t.wrap(self.console, width)), 3)
         notice.update(t, layout=rows != notice.styles.height.value)  # type: ignore[union-attr]
         notice.styles.height = rows
+
+    def show_busy(self, what: str | None, keys: str = "Ctrl+Q quits") -> None:
+        """The progress row stands in for the notice row while a slow command runs."""
+        if self._quitting and what is None:
+            return  # the quit's own progress stays up to the end
+        self.main.query_one(BusyBar).show(what, keys)
+        self.main.query_one("#notice").display = what is None
 
     def _say(self, text: str, colour: str = "grey85") -> None:
         self._notice_key = None  # the next view's notice replaces this message
@@ -274,7 +283,27 @@ class AppActions(App[int]):
         path = self.controller.autosave_path
         self.push_screen(HelpScreen(str(path) if path else None))
 
+    _quitting = False
+    quit_now = False  # a second Ctrl+Q: do not wait for the decode thread
+
     async def action_quit(self) -> None:
+        """Stop the decode thread (it autosaves) with the screen still up and saying so; a
+        second Ctrl+Q leaves at once."""
+        if self._quitting:
+            self.quit_now = True
+            self.exit(0)
+            return
+        self._quitting = True
+        path = self.controller.autosave_path
+        where = f", autosaving to {path}" if path else ""
+        self.show_busy(
+            f"Quitting: finishing the decode under way{where}",
+            "Ctrl+Q again quits without waiting; this autosave may then be lost",
+        )
+        self.run_worker(self._stop_then_exit(), exclusive=True)  # keys keep working meanwhile
+
+    async def _stop_then_exit(self) -> None:
+        await asyncio.to_thread(self.controller.stop)
         self.exit(0)
 
     def on_key(self, event: events.Key) -> None:

@@ -71,5 +71,5 @@ def run_app(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        app.controller.stop()
+        app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
     return 0
