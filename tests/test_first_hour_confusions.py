@@ -81,3 +81,24 @@ async def test_pipeline_rows_say_which_step_they_belong_to(make_engine, tmp_path
         facts = app.query_one(PipelinePane).facts(app.view)
         assert facts[4].startswith(f"this step, pos {n} ")
         assert facts[3].startswith(f"for pos {n + 1}, the next step ")
+
+
+def test_verify_explains_the_case_it_measured(make_engine):
+    eng = make_engine()
+    eng.prefill(eng.vocab.tokenize("The sea is wide and the sky is", add_special=True))
+    for _ in range(3):
+        eng.step()
+    res = eng.verify_last("batched")
+    first, *steps = res.cached_calls
+    assert first > 1 and steps and set(steps) == {1} and sum(res.cached_calls) == len(eng.tokens)
+    # The words for a nonzero difference (here the batched recomputation may even be exact).
+    from dataclasses import replace
+
+    assert f"{len(steps)} of them one-token steps" in replace(res, max_abs_diff=0.448).explain()
+    # After the whole context was prefilled again in one batch (as `a` does), no step is blamed.
+    eng.sync_prompt(list(eng.tokens), reuse=False)
+    res = eng.verify_last("batched")
+    assert res.cached_calls == (len(eng.tokens),)
+    text = replace(res, max_abs_diff=0.448).explain()
+    assert "0 of them one-token steps" in text and "no one-token steps" in text
+    assert "one per llama_decode" not in text

@@ -198,6 +198,13 @@ class AppActions(App[int]):
         if name in ("attention", "anatomy"):
             self.main.query_one(f"#{name}").focus()
 
+    def action_scroll_tab(self, direction: int) -> None:
+        pane = self.main.query_one(f"#{self._tab}")
+        if direction > 0:
+            pane.scroll_page_down()
+        else:
+            pane.scroll_page_up()
+
     def action_verify(self, mode: str = "batched") -> None:
         self.controller.verify(mode)
         self.action_tab("cache")

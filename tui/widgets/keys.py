@@ -102,6 +102,15 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("0", "tab('cache')", "", "", "", "view"),
     Key(
+        "pagedown",
+        "scroll_tab(1)",
+        "PgUp/PgDn",
+        "scroll tab",
+        "Scroll the bottom tab (9 and 0 are longer than the pane).",
+        "view",
+    ),
+    Key("pageup", "scroll_tab(-1)", "", "", "", "view"),
+    Key(
         "v",
         "verify('batched')",
         "v/V",

@@ -49,8 +49,8 @@ class TimelinePane(Pane):
             t.append("No llama_decode calls yet.", DIM)
             return t
         width = max(self.size.width, 20)
-        rows = max(self.size.height - 3, 1)
         timed = show_timings(self)
+        rows = max(self.size.height - 3 - timed, 1)  # the stats, the ruler, the borders
         room = width * rows
 
         ms_all = np.fromiter((ms for _, _, ms in v.timeline.calls), np.float64, len(v.timeline.calls))
@@ -89,6 +89,9 @@ class TimelinePane(Pane):
                 block = "▌" if w == 1 else "█" * (w - 1) + "▏"
                 cells += [(ch, DECODE[k % 2]) for ch in block]
                 k += 1
+        if timed:
+            t.append_text(_ruler(width, scale))
+            t.append("\n")
         body = Text(no_wrap=True)
         for start in range(0, len(cells), width):
             if start:
@@ -102,6 +105,18 @@ class TimelinePane(Pane):
             note += f" · {older:,} older calls scrolled off"
         self.border_subtitle = note
         return t
+
+
+def _ruler(width: int, scale: float) -> Text:
+    """A scale over the bars: a tick every 10 columns, labelled with the time it stands for."""
+    step = 20 if width >= 60 else 10
+    line = [" "] * width
+    for col in range(0, width, step):
+        label = f"├{col * scale:g} ms" if col else "├0"
+        for i, ch in enumerate(label):
+            if col + i < width:
+                line[col + i] = ch
+    return Text("".join(line), DIM)
 
 
 def _n(n: int, word: str) -> str:
