@@ -72,7 +72,7 @@ async def step_mode(model: Model) -> None:
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         for _ in range(6):
             await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.reply_tokens >= 6)
+        await wait_for(pilot, lambda: app.view.text.reply_tokens >= 6)
         await pilot.press("p")  # top-p 0.90 -> 0.85: re-run the chain on the same logits
         await wait_for(pilot, lambda: app.view.settings.top_p < 0.9)
         await pilot.press("down", "5", "e")
@@ -117,7 +117,7 @@ async def cache_quadratic(model: Model) -> None:
     app = cache_app(model, autoplay=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 100)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.reply_tokens >= 100)
         await pilot.press("space", "0")  # pause after ~100 generated tokens
         await show_section(app, pilot, "#c-work")
         save(app, "cache-quadratic.svg")
@@ -127,9 +127,9 @@ async def cache_verify(model: Model) -> None:
     app = cache_app(model, autoplay=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Write a long paragraph about the history of the sea.", "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.reply_tokens >= 60)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.reply_tokens >= 60)
         await pilot.press("space", "v")  # pause, then recompute the context in one batch
-        await wait_for(pilot, lambda: app.view.verify is not None)
+        await wait_for(pilot, lambda: app.view.cache.verify is not None)
         await show_section(app, pilot, "#c-verify")
         save(app, "cache-verify.svg")
 
@@ -140,7 +140,7 @@ async def cache_prefix(model: Model) -> None:
         await pilot.press(*"Name three colors.", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "done")
         await pilot.press(*"And three animals?", "enter")
-        await wait_for(pilot, lambda: len(app.view.turns) == 2 and app.view.activity == "done")
+        await wait_for(pilot, lambda: len(app.view.cache.turns) == 2 and app.view.activity == "done")
         await pilot.press("escape", "0")
         await show_section(app, pilot, "#c-turns")
         save(app, "cache-prefix.svg")
@@ -153,11 +153,11 @@ async def cache_shift(model: Model) -> None:
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         if app.focused is not None and app.focused.id == "chat":
             await pilot.press("escape")  # from the prompt box to the controls
-        while not app.view.shifts:  # step until the context is full and shifts once
-            n = app.view.n_records
+        while not app.view.cache.shifts:  # step until the context is full and shifts once
+            n = app.view.header.n_records
             await pilot.press("right")
             await wait_for(
-                pilot, lambda n=n: app.view.n_records > n or app.view.activity != "generating"
+                pilot, lambda n=n: app.view.header.n_records > n or app.view.activity != "generating"
             )
             if app.view.activity != "generating":
                 raise SystemExit("screenshots: the reply ended before the context filled")
@@ -174,10 +174,10 @@ async def cache_fork(model: Model) -> None:
         await pilot.press(*"Write a haiku about the sea.", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         await pilot.press("F")
-        await wait_for(pilot, lambda: app.view.fork_at is not None)
+        await wait_for(pilot, lambda: app.view.text.fork_at is not None)
         for _ in range(10):
             await pilot.press("right")
-        await wait_for(pilot, lambda: all(len(s.pieces) >= 10 for s in app.view.seqs))
+        await wait_for(pilot, lambda: all(len(s.pieces) >= 10 for s in app.view.text.seqs))
         await show_section(app, pilot, "#c-seqs")
         save(app, "cache-fork.svg")
 
@@ -199,12 +199,12 @@ async def attention_screen(model: Model) -> None:
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*PRONOUN, "enter")
-        await wait_for(pilot, lambda: app.view is not None and app.view.n_past > 0)
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0)
         await pilot.press("6")
         pane = app.query_one(AttentionTab)
         await wait_for(pilot, lambda: pane.att is not None)
         pane.set_head(head)
-        it = list(app.view.pieces).index(b" it")
+        it = list(app.view.text.pieces).index(b" it")
         pane.move_cursor(it)
         await pilot.pause(0.3)
         pane.scroll_to(y=max(0, it - pane.body_h + 1), animate=False)  # the rows before " it"
