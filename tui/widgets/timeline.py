@@ -63,9 +63,10 @@ class TimelinePane(Pane):
             return np.maximum(1, np.rint(ms_all / scale)).astype(np.int64)
 
         scale: float = SCALES[-1]
+        fits = False  # some scale fits every call: else bars are clamped to 1 column
         for sc in SCALES:
             if int(widths(sc).sum()) <= room:
-                scale = sc
+                scale, fits = sc, True
                 break
         ws = widths(scale).tolist()
         # Keep the newest calls that fit (whole rows of the pane).
@@ -89,7 +90,7 @@ class TimelinePane(Pane):
                 block = "▌" if w == 1 else "█" * (w - 1) + "▏"
                 cells += [(ch, DECODE[k % 2]) for ch in block]
                 k += 1
-        if timed:
+        if timed and fits:
             t.append_text(_ruler(width, scale))
             t.append("\n")
         body = Text(no_wrap=True)
