@@ -142,7 +142,9 @@ async def test_quitting_shows_the_autosave_under_way_and_then_writes_it(make_eng
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Name a colour.", "enter")
         await wait_for(
-            pilot, lambda: app.view is not None and app.view.activity == "generating", ""
+            pilot,
+            lambda: app.view is not None and app.view.activity in ("generating", "done"),
+            "a reply",
         )
         real_stop = app.controller.stop
 
