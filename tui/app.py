@@ -32,6 +32,7 @@ from .app_actions import AppActions
 from .engine.session import Engine
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
+from .widgets.busy import BusyBar
 from .widgets.cache import CacheTab, MemoryTab
 from .widgets.chat_input import ChatInput
 from .widgets.common import literal
@@ -134,6 +135,7 @@ class TokenstepApp(AppActions):
             id="chat",
         )
         yield Static(id="notice")
+        yield BusyBar(id="busy")
         yield KeyBar(id="keybar")
         yield Static(id="too-small")
 
@@ -167,7 +169,7 @@ class TokenstepApp(AppActions):
         self.controller.start()
 
     def on_unmount(self) -> None:
-        self.controller.stop()
+        self.controller.stop(timeout=0.2 if self.quit_now else 60.0)
         sys.setswitchinterval(self._switch_interval)
 
     def on_resize(self, event: events.Resize) -> None:
@@ -238,6 +240,7 @@ class TokenstepApp(AppActions):
         self.main.query_one(PipelinePane).show(view)
         self.main.query_one(LogitsPane).show(view)
         self._notice(view)
+        self.show_busy(view.busy)
         self._keybar()
         now = time.monotonic()
         # While playing, the heavy panes redraw on every other light tick, in the same frame
@@ -286,9 +289,9 @@ class TokenstepApp(AppActions):
         if key == self._notice_key:
             return  # unchanged: a redraw would cost a frame for nothing
         self._notice_key = key
-        t = Text(no_wrap=True, overflow="ellipsis")
+        t = Text(overflow="fold")
         t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
-        self.main.query_one("#notice", Static).update(t, layout=False)  # always one row
+        self._show_notice(t)
         chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.header.queued:
@@ -334,9 +337,12 @@ class TokenstepApp(AppActions):
             self._say("Type a message first.", "bright_yellow")
             return
         event.input.value = ""
+        if text.startswith("/system") and text[7:8] in ("", " "):
+            self.controller.set_system_prompt(text[8:])  # /system TEXT (empty: none)
+            return
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
-            self.main.query_one(LogitsPane).focus()
+            self.controls().focus()
 
     def on_chat_input_pasted_lines(self, event: ChatInput.PastedLines) -> None:
         self._say(

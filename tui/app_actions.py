@@ -7,6 +7,7 @@ shows; the view that answers a command is drawn by :class:`tui.app.TokenstepApp`
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from rich.style import Style
@@ -16,9 +17,12 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input, Static
 
+from .app_tabs import tabstrip
 from .widgets.attention import AttentionPane
+from .widgets.busy import BusyBar
 from .widgets.help import HelpScreen
 from .widgets.key_flood import KeyGate, describe
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
@@ -33,33 +37,6 @@ from .widgets.tokens import TokensPane
 if TYPE_CHECKING:
     from .worker import View
     from .worker import Worker as Controller
-
-TABS_SHORT = (
-    ("tokens", "1 tok"),
-    ("batch", "2 bat"),
-    ("timeline", "3 time"),
-    ("kv", "4 KV"),
-    ("mask", "5 mask"),
-    ("attention", "6 att"),
-    ("anatomy", "7 anat"),
-    ("lens", "8 lens"),
-    ("memory", "9 mem"),
-    ("cache", "0 cache"),
-)
-# Tabs reached by a letter key (c, w): on the strip only while showing, after the others.
-EXTRA_TABS: tuple[tuple[str, str], ...] = (("run", "c run"), ("paths", "w paths"))
-TABS = (
-    ("tokens", "1 tokens"),
-    ("batch", "2 batch"),
-    ("timeline", "3 timeline"),
-    ("kv", "4 KV cache"),
-    ("mask", "5 mask"),
-    ("attention", "6 attention"),
-    ("anatomy", "7 anatomy"),
-    ("lens", "8 lens"),
-    ("memory", "9 memory"),
-    ("cache", "0 cache"),
-)
 
 _ATTENTION_KEYS = frozenset(
     k.strip() for b in AttentionPane.BINDINGS if isinstance(b, Binding) for k in b.key.split(",")
@@ -94,41 +71,29 @@ class AppActions(App[int]):
         return self.screen_stack[0]
 
     def _draw_tabstrip(self) -> None:
-        """The tab names, long ones if they fit the strip, else the short ones, else the
-        short ones without gaps (every tab stays visible and clickable)."""
         strip = self.main.query_one("#tabstrip", Static)
         room = (strip.size.width or self.size.width // 2) - 2
-        # Narrowest: the tab that shows keeps its name, the others only their key.
-        extra = tuple(t for t in EXTRA_TABS if t[0] == self._tab)
-        digits = tuple((k, lb if k == self._tab else lb.split()[0]) for k, lb in TABS_SHORT)
-        digits += extra
-        options = (
-            (TABS + extra, " ", " "),
-            (TABS_SHORT + extra, " ", " "),
-            (TABS_SHORT + extra, "", " "),
-        )
-        tabs, pad, gap = digits, " ", ""
-        for option in options:
-            if (
-                sum(len(label) + 2 * len(option[1]) + len(option[2]) for _, label in option[0])
-                <= room
-            ):
-                tabs, pad, gap = option
-                break
-        t = Text(no_wrap=True, overflow="ellipsis")
-        for key, label in tabs:
-            style = (
-                Style(color="black", bgcolor="bright_cyan", bold=True)
-                if key == self._tab
-                else Style(color="grey70")
-            )
-            t.append(f"{pad}{label}{pad}", style + Style.from_meta({"@click": f"app.tab('{key}')"}))
-            t.append(gap)
-        strip.update(t, layout=False)  # always one row
+        strip.update(tabstrip(self._tab, room), layout=False)  # always one row
+
+    def _show_notice(self, t: Text) -> None:
+        """The whole notice, on up to three rows; the layout is redone only when the number
+        of rows changes (most notices are one row)."""
+        notice = self.main.query_one("#notice", Static)
+        width = max(notice.size.width - 2, 20)  # its padding
+        rows = min(len(t.wrap(self.console, width)), 3)
+        notice.update(t, layout=rows != notice.styles.height.value)  # type: ignore[union-attr]
+        notice.styles.height = rows
+
+    def show_busy(self, what: str | None, keys: str = "Ctrl+Q quits") -> None:
+        """The progress row stands in for the notice row while a slow command runs."""
+        if self._quitting and what is None:
+            return  # the quit's own progress stays up to the end
+        self.main.query_one(BusyBar).show(what, keys)
+        self.main.query_one("#notice").display = what is None
 
     def _say(self, text: str, colour: str = "grey85") -> None:
         self._notice_key = None  # the next view's notice replaces this message
-        self.main.query_one("#notice", Static).update(Text(text, Style(color=colour)), layout=False)
+        self._show_notice(Text(text, Style(color=colour)))
 
     # -- the loop --------------------------------------------------------------------------------
     def action_toggle_play(self) -> None:
@@ -156,6 +121,22 @@ class AppActions(App[int]):
             self._say("No candidates yet: send a message first.", "bright_yellow")
             return
         self.controller.force(row.id)
+
+    def on_logits_pane_clicked(self, event: LogitsPane.Clicked) -> None:
+        self.action_force()  # the clicked row is the cursor now
+
+    def action_copy_reply(self) -> None:
+        """The newest reply to the clipboard (Textual's copy_to_clipboard: OSC 52)."""
+        msgs = self.view.text.messages if self.view is not None else ()
+        reply = next((m.content for m in reversed(msgs) if m.role == "assistant"), None)
+        if not reply:
+            self._say("No reply to copy yet.", "bright_yellow")
+            return
+        self.copy_to_clipboard(reply)
+        self._say(
+            f"Copied the reply ({len(reply):,} characters) to the clipboard (OSC 52: the "
+            "terminal must allow it; tmux needs set-clipboard on)."
+        )
 
     def action_adjust(self, name: str, direction: int) -> None:
         self.controller.adjust(name, direction)
@@ -207,6 +188,13 @@ class AppActions(App[int]):
     def on_paths_pane_jump(self, event: PathsPane.Jump) -> None:
         self.controller.jump_path(event.branch)
 
+    def action_scroll_tab(self, direction: int) -> None:
+        pane = self.main.query_one(f"#{self._tab}")
+        if direction > 0:
+            pane.scroll_page_down()
+        else:
+            pane.scroll_page_up()
+
     def action_verify(self, mode: str = "batched") -> None:
         self.controller.verify(mode)
         self.action_tab("cache")
@@ -225,6 +213,11 @@ class AppActions(App[int]):
         if self._tab != "lens":
             self.action_tab("lens")
 
+    def action_attention_all(self) -> None:
+        self.controller.attention_cmd("all")
+        if self._tab not in ("attention", "anatomy"):
+            self.action_tab("attention")
+
     def on_attention_pane_layer_requested(self, event: AttentionPane.LayerRequested) -> None:
         self.controller.attention_cmd("layer", event.layer)
 
@@ -238,6 +231,9 @@ class AppActions(App[int]):
         self.action_tab("tokens")
         self.main.query_one(TokensPane).toggle_ids()
 
+    def action_seen(self) -> None:
+        self.main.query_one(LogitsPane).toggle_seen()
+
     def action_explain(self) -> None:
         self.main.query_one(PipelinePane).toggle_explain()
 
@@ -245,26 +241,40 @@ class AppActions(App[int]):
     def action_focus_chat(self) -> None:
         self.main.query_one("#chat", Input).focus()
 
+    def controls(self) -> Widget:
+        """Where the step/sampler keys go: tab 6 or 7 while it shows (its own keys, [ ] and
+        the arrows, act there), else the logits pane."""
+        if self._tab in ("attention", "anatomy"):
+            return self.main.query_one(f"#{self._tab}")
+        return self.main.query_one(LogitsPane)
+
     def action_leave_chat(self) -> None:
-        self.main.query_one(LogitsPane).focus()
+        self.controls().focus()
 
     def action_toggle_focus(self) -> None:
+        """Esc always leads to the controls. (It used to toggle, so an Esc pressed on the
+        controls during a reply sent the focus into the chat box, and the next Space was typed
+        there instead of pausing.)"""
         chat = self.main.query_one("#chat", Input)
         if chat.has_focus:
-            self.main.query_one(LogitsPane).focus()
+            self.controls().focus()
         else:
-            chat.focus()
+            self._say("Esc: the step/sampler keys already have the focus; i or any letter types.")
 
     def action_new_chat(self) -> None:
         self.controller.new_chat()
         self.main.query_one("#chat", Input).focus()
 
     def action_save(self) -> None:
+        before = self.focused  # back there after the dialog, not where a reply's end moved it
+
         def done(path: str | None) -> None:
             if path:
                 self.controller.save(path)
             else:
                 self._say("Not saved.")
+            target = before if before is not None and before.is_attached else self.controls()
+            self.main.set_focus(target)
 
         self.push_screen(SaveScreen(default_save_path(self.controller.autosave_dir)), done)
 
@@ -275,7 +285,27 @@ class AppActions(App[int]):
         path = self.controller.autosave_path
         self.push_screen(HelpScreen(str(path) if path else None))
 
+    _quitting = False
+    quit_now = False  # a second Ctrl+Q: do not wait for the decode thread
+
     async def action_quit(self) -> None:
+        """Stop the decode thread (it autosaves) with the screen still up and saying so; a
+        second Ctrl+Q leaves at once."""
+        if self._quitting:
+            self.quit_now = True
+            self.exit(0)
+            return
+        self._quitting = True
+        path = self.controller.autosave_path
+        where = f", autosaving to {path}" if path else ""
+        self.show_busy(
+            f"Quitting: finishing the decode under way{where}",
+            "Ctrl+Q again quits without waiting; this autosave may then be lost",
+        )
+        self.run_worker(self._stop_then_exit(), exclusive=True)  # keys keep working meanwhile
+
+    async def _stop_then_exit(self) -> None:
+        await asyncio.to_thread(self.controller.stop)
         self.exit(0)
 
     # -- key floods (see widgets/key_flood.py) ---------------------------------------------------

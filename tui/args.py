@@ -22,7 +22,12 @@ COMMANDS = ("trace", "info", "verify", "serve")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise TokenstepError(f"{message} (see '{self.prog} --help').")
+        see = " ".join(w for w in ("tokenstep", self._cmd, "--help") if w)
+        raise TokenstepError(f"{message} (see '{see}').")
+
+    @property
+    def _cmd(self) -> str:
+        return self.prog.split()[-1] if " " in self.prog else ""
 
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
@@ -110,6 +115,18 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
     )
+    _swa_flag(p)
+
+
+def _swa_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--swa-full",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="models with sliding-window layers: a full-size cache for those layers too, so "
+        "rewind, prefix reuse and shifts keep working (default on; --no-swa-full gives "
+        "llama.cpp's tools' smaller window-sized cache)",
+    )
 
 
 def _number(text: str) -> float:
@@ -187,6 +204,14 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import version
+
+    from . import __version__
+
+    return f"tokenstep {__version__} (llama-cpp-python {version('llama_cpp_python')})"
+
+
 def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
     _model_flags(app)
@@ -196,6 +221,19 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     gpu_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
+    app.add_argument(
+        "--chat-template",
+        metavar="NAME|FILE",
+        help="chat template: a name (chatml) or a Jinja file; default the model's own, or "
+        "ChatML (llama.cpp's fallback, as llama-server uses) when it has none",
+    )
+    app.add_argument(
+        "-sys",
+        "--system-prompt",
+        metavar="TEXT",
+        help="system message at the start of every chat (in the app: /system TEXT)",
+    )
+    app.add_argument("--version", action="version", version=_version())
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )
@@ -254,6 +292,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="N",
         help="context size for the KV sizes (default: n_ctx_train)",
     )
+    _swa_flag(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 
     verify = _Parser(

@@ -4,6 +4,7 @@ app shares with them (:func:`engine_from_args`, :func:`preflight`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -65,6 +66,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
         n_keep=getattr(args, "keep", 0),
         offload_kqv=not getattr(args, "no_kv_offload", False),
         n_seq_max=getattr(args, "parallel", 2),
+        swa_full=getattr(args, "swa_full", True),
     )
     c.validate()
     if c.n_threads > GGML_MAX_N_THREADS:  # ggml does not check; far more threads segfault
@@ -95,6 +97,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         return remote_from_args(args, settings)
     if getattr(args, "attention", None) is not None:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
+    template = getattr(args, "chat_template", None)
+    template_text = chat_mod.template_from(template) if template else None  # before loading
     model = Model(args.model, offload=offload_from_args(args))
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
@@ -103,7 +107,10 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         if problem is not None:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
-    return Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    if template_text is not None:
+        engine.info = dataclasses.replace(engine.info, chat_template=template_text)
+    return engine
 
 
 def server_conflicts(args: argparse.Namespace) -> None:
@@ -258,19 +265,25 @@ def info_main(args: argparse.Namespace) -> int:
             "bytes": {t: b * n_ctx for t, b in kv.items()},
         },
     }
-    # the caches llama.cpp's tools would allocate (two for a model with sliding-window layers)
+    # The caches the app and `trace` create (two for a model with sliding-window layers):
+    # the same --swa-full and sequence count as their EngineConfig.
+    config = EngineConfig(swa_full=args.swa_full)
+    data["swa_full"] = config.swa_full
     data["kv_caches"] = [
         {"kind": c.kind, "cells": c.cells, "layers": len(c.layers), "bytes": c.bytes}
-        for c in info.cache_plan(hdr, f, n_ctx)
+        for c in info.cache_plan(
+            hdr, f, n_ctx, config.n_ubatch, config.n_seq_max, swa_full=config.swa_full
+        )
     ]
     if args.json:
         print(json.dumps(data))
         return 0
     w = max(len(k) for k in data)
     for k, v in data.items():
-        if k in ("kv_cache", "kv_caches"):
+        if k in ("kv_cache", "kv_caches", "swa_full"):
             continue
-        print(f"{k:<{w}}  {_safe(v)}")
+        shown = ", ".join(str(x) for x in v) if isinstance(v, list) else v  # not "[3]"
+        print(f"{k:<{w}}  {_safe(shown)}")
     print(f"\nKV cache for {n_ctx:,} tokens (K and V the same type):")
     for t in info.CALC_TYPES:
         print(f"  {t:<5} {kv[t]:>9,} B/token  {kv[t] * n_ctx / 2**20:>10.2f} MiB")
@@ -278,7 +291,15 @@ def info_main(args: argparse.Namespace) -> int:
         swa = info.swa_layers(hdr, f) or []
         print(
             f"\nSliding window of {f.sliding_window:,} tokens on {sum(swa)} of {f.n_layer} "
-            "layers: llama.cpp allocates two caches (-ub 512, one sequence):"
+            "layers: llama.cpp allocates two caches. As the app and trace create them "
+            f"(-ub {config.n_ubatch}, {config.n_seq_max} sequences, "
+            + (
+                "--swa-full: the SWA cache holds the whole context too, so rewind and prefix "
+                "reuse work; --no-swa-full shows llama.cpp's tools' smaller one):"
+                if config.swa_full
+                else "--no-swa-full: the SWA cache holds the window only, as llama.cpp's "
+                "tools make it):"
+            )
         )
         for c in data["kv_caches"]:
             sizes = "  ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in c["bytes"].items())

@@ -6,11 +6,15 @@ flags and the model file, so a mistake is one sentence before the UI takes the s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from typing import Any
 
 from .app import TokenstepApp
 from .commands import engine_from_args
+from .engine.chat import CHATML
 from .engine.errors import TokenstepError
+from .engine.session import Engine
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
 
@@ -21,6 +25,31 @@ def app_threads() -> int:
     with the UI thread slows down many times over (measured on 2 cores: -t 2 gave 530 ms per
     token next to a busy UI, -t 1 gave 16-19 ms)."""
     return max(1, (os.cpu_count() or 2) - 1)
+
+
+def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepApp:
+    """The app for these flags: the chat template (ChatML when the model has none, said at
+    start-up) and the system prompt."""
+    fallback = not args.raw and not engine.info.chat_template
+    if fallback:  # llama.cpp's fallback, as llama-server uses: say so before anyone types
+        engine.info = dataclasses.replace(engine.info, chat_template=CHATML)
+    app = TokenstepApp(
+        engine,
+        raw=args.raw,
+        prefix_cache=not args.no_prefix_cache,
+        prefill=args.prompt or "",
+        **kw,
+    )
+    system = getattr(args, "system_prompt", None)
+    if system:
+        app.controller.system_prompt = system
+    if fallback:
+        app.controller.state.note(
+            "This model has no chat template: using ChatML, llama.cpp's fallback (as "
+            "llama-server does). Start with --chat-template NAME|FILE for another, or --raw.",
+            "warn",
+        )
+    return app
 
 
 def run_app(args: argparse.Namespace) -> int:
@@ -36,13 +65,7 @@ def run_app(args: argparse.Namespace) -> int:
         if header is None:
             raise
         raise TokenstepError(f"resuming {args.resume}: {exc}") from None
-    app = TokenstepApp(
-        engine,
-        raw=args.raw,
-        prefix_cache=not args.no_prefix_cache,
-        prefill=args.prompt or "",
-        autosave_dir=session_store.default_autosave_dir(),
-    )
+    app = build_app(engine, args, autosave_dir=session_store.default_autosave_dir())
     if header is not None:
         try:
             restore(app.controller, header, args.resume)
@@ -54,5 +77,5 @@ def run_app(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        app.controller.stop()
+        app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
     return 0

@@ -25,6 +25,10 @@ from .tokens import Vocab
 class Message:
     role: str
     content: str
+    # The model's own token ids for a reply. The same text can tokenize differently ("Sun" +
+    # "sets" sampled, "S" + "uns" + "ets" retokenized): the next prompt keeps these, as
+    # llama-server's cache does for a client that sends tokens, so the prefix is reused whole.
+    tokens: tuple[int, ...] | None = None
 
 
 class TemplateError(TokenstepError):
@@ -131,9 +135,41 @@ def chat_tokens(
         tokens += vocab.tokenize(before, add_special=first and add_bos, parse_special=True)
         first = False
         start = len(tokens)
-        tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
+        if m.tokens is not None:
+            tokens += m.tokens
+        else:
+            tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
         spans.append((start, len(tokens)))
         text_parts += [before, m.content]
     tokens += vocab.tokenize(rest, add_special=False, parse_special=True)
     text_parts.append(rest)
     return ChatPrompt("".join(text_parts), tokens, spans)
+
+
+# llama.cpp's fallback when a model has no template (llama-server uses ChatML then), written as
+# the Jinja every chatml model ships.
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+NAMED_TEMPLATES = {"chatml": CHATML}
+
+
+def template_from(spec: str) -> str:
+    """``--chat-template NAME|FILE``: a template llama.cpp names (chatml), or a Jinja file."""
+    if spec.lower() in NAMED_TEMPLATES:
+        return NAMED_TEMPLATES[spec.lower()]
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        names = ", ".join(NAMED_TEMPLATES)
+        raise TokenstepError(
+            f"--chat-template {spec!r} is neither a template name ({names}) nor a readable "
+            f"UTF-8 file ({getattr(exc, 'strerror', None) or exc})."
+        ) from exc
+    if not text.strip():
+        raise TokenstepError(f"--chat-template file {spec} is empty.")
+    return text

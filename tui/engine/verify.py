@@ -53,6 +53,7 @@ class VerifyResult:
     recompute_ms: float
     flash_attn: str
     shifted: bool  # the context was shifted: cached keys were re-rotated, not recomputed
+    cached_calls: tuple[int, ...] = ()  # tokens per engine call that wrote the cached cells
 
     @property
     def top1_agree(self) -> bool:
@@ -78,14 +79,27 @@ class VerifyResult:
                 "bit-identical: the fresh context ran the same kernels on the same numbers, "
                 "so the cached keys and values were exactly what recomputation gives."
             )
-        why = (
-            "the fresh context pushed the tokens through in batches, while the cached run "
-            "computed most of them one per llama_decode; batched (matrix-matrix) and "
-            "single-row kernels add the same products in another order, and the rounding "
-            "differences grow layer by layer"
-            if self.mode == "batched"
-            else "the replay could not take exactly the engine's path"
+        calls = self.cached_calls
+        single = sum(1 for n in calls if n == 1)
+        how = (
+            f"the cached run wrote these {sum(calls)} tokens in {len(calls)} llama_decode "
+            f"call(s), {single} of them one-token steps; the fresh one made {self.n_calls}"
+            if calls
+            else f"the fresh context made {self.n_calls} llama_decode call(s)"
         )
+        if self.mode != "batched":
+            why = f"{how}, and the replay could not take exactly the engine's path"
+        elif single:
+            why = (
+                f"{how}. Batched (matrix-matrix) and single-row kernels add the same products "
+                "in another order, and the rounding differences grow layer by layer"
+            )
+        else:
+            why = (
+                f"{how}: no one-token steps, so the batches differ only in where they were "
+                "cut (n_batch, n_ubatch, a re-prefill after a rebuild), which changes the "
+                "kernels' summation order too"
+            )
         fa = (
             " Flash attention is on: its fused kernel sums in an order of its own, so -fa off "
             "gives other (equally small) differences."
@@ -180,6 +194,9 @@ class Verifier:
             recompute_ms=ms,
             flash_attn=eng.flash_attn_resolved,
             shifted=bool(eng.shifts),
+            cached_calls=tuple(
+                len(list(g)) for _, g in groupby(c.call for c in eng.kv.cells if seq in c.seqs)
+            ),
         )
 
     def close(self) -> None:

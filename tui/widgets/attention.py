@@ -119,6 +119,7 @@ class AttentionPane(ScrollView, can_focus=True):
         self.cursor = 0
         self.scale = "row"
         self.status = ""
+        self._wanted_layer: int | None = None  # asked for, its capture not yet drawn
         self._follow = True  # the cursor stays on the newest token until moved by hand
         # Rows of the current (att, head) as drawn, and the body lines drawn from them (before
         # the pane's style): built for the rows drawn, reused by the next frames.
@@ -146,7 +147,10 @@ class AttentionPane(ScrollView, can_focus=True):
         self.pieces = list(pieces)
         self.n_layer = n_layer
         self.status = status
-        if att is not None:
+        if att is not None and (self._wanted_layer is None or att.layer == self._wanted_layer):
+            # A layer asked for with [ or ] stays the one shown until its capture arrives, so
+            # presses made meanwhile count on from it.
+            self._wanted_layer = None
             self.att_layer = att.layer
             if self.head is not None and self.head >= att.n_head:
                 self.head = None
@@ -211,6 +215,9 @@ class AttentionPane(ScrollView, can_focus=True):
     def action_layer(self, delta: int) -> None:
         if self.n_layer:
             layer = (self.att_layer + delta) % self.n_layer
+            self.att_layer = self._wanted_layer = layer
+            self._titles()
+            self.refresh()
             self.post_message(self.LayerRequested(layer))
             self.post_message(self.SelectionChanged(layer, self.head))
 
@@ -286,15 +293,20 @@ class AttentionPane(ScrollView, can_focus=True):
         return None
 
     def _titles(self) -> None:
+        status, layer = self.status, self.att_layer
+        wanted = self._wanted_layer
+        if wanted is not None and self.att is not None and self.att.layer != wanted:
+            layer = self.att.layer  # the title names the layer drawn
+            status = f"layer {wanted} asked for: capturing it, this is still layer {layer}"
         self.border_title, self.border_subtitle = titles(
             self.att,
-            layer=self.att_layer,
+            layer=layer,
             n_layer=self.n_layer,
             head=self.head,
             keys_per_cell=self._cells()[1] if self.att is not None else 1,
             scale=self.scale,
             rows=(int(self.scroll_offset.y), self.body_h),
-            status=self.status,
+            status=status,
         )
 
     # -- drawing ---------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def titles(
     if att is None:
         return f"attention · layer {layer}", status
     n, nh = len(att.positions), att.n_head
-    head_text = f"head {head}/{nh}" if head is not None else f"mean of {nh} heads"
+    head_text = f"head {head} of 0–{nh - 1}" if head is not None else f"mean of {nh} heads"
     title = f"attention · layer {layer} of {n_layer} · {head_text} · {n}×{n} · query ↓ key →"
     f = keys_per_cell
     parts = [

@@ -112,8 +112,8 @@ def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
     )
     parts: list[RenderableType] = [
         Text.assemble(
-            ("Context full ", "bold"),
-            f"{view.text.n_past:,} of {view.text.n_ctx:,} tokens in use; policy: {policy}",
+            ("When the context fills ", "bold"),
+            f"({view.text.n_past:,} of {view.text.n_ctx:,} tokens in use now): {policy}",
         )
     ]
     for ev, pieces in zip(shifts, view.cache.shift_pieces, strict=False):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
+from rich.console import Group, RenderableType
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -43,8 +45,60 @@ def browser_text() -> Text:
     return t
 
 
-def help_text(autosave: str | None, browser: bool | None = None) -> Text:
-    t = Text()
+class HelpText(Group):
+    """The help's renderables, with their words as ``plain``."""
+
+    def __init__(self, *parts: RenderableType, plain: str) -> None:
+        super().__init__(*parts)
+        self.plain = plain
+
+
+class _Help:
+    """The help as Rich renderables: running text, and key rows in a two-column grid so that a
+    long line wraps under its own text (a hanging indent), not under the key."""
+
+    def __init__(self) -> None:
+        self.parts: list[RenderableType] = []
+        self.plain: list[str] = []  # the words, for a search or a test
+        self.text = Text()
+        self.rows: Table | None = None
+
+    def append(self, s: str, style: Style | str = "") -> None:
+        self._end_rows()
+        self.text.append(s, style)
+        self.plain.append(s)
+
+    def row(self, key: str, what: str, key_style: Style = K, what_style: Style | str = "") -> None:
+        if self.rows is None:
+            if self.text:
+                self.text.rstrip()
+                self.parts.append(self.text)
+                self.text = Text()
+            self.rows = Table.grid(padding=(0, 1))
+            self.rows.add_column(width=9, no_wrap=True)
+            self.rows.add_column(ratio=1)
+        self.rows.add_row(Text("  " + key, key_style), Text(what, what_style))
+        self.plain.append(f"  {key} {what}")
+
+    def _end_rows(self) -> None:
+        if self.rows is not None:
+            self.parts.append(self.rows)
+            self.rows = None
+
+    def append_text(self, text: Text) -> None:
+        self._end_rows()
+        self.text.append_text(text)
+        self.plain.append(text.plain)
+
+    def done(self) -> HelpText:
+        self._end_rows()
+        if self.text:
+            self.parts.append(self.text)
+        return HelpText(*self.parts, plain="\n".join(self.plain))
+
+
+def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
+    t = _Help()
     t.append("tokenstep", H)
     t.append(" steps a real llama.cpp model one llama_decode at a time.\n", DIM)
     t.append("Type in the chat box and press Enter; the reply plays on its own. Space pauses it\n")
@@ -60,26 +114,26 @@ def help_text(autosave: str | None, browser: bool | None = None) -> Text:
         t.append(f"{title}\n", H)
         for k in KEYS:
             if k.group == g and k.label:
-                t.append(f"  {k.label:<8}", K)
-                t.append(f"{k.help}\n")
+                t.row(k.label, k.help)
     t.append("Chat box\n", H)
     for label, what in CHAT_KEYS:
-        t.append(f"  {label:<8}", K)
-        t.append(f"{what}\n")
+        t.row(label, what)
     t.append(
         "  Enter while a reply plays queues the message; in step mode it cuts the reply and sends.\n",
         DIM,
     )
+    t.row("/system", "/system TEXT sets the system prompt (the chat's first message; -sys at "
+          "start-up); /system alone removes it.")
     t.append("\nThe seven stages of the loop\n", H)
     for i, (name, (call, body)) in enumerate(zip(STAGES, EXPLAIN, strict=True)):
         t.append(f"  {i + 1} {name} ", K)
         t.append(f"({call})\n", Style(color="bright_green"))
-        t.append(f"    {body}\n")
+        t.row("", body)
     t.append("\nLogits pane\n", H)
-    t.append("  p   softmax of the raw logits over the whole vocabulary (temperature 1)\n")
-    t.append("  p′  probability after the sampler chain: what the pick draws from\n")
-    t.append("  ★   the token the next step will pick (same logits, a clone of the seeded RNG)\n")
-    t.append("  cut by  the first stage that removed the candidate\n")
+    t.row("p", "softmax of the raw logits over the whole vocabulary (temperature 1)")
+    t.row("p′", "probability after the sampler chain: what the pick draws from")
+    t.row("★", "the token the next step will pick (same logits, a clone of the seeded RNG)")
+    t.row("cut by", "the first stage that removed the candidate")
     t.append("\nSessions\n", H)
     t.append("  ctrl+s saves the conversation, the settings and every step record as JSON Lines\n")
     t.append("  (the 'tokenstep trace' format). After every reply the session is autosaved to\n")
@@ -87,7 +141,7 @@ def help_text(autosave: str | None, browser: bool | None = None) -> Text:
     if in_browser() if browser is None else browser:
         t.append_text(browser_text())
     t.append("\nEsc, q, ? or F1 closes this screen.", DIM)
-    return t
+    return t.done()
 
 
 class HelpScreen(ModalScreen[None]):

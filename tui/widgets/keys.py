@@ -46,7 +46,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("t", "adjust('temp', -1)", "t/T", "temp", "Temperature down/up (0 is greedy).", "sampler"),
     Key("T", "adjust('temp', 1)", "", "", "", "sampler"),
-    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (0 is off).", "sampler"),
+    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (1 at the bottom; off, 0, is past 200).", "sampler"),
     Key("K", "adjust('top_k', 1)", "", "", "", "sampler"),
     Key("p", "adjust('top_p', -1)", "p/P", "top-p", "top-p down/up (1.0 is off).", "sampler"),
     Key("P", "adjust('top_p', 1)", "", "", "", "sampler"),
@@ -109,6 +109,14 @@ KEYS: tuple[Key, ...] = (
         "view",
     ),
     Key(
+        "A",
+        "attention_all",
+        "A",
+        "all layers",
+        "Attention for every layer in one prefill: [ and ] then switch layers at once.",
+        "view",
+    ),
+    Key(
         "9",
         "tab('memory')",
         "9/0",
@@ -117,6 +125,15 @@ KEYS: tuple[Key, ...] = (
         "view",
     ),
     Key("0", "tab('cache')", "", "", "", "view"),
+    Key(
+        "pagedown",
+        "scroll_tab(1)",
+        "PgUp/PgDn",
+        "scroll tab",
+        "Scroll the bottom tab (9 and 0 are longer than the pane).",
+        "view",
+    ),
+    Key("pageup", "scroll_tab(-1)", "", "", "", "view"),
     Key(
         "v",
         "verify('batched')",
@@ -153,6 +170,15 @@ KEYS: tuple[Key, ...] = (
         "view",
     ),
     Key("w", "tab('paths')", "", "", "", "view"),
+    Key(
+        "percent_sign",
+        "seen",
+        "%",
+        "p|k",
+        "Logits: p|k, the distribution top-p saw (softmax over top-k's survivors), and its "
+        "running sum Σ, so each top-p cut can be checked; % again for p and p′.",
+        "view",
+    ),
     Key("number_sign", "ids", "#", "ids", "Show token ids on the chips.", "view"),
     Key(
         "e",
@@ -162,6 +188,7 @@ KEYS: tuple[Key, ...] = (
         "Explain the pipeline stage (click a stage to choose).",
         "view",
     ),
+    Key("y", "copy_reply", "y", "copy", "Copy (yank) the newest reply to the clipboard.", "view"),
     Key("i,slash", "focus_chat", "i", "type", "Go to the chat box (Esc comes back).", "view"),
     Key(
         "ctrl+n,f2",  # F2 for a browser, which keeps ctrl+n (a new window) for itself

@@ -12,6 +12,8 @@ import textwrap
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.message import Message
 
 from ..worker.views import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
@@ -27,6 +29,13 @@ BAR_RAW = Style(color="grey42")
 class LogitsPane(Pane):
     can_focus = True
 
+    class Clicked(Message):
+        """A candidate row was clicked: the app forces it, as ``f`` on the cursor does."""
+
+        def __init__(self, row: int) -> None:
+            super().__init__()
+            self.row = row
+
     DEFAULT_CSS = """
     LogitsPane { height: 1fr; }
     """
@@ -34,6 +43,27 @@ class LogitsPane(Pane):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.cursor = 0
+        # %: the two p columns show the distribution top-p saw (p|k, softmax over top-k's
+        # survivors) and its running sum, so each top-p cut can be checked on screen.
+        self.seen = False
+
+    def toggle_seen(self) -> None:
+        self.seen = not self.seen
+        self._subtitle()
+        self.refresh()
+
+    def _p_cells(self, rows: tuple[CandidateRow, ...]) -> list[tuple[str, str]]:
+        """The two p columns of each row: p and p′, or p|k and its running sum Σ."""
+        if not self.seen:
+            return [(fmt_p(c.p), fmt_p(c.p_final) if not c.cut_by else "–") for c in rows]
+        out, total = [], 0.0
+        for c in rows:
+            if c.p_seen is None:
+                out.append(("–", "–"))
+                continue
+            total += c.p_seen
+            out.append((fmt_p(c.p_seen), fmt_p(total)))
+        return out
 
     def show(self, view: View) -> None:
         old = self.view
@@ -46,17 +76,42 @@ class LogitsPane(Pane):
             self.cursor = 0  # new logits: back to the top candidate
         if view.logits.candidates:
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
-        rv = view.logits.remote
-        if view.logits.entropy is None:
+        seqs = [sv.seq_id for sv in view.text.seqs]
+        self.border_title = (
+            f"logits → sampler · seq 0's row (of seqs {', '.join(map(str, seqs))})"
+            if view.text.fork_at is not None and len(seqs) > 1
+            else "logits → sampler"
+        )
+        self._subtitle()
+
+    def _subtitle(self) -> None:
+        view = self.view
+        rv = view.logits.remote if view is not None else None
+        if view is None or view.logits.entropy is None:
             self.border_subtitle = ""
         elif rv is not None:  # only the top K are known: the entropy is an upper bound
             self.border_subtitle = (
                 f"entropy ≤ {view.logits.entropy:.2f} bits · {rv.top_of} · ★ next pick"
             )
+        elif self.seen:
+            self.border_subtitle = (
+                f"p|k: what top-p saw (softmax of top-k's survivors) · top-p keeps rows until "
+                f"Σ ≥ {view.settings.top_p:.2f} · % back"
+            )
         else:
             self.border_subtitle = (
-                f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor"
+                f"entropy {view.logits.entropy:.2f} bits · ★ next pick · ▶ cursor · % p|k"
             )
+
+    def on_click(self, event: events.Click) -> None:
+        at = event.get_content_offset(self)
+        if at is None or self.view is None:
+            return
+        row = at.y - 3  # under the settings, the chain and the column titles
+        if 0 <= row < len(self.view.logits.candidates):
+            self.cursor = row
+            self.refresh()
+            self.post_message(self.Clicked(row))
 
     def move(self, delta: int) -> None:
         if self.view is None or not self.view.logits.candidates:
@@ -168,6 +223,7 @@ class LogitsPane(Pane):
         rows_room = max(
             (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
         )
+        cells = self._p_cells(v.logits.candidates)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             row = Text(no_wrap=True)
             is_next = c.id == v.logits.next_pick
@@ -181,10 +237,8 @@ class LogitsPane(Pane):
                 row.append(f"{c.id:>6}", DIM)
             if show_logit:
                 row.append(f"{c.logit:>7.2f}")
-            row.append(f"{fmt_p(c.p):>7}")
-            row.append(
-                f"{fmt_p(c.p_final) if not c.cut_by else '–':>7} ", NEXT if is_next else Style()
-            )
+            row.append(f"{cells[i][0]:>7}")
+            row.append(f"{cells[i][1]:>7} ", NEXT if is_next else Style())
             filled = round(c.p_final * bar_w)
             raw = round(c.p * bar_w)
             row.append("█" * filled, BAR)
@@ -219,6 +273,7 @@ class LogitsPane(Pane):
         rows_room = max(
             (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
         )
+        cells = self._p_cells(v.logits.candidates)
         for i, c in enumerate(v.logits.candidates[:rows_room]):
             is_next = c.id == v.logits.next_pick
             segs = [
@@ -232,9 +287,8 @@ class LogitsPane(Pane):
                 segs.append(Segment(f"{c.id:>6}", DIM))
             if show_logit:
                 segs.append(Segment(f"{c.logit:>7.2f}"))
-            segs.append(Segment(f"{fmt_p(c.p):>7}"))
-            p_final = fmt_p(c.p_final) if not c.cut_by else "–"
-            segs.append(Segment(f"{p_final:>7} ", NEXT if is_next else None))
+            segs.append(Segment(f"{cells[i][0]:>7}"))
+            segs.append(Segment(f"{cells[i][1]:>7} ", NEXT if is_next else None))
             filled = round(c.p_final * bar_w)
             raw = round(c.p * bar_w)
             segs.append(Segment("█" * filled, BAR))
@@ -259,7 +313,8 @@ class LogitsPane(Pane):
             head.append(f"{'id':>6}", DIM)
         if show_logit:
             head.append(f"{score:>7}", DIM)
-        head.append(f"{'p':>7}{'p′':>7} ", DIM)
+        a, b = ("p|k", "Σp|k") if self.seen else ("p", "p′")
+        head.append(f"{a:>7}{b:>7} ", DIM)
         head.append(f"{'':<{bar_w}} cut by", DIM)
         return head
 

@@ -104,8 +104,11 @@ class PipelinePane(Pane):
                     if rows == 1 and toks[-1].logits
                     else f"logits on {_plural(rows, 'row')}"
                 )
+                lo, hi = min(t.pos for t in toks), max(t.pos for t in toks)
+                # After a fork every sequence's token sits at the same position.
+                at = f"pos {lo}–{hi}" if hi > lo else f"pos {lo} in each sequence"
                 out[1] = (
-                    f"{n} tokens · pos {toks[0].pos}–{toks[-1].pos}"
+                    f"{n} tokens · {at}"
                     + (f" · seqs {','.join(map(str, seqs))}" if len(seqs) > 1 else "")
                     + f" · {_plural(len(recs), 'call')}, "
                     + f"{_plural(ub, 'ubatch').replace('chs', 'ches')} · {where}"
@@ -151,6 +154,11 @@ class PipelinePane(Pane):
                 if pk.eog
                 else f"not an end token → {_plain(pk.piece)} ({_n_bytes(len(pk.piece))})"
             )
+        # One step runs 5, 6, 7, then 2, 3, 4: the pick (5) came from the logits before, and
+        # the new logits (4) are what the next step samples. Each row says which it is.
+        if pk is not None and v.action in ("step", "force") and out[3]:
+            out[3] = f"for pos {v.text.n_past}, the next step · " + out[3]
+            out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
         if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
             nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
             chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)

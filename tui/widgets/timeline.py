@@ -49,8 +49,8 @@ class TimelinePane(Pane):
             t.append("No llama_decode calls yet.", DIM)
             return t
         width = max(self.size.width, 20)
-        rows = max(self.size.height - 3, 1)
         timed = show_timings(self)
+        rows = max(self.size.height - 3 - timed, 1)  # the stats, the ruler, the borders
         room = width * rows
 
         ms_all = np.fromiter((ms for _, _, ms in v.timeline.calls), np.float64, len(v.timeline.calls))
@@ -63,9 +63,10 @@ class TimelinePane(Pane):
             return np.maximum(1, np.rint(ms_all / scale)).astype(np.int64)
 
         scale: float = SCALES[-1]
+        fits = False  # some scale fits every call: else bars are clamped to 1 column
         for sc in SCALES:
             if int(widths(sc).sum()) <= room:
-                scale = sc
+                scale, fits = sc, True
                 break
         ws = widths(scale).tolist()
         # Keep the newest calls that fit (whole rows of the pane).
@@ -89,6 +90,9 @@ class TimelinePane(Pane):
                 block = "▌" if w == 1 else "█" * (w - 1) + "▏"
                 cells += [(ch, DECODE[k % 2]) for ch in block]
                 k += 1
+        if timed and fits:
+            t.append_text(_ruler(width, scale))
+            t.append("\n")
         body = Text(no_wrap=True)
         for start in range(0, len(cells), width):
             if start:
@@ -102,6 +106,18 @@ class TimelinePane(Pane):
             note += f" · {older:,} older calls scrolled off"
         self.border_subtitle = note
         return t
+
+
+def _ruler(width: int, scale: float) -> Text:
+    """A scale over the bars: a tick every 10 columns, labelled with the time it stands for."""
+    step = 20 if width >= 60 else 10
+    line = [" "] * width
+    for col in range(0, width, step):
+        label = f"├{col * scale:g} ms" if col else "├0"
+        for i, ch in enumerate(label):
+            if col + i < width:
+                line[col + i] = ch
+    return Text("".join(line), DIM)
 
 
 def _n(n: int, word: str) -> str:

@@ -122,10 +122,14 @@ class TokensPane(FlowPane):
         self.view = view
         self.titles(view)
         if not view.text.tokens:
-            hint = Text("No tokens yet. Each piece of the prompt and the reply appears here.", DIM)
-            segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
+            words = "No tokens yet. Each piece of the prompt and the reply appears here.".split(" ")
+            atoms = []
+            for i, word in enumerate(words):  # one atom a word: lines break between words
+                hint = Text(word if i == 0 else " " + word, DIM)
+                segs = tuple(s for s in hint.render(self.app.console) if s.text != "\n")
+                atoms.append(Atom(segs, hint.cell_len, trim=i > 0))
             self._forget()
-            self.flow.update([Atom(segs, hint.cell_len)], 0, self.wrap_width)
+            self.flow.update(atoms, 0, self.wrap_width)
         else:
             k = self._update_chips(view)
             self.flow.update(self._chips, k, self.wrap_width)

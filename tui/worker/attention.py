@@ -27,6 +27,7 @@ from ..engine.lens_capture import AttentionLensCapture, find_lens
 from ..engine.model import ModelInfo
 from ..engine.session import Engine
 from .caches import Memo
+from .commands import AttentionLayer
 
 if TYPE_CHECKING:
     from .thread import Worker
@@ -65,6 +66,7 @@ class AttentionControl:
         self.head = head
         self.want_matrix = False  # the Attention tab is showing
         self.want_census = False  # the Anatomy tab is showing
+        self._layers: list[int] | None = None  # the next rebuild captures these (A: all)
         cap = self.capture
         if cap is not None:
             if cap.layers:
@@ -136,8 +138,13 @@ class AttentionControl:
             )
             return
         self.on = True
+        n_tok = len(self.engine.tokens)
         if cap is None:
-            n = self._rebuild()
+            with self.w.busy(
+                "Attention on: building a context with flash attention off and the eval "
+                f"callback, then prefilling its {n_tok} tokens again"
+            ):
+                n = self._rebuild()
             again = f", and its {n} tokens were prefilled again" if n else ""
             self.w.state.note(
                 f"Attention on (layer {self.layer}): a new context was created with flash "
@@ -146,12 +153,47 @@ class AttentionControl:
             )
             return
         cap.set_layers([self.layer])
-        n = self._reprefill()
+        with self.w.busy(f"Attention on: prefilling the {n_tok} tokens in the cache again"):
+            n = self._reprefill()
         again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
         self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
+    def capture_all(self) -> None:
+        """``A``: every layer in one prefill, so [ and ] then switch layers at once."""
+        self.w.require("attention")
+        n_layer = self.engine.info.n_layer
+        everything = list(range(n_layer))
+        cap = self.capture
+        n_tok = len(self.engine.tokens)
+        if cap is None:
+            self._layers = everything
+            self.on = False
+            self.toggle()
+            if self.on:
+                self.w.state.note(
+                    f"All {n_layer} layers captured in one prefill (a new context with flash "
+                    "attention off); [ and ] now switch layers without another."
+                )
+            return
+        self.on = True
+        cap.set_layers(everything)
+        self.w.state.dirty_since_save = True
+        with self.w.busy(f"Capturing all {n_layer} layers: prefilling the {n_tok} tokens again"):
+            n = self._reprefill()
+        self.w.state.note(
+            f"All {n_layer} layers captured in one prefill of {n} tokens; [ and ] now switch "
+            "layers without another. Decoding is slower while every layer is copied."
+        )
+
     def set_layer(self, layer: int) -> None:
         self.w.require("attention")
+        # Presses of [ or ] made while a capture was prefilling: only the newest is done.
+        later = self.w.take_queued(AttentionLayer)
+        skipped = 0
+        while isinstance(later, AttentionLayer):
+            skipped += 1
+            layer = later.layer
+            later = self.w.take_queued(AttentionLayer)
         n_layer = self.engine.info.n_layer
         layer %= n_layer
         self.layer = layer
@@ -161,13 +203,17 @@ class AttentionControl:
             self.w.state.note(f"Layer {layer} selected; press a to turn attention capture on.")
             return
         if layer in cap.layers:
-            self.w.state.note(f"Layer {layer}: already captured.")
+            self.w.state.note(f"Layer {layer}: already captured, shown without a new prefill.")
             return
         cap.set_layers([layer])
-        n = self._reprefill()
+        n_tok = len(self.engine.tokens)
+        with self.w.busy(f"Capturing layer {layer} of {n_layer}: prefilling the {n_tok} tokens "
+                         "in the cache again"):
+            n = self._reprefill()
+        taken = f" ({skipped + 1} layer presses taken together: the newest wins)" if skipped else ""
         self.w.state.note(
             f"Layer {layer}: the {n} tokens in the cache were prefilled again to capture it "
-            "(same tokens, same KV cache contents)."
+            f"(same tokens, same KV cache contents){taken}."
         )
 
     def _no_forks(self) -> None:
@@ -201,10 +247,12 @@ class AttentionControl:
                 "needs it on; start with -ctv f16."
             )
         config = dataclasses.replace(old.config, flash_attn="off")
+        layers = self._layers or [self.layer]
+        self._layers = None
         lens = find_lens(old)  # the lens shares the one eval callback: keep it as it was
         cap = AttentionLensCapture(
             n_layer=old.info.n_layer,
-            layers=[self.layer],
+            layers=layers,
             census=self.want_census,
             lens=lens is not None and lens.lens_on,
         )

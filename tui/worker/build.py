@@ -101,6 +101,7 @@ class ViewBuilder:
             paths=paths_view(w),
             commands=w.commands,
             capabilities=eng.capabilities,
+            busy=s.busy,
         )
 
     # -- one sub-view per pane -------------------------------------------------------------------
@@ -251,10 +252,16 @@ class ViewBuilder:
         n_rows = TOP_ROWS if eng.capabilities.full_vocab else min(TOP_ROWS, _n_top(eng))
         top, p_top, entropy = top_stats(logits, n_rows)  # one exp pass, no full softmax
         ids = top.tolist()
+        seen = _seen_by_top_p(logits, chain, ids)
         rows = tuple(
-            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut)
-            for t, pt, pf, cut in zip(
-                ids, p_top.tolist(), chain.p_final_many(ids), chain.cut_by_many(ids), strict=True
+            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut, ps)
+            for t, pt, pf, cut, ps in zip(
+                ids,
+                p_top.tolist(),
+                chain.p_final_many(ids),
+                chain.cut_by_many(ids),
+                seen,
+                strict=True,
             )
         )
         return rows, chain, entropy, chain.selected
@@ -264,3 +271,20 @@ def _n_top(eng: Any) -> int:
     """How many candidates the server sent for the current row."""
     rv = remote_view(eng)
     return rv.n_top if rv is not None else TOP_ROWS
+
+
+def _seen_by_top_p(logits: Any, chain: Any, ids: list[int]) -> list[float | None]:
+    """Each candidate's probability in the distribution the top-p stage sorted and summed:
+    llama.cpp's top-p takes the softmax of what the stages before it left (top-k's survivors)."""
+    import numpy as np
+
+    names = [st.name for st in chain.stages]
+    if "top-p" not in names:
+        return [None] * len(ids)
+    i = names.index("top-p")
+    x = np.asarray(logits, dtype=np.float64)
+    pool = chain.stages[i - 1].survivors if i else np.arange(x.size)
+    top = x[pool].max()
+    z = float(np.exp(x[pool] - top).sum())
+    inside = np.isin(np.asarray(ids), pool)
+    return [float(np.exp(x[t] - top) / z) if ok else None for t, ok in zip(ids, inside, strict=True)]

@@ -101,8 +101,12 @@ def messages_now(w: Worker, pieces: tuple[bytes, ...] | None = None) -> list[Mes
             text = reply_text(w)
         else:
             text = b"".join(pieces[s.reply_start :]).decode("utf-8", errors="replace")
-        msgs.append(Message("assistant", text))
+        msgs.append(Message("assistant", text, tuple(w.engine.tokens[s.reply_start :])))
     return msgs
+
+
+def _shown(piece: bytes) -> str:
+    return repr(piece.decode("utf-8", errors="replace"))
 
 
 # -- sending a message -------------------------------------------------------------------------
@@ -129,6 +133,29 @@ def send(w: Worker, text: str) -> None:
     except TokenstepError:
         s.returned_text = text
         raise
+
+
+def set_system(w: Worker, text: str) -> None:
+    """A new system prompt: the first message of this chat from the next message on (the
+    conversation is rendered again, so the cache is reused only up to where it changed)."""
+    s = w.state
+    w.system_prompt = text.strip() or None
+    if w.raw:
+        s.note("Raw mode has no chat template, so no system message; it is kept for chat mode.")
+        return
+    rest = s.messages[1:] if s.messages and s.messages[0].role == "system" else list(s.messages)
+    s.messages = ([Message("system", w.system_prompt)] if w.system_prompt else []) + rest
+    s.dirty_since_save = True
+    what = f"System prompt set ({len(w.system_prompt)} characters)" if w.system_prompt else (
+        "System prompt removed"
+    )
+    later = (
+        ": the next message renders the conversation with it, and the KV cache is reused only "
+        "up to where the prompt changed."
+        if rest
+        else ": it opens the next message's prompt."
+    )
+    s.note(what + later)
 
 
 def send_queued(w: Worker) -> None:
@@ -160,9 +187,12 @@ def planned(w: Worker, text: str) -> Planned:
     a conversation longer than the context is refused, in one sentence."""
     s, eng = w.state, w.engine
     messages = list(s.messages)
+    if not w.raw and not messages and w.system_prompt:
+        messages.append(Message("system", w.system_prompt))
     if not w.raw:
         if s.reply_start is not None and reply_tokens(w):
-            messages.append(Message("assistant", reply_text(w)))
+            reply = tuple(eng.tokens[s.reply_start :])
+            messages.append(Message("assistant", reply_text(w), reply))
         messages.append(Message("user", text))
         tmpl = eng.info.chat_template
         if not tmpl:
@@ -194,6 +224,7 @@ def send_now(w: Worker, text: str) -> None:
     if eng.branches:
         w.drop_forks()
     paths.new_turn(w)
+    held = list(eng.tokens)
     records = eng.sync_prompt(tokens, reuse=w.prefix_cache)
     s.messages = messages
     s.spans = merge(spans)
@@ -209,6 +240,14 @@ def send_now(w: Worker, text: str) -> None:
     note = f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
     if records[0].reused:
         note += f", {records[0].reused} reused from the KV cache"
+    cut_at = records[0].reused
+    if w.prefix_cache and cut_at < min(len(held), len(tokens)) and held[cut_at] != tokens[cut_at]:
+        piece = eng.vocab.piece
+        note += (
+            f"; the cache was cut at token {cut_at}: it held {_shown(piece(held[cut_at]))} "
+            f"(id {held[cut_at]}), the new prompt has {_shown(piece(tokens[cut_at]))} "
+            f"(id {tokens[cut_at]}) there"
+        )
     if was_cut:
         note += "; the previous reply was cut where it stood"
     tail = ". Space pauses." if s.mode == "autoplay" else ". → steps one token, space plays."

@@ -175,6 +175,13 @@ def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
         args.model = saved_model
 
 
+def _tokens(value: Any) -> tuple[int, ...] | None:
+    """A reply's saved token ids (sessions saved before they were kept have none)."""
+    if isinstance(value, list) and all(isinstance(t, int) and t >= 0 for t in value):
+        return tuple(value)
+    return None
+
+
 def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
     """Re-prefill the saved context and set the conversation. Call before the worker starts
     (this thread still owns the engine then)."""
@@ -192,7 +199,11 @@ def restore(worker: Worker, header: dict[str, Any], path: str | Path) -> None:
         raise TokenstepError(
             f"{path} holds {len(tokens)} context tokens but the context holds {eng.n_ctx}."
         )
-    messages = [Message(m["role"], m["content"]) for m in header["conversation"]]
+    messages = [
+        Message(m["role"], m["content"], _tokens(m.get("tokens"))) for m in header["conversation"]
+    ]
+    if any(t >= eng.info.n_vocab for m in messages for t in m.tokens or ()):
+        raise TokenstepError(f"{path} has token ids outside this model's vocabulary.")
     records = eng.sync_prompt(tokens, reuse=False) if tokens else []
     n = len(tokens)
     spans: list[Span] = [Span("prompt", 0, n)] if n else []

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 # Ladders for the sampler keys: each press moves one rung.
 TEMP_LADDER = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
-TOP_K_LADDER = (0, 1, 2, 3, 5, 10, 20, 40, 50, 100, 200)
+# top-k 0 is off, which keeps the whole vocabulary: the far end of the ladder, past 200, not
+# the rung below 1 (where k at top-k 1 used to let every token through).
+TOP_K_LADDER = (1, 2, 3, 5, 10, 20, 40, 50, 100, 200)
 TOP_P_LADDER = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 MIN_P_LADDER = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
 LADDERS: dict[str, tuple[float, ...]] = {
@@ -51,9 +53,16 @@ def adjust(w: Worker, name: str, direction: int) -> None:
     if name not in LADDERS:
         raise ValueError(name)
     value = float(getattr(st, name))
+    if name == "top_k" and value == 0:
+        value = float("inf")  # off: the far end
     if name == "temp" and st.greedy:
         st.greedy = False
-    new = next_rung(LADDERS[name], value, direction)
+    if name == "top_k" and direction > 0 and value >= TOP_K_LADDER[-1]:
+        new = 0.0  # off, above the top rung
+    elif name == "top_k" and value == float("inf"):
+        new = TOP_K_LADDER[-1] if direction < 0 else 0.0
+    else:
+        new = next_rung(LADDERS[name], value, direction)
     setattr(st, name, int(new) if name == "top_k" else new)
     settings_changed(w, f"{LABELS[name]} {format_setting(name, getattr(st, name))}")
 

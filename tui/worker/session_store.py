@@ -72,7 +72,11 @@ def session_header(
         "mode": "raw" if raw else "chat",
         "prefix_cache": prefix_cache,
         "settings": engine.settings.to_dict(),
-        "conversation": [{"role": m.role, "content": m.content} for m in messages],
+        "conversation": [
+            {"role": m.role, "content": m.content}
+            | ({"tokens": list(m.tokens)} if m.tokens is not None else {})
+            for m in messages
+        ],
         "context_tokens": engine.tokens,
     }
 

@@ -76,6 +76,7 @@ class State:
     path_note: str | None = None  # how the last jump put its path back
     paths_shown: bool = False  # the tree pane is showing: rewinds park their cells
     surprise_scale: str = "off"  # the text pane's surprise map: "off", "p", "p'" or "entropy"
+    busy: str | None = None  # a slow command under way (a re-prefill, verify): what it does
 
     @property
     def playing(self) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
@@ -127,10 +129,28 @@ def step_forked(w: Worker, forced: int | None) -> None:
     chain, and ONE llama_decode carries one token per sequence."""
     s, eng = w.state, w.engine
     before = eng.kv.used
+    # Sequence 0's row, as the logits pane shows it: its pick is stage 5's (the preview runs
+    # on a clone of the same RNG, so it names the token the step takes).
+    row0 = None if eng.logits is None else (np.array(eng.logits), eng.preview())
+    settings = eng.settings
     rec = eng.step_seqs({0: forced} if forced is not None else None)
     s.action = "force" if forced is not None else "step"
     s.dirty_since_save = True
     s.last_pick = None
+    seq0 = rec.rows.get(0) if rec is not None else None
+    if seq0 is not None and row0 is not None:
+        logits0, chain0 = row0
+        t = seq0.token
+        s.last_pick = Pick(
+            t,
+            eng.vocab.piece(t),
+            float(softmax(logits0)[t]),
+            chain0.p_final(t),
+            forced is not None,
+            False,
+            settings.is_greedy,
+            settings.seed,
+        )
     if rec is None:
         s.activity = "done"
         s.lit = (SAMPLE, DETOKENIZE)

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ class Worker:
         self.commands = 0  # user commands handled so far
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
+        self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
         self._q: queue.Queue[Command] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,6 +171,10 @@ class Worker:
     def send(self, text: str) -> None:
         self.put(Send(text))
 
+    def set_system_prompt(self, text: str) -> None:
+        """``/system TEXT`` in the chat box (empty: no system message)."""
+        self.put(Call(lambda: chat.set_system(self, text)))
+
     def step(self) -> None:
         self.put(Step())
 
@@ -218,6 +224,8 @@ class Worker:
         """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
         if name == "toggle":
             self.put(AttentionToggle())
+        elif name == "all":
+            self.put(Call(self.attention.capture_all))
         elif name == "layer":
             self.put(AttentionLayer(int(args[0])))
         elif name == "head":
@@ -281,6 +289,26 @@ class Worker:
             self.engine.close()
         self.engine = new
         self.close_engine = True
+
+    @contextmanager
+    def busy(self, what: str) -> Iterator[None]:
+        """A slow command: a view saying ``what`` it does is published before it starts (the
+        app shows progress), and cleared when it ends."""
+        self.state.busy = what
+        self._publish(force=True)
+        try:
+            yield
+        finally:
+            self.state.busy = None
+
+    def take_queued(self, kind: type[Command]) -> Command | None:
+        """Remove every queued command of ``kind`` and return the newest (None if none): a
+        flood of presses asking for the same slow thing is done once, for the last one."""
+        with self._q.mutex:
+            found = [c for c in self._q.queue if isinstance(c, kind)]
+            for c in found:
+                self._q.queue.remove(c)
+        return found[-1] if found else None
 
     def drop_forks(self) -> None:
         stepping.drop_forks(self)

@@ -15,7 +15,9 @@ def verify(w: Worker, mode: str) -> None:
     if w.engine.logits is None:
         s.note("Nothing to verify yet: send a message first.", "warn")
         return
-    res = w.engine.verify_last(mode)
+    n = len(w.engine.tokens)
+    with w.busy(f"Verify ({mode}): recomputing the {n} tokens from scratch in a fresh context"):
+        res = w.engine.verify_last(mode)
     s.verify = res
     s.action = "verify"
     s.lit = ()

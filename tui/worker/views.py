@@ -37,6 +37,9 @@ class CandidateRow:
     p: float  # softmax of the raw logits (temperature 1, whole vocabulary)
     p_final: float  # probability after the sampler chain (0 if cut)
     cut_by: str | None  # the stage that removed it, None if it survived
+    # Its probability in the distribution top-p saw: the softmax (temperature 1) over what the
+    # stages before it left; None if it was cut before top-p or top-p did not run.
+    p_seen: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,3 +181,4 @@ class View:
     paths: PathsView = PathsView()  # the paths not taken of this turn (the tree pane)
     commands: int = 0  # user commands handled so far: a view that answers one is drawn at once
     capabilities: Capabilities = LOCAL  # what the backend can show; panes ask, never the type
+    busy: str | None = None  # a slow command under way: what it is doing (the app shows progress)
