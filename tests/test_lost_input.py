@@ -5,6 +5,8 @@ grows is handed back too, and the autosave file holds a message as soon as it is
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import signal
 import subprocess
@@ -136,8 +138,15 @@ async def test_a_213_kb_paste_queued_during_a_reply_stays_in_the_box(make_engine
     line during a reply, then Enter. The box keeps the text, the reply plays on."""
     big = "the waves rolled in and " * 8_900  # 213,600 characters, one line
     assert len(big) > 213_000
+    # The reply must still be playing when the refusal comes, however slowly this machine
+    # parses the paste: end tokens are biased away (-l ID-inf) and a full context shifts.
+    engine = make_engine(GREEDY, n_ctx=512, context_full="shift")
+    eog = [t for t in range(engine.info.n_vocab) if engine.vocab.is_eog(t)]
+    engine.settings = dataclasses.replace(
+        engine.settings, logit_bias=[(t, -math.inf) for t in eog]
+    )
     app = TokenstepApp(
-        make_engine(GREEDY, n_ctx=512),
+        engine,
         raw=True,
         autoplay=True,
         autosave_dir=tmp_path / "autosave",
@@ -150,7 +159,7 @@ async def test_a_213_kb_paste_queued_during_a_reply_stays_in_the_box(make_engine
         )
         chat = app.query_one("#chat", Input)
         if not chat.has_focus:
-            await pilot.press("escape")  # Esc: from the controls to the chat box
+            await pilot.press("i")  # i: from the controls to the chat box
         feeder = feed(app, "\x1b[200~" + big + "\x1b[201~\r")  # the paste, then Enter
         await wait_for(
             pilot,
