@@ -61,7 +61,7 @@ def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(
         assert "needs a local model" in v.notice
         path = tmp_path / "remote.jsonl"
         w.save(str(path))
-        wait(w, lambda v: v.header.last_saved is not None, "the save")
+        wait(w, lambda v: v.header.last_saved == str(path), "the save")
         header, records = read_session(path)
         assert records and all("server" in r for r in records)
         assert all("logprob" in r["top"][0] for r in records if "top" in r)

@@ -32,6 +32,7 @@ from .errors import ContextFullError, TokenstepError
 from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
+from .surprise import SurpriseLog
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
@@ -87,6 +88,10 @@ class RemoteBackend:
         self.kv_reports: list[Any] = []
         self.kv_bytes_used = self.kv_bytes_allocated = 0
         self.records = RecordLog(lambda rec: record_to_dict(self, rec))
+        # The surprise map reads per-token values; over HTTP none are kept (only the top K of
+        # a row come back), so the map and the run chart show nothing rather than guesses.
+        self.surprise = SurpriseLog()
+        self.score_prompt = False
         self.logits_memory = LogitsMemory()
         self.stop_reason: str | None = None
         self.work = WorkCounter()

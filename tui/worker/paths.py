@@ -80,6 +80,8 @@ def _park(w: Worker) -> int | None:
 
 def leave_live(w: Worker, how: str) -> None:
     """The live reply becomes a branch (before a rewind or a jump), its cells parked."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        return
     start, tokens = _reply(w)
     if not tokens or any(b.tokens[: len(tokens)] == tuple(tokens) for b in w.state.paths):
         return
@@ -90,6 +92,8 @@ def leave_live(w: Worker, how: str) -> None:
 
 def leave_forks(w: Worker) -> None:
     """Every forked sequence becomes a parked branch instead of being dropped."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        return
     eng = w.engine
     start = w.state.reply_start
     for seq in list(eng.branches):
@@ -112,6 +116,8 @@ def leave_forks(w: Worker) -> None:
 
 def leave_pick(w: Worker, forced: int) -> None:
     """Before a force: the token the sampler would have picked is a one-token branch."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        return
     eng = w.engine
     if w.state.reply_start is None or eng.logits is None or eng.branches:
         return
@@ -129,6 +135,8 @@ def leave_pick(w: Worker, forced: int) -> None:
 
 def jump(w: Worker, branch_id: int) -> None:
     """Make branch ``branch_id`` the live reply; the live one becomes a branch."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        raise TokenstepError(w.engine.capabilities.missing("fork") or "no paths here.")
     s, eng = w.state, w.engine
     b = next((b for b in s.paths if b.id == branch_id), None)
     if b is None:
@@ -161,6 +169,8 @@ def jump(w: Worker, branch_id: int) -> None:
 
 def new_turn(w: Worker) -> None:
     """A new message: the branches were of the last turn; their parked cells are freed."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        return
     paths.drop_all(w.engine)
     w.state.paths = []
     w.state.path_note = None
@@ -184,6 +194,8 @@ def to_json(w: Worker) -> dict[str, Any]:
 
 def from_json(w: Worker, data: dict[str, Any] | None) -> int:
     """Branches of a saved session (their cells are gone: a jump decodes them again)."""
+    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+        return 0
     if not data or data.get("reply_start") != w.state.reply_start:
         return 0
     n_vocab = w.engine.info.n_vocab
@@ -258,7 +270,7 @@ def _row(
 
 def paths_view(w: Worker) -> PathsView:
     s, eng = w.state, w.engine
-    if s.reply_start is None:
+    if s.reply_start is None or not eng.capabilities.fork:
         return PathsView(shown=s.paths_shown)
     start = s.reply_start
     live = tuple(eng.tokens[start:])
