@@ -32,12 +32,12 @@ from .errors import ContextFullError, TokenstepError
 from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
-from .surprise import SurpriseLog
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from .surprise import SurpriseLog
 from .trace import record_to_dict
 from .work import WorkCounter
 
