@@ -116,7 +116,12 @@ def test_a_tab_in_chromium_chats_and_closing_it_ends_its_process(chromium, tmp_p
         page.focus(".xterm-helper-textarea")  # keys to the terminal, no click on the app
         page.keyboard.type(MESSAGE)
         page.keyboard.press("Enter")
-        (saved,) = wait_for(served.autosave_files, "the reply's autosave")
+
+        def replied() -> list:  # the send is autosaved at once; wait for the one after the reply
+            files = served.autosave_files()
+            return files if files and len(conversation(files[0])) > 1 else []
+
+        (saved,) = wait_for(replied, "the reply's autosave")
         assert saved.parent.name == "tab1"
         convo = conversation(saved)
         assert convo[0] == {"role": "user", "content": MESSAGE}
