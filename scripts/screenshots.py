@@ -18,6 +18,8 @@ surprise-map.svg  the surprise map (u) over a reply: each token coloured by p, t
                perplexity and what scoring it cost in the legend
 run-chart.svg  tab c: entropy and the pick's p per step of the reply, the cursor on a step
 paths-tree.svg tab w: a turn with three paths not taken (a rewind, a force, a fork)
+chain-dry-xtc.svg  the sampler chain with DRY and XTC cutting, on a repeated sentence
+grammar-mask.svg   a GBNF grammar masking candidates (marked 'grammar', with a count)
 
 Times shown are really measured on the machine that runs this script.
 """
@@ -361,6 +363,48 @@ async def paths_tree(model: Model) -> None:
         save(app, "paths-tree.svg")
 
 
+# -- the whole sampler chain (issue 12) -----------------------------------------------------
+
+
+async def _steps(app: TokenstepApp, pilot: Pilot, n: int) -> None:
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
+    if app.focused is not None and app.focused.id == "chat":
+        await pilot.press("escape")
+    for _ in range(n):
+        await pilot.press("right")
+    await wait_for(pilot, lambda: app.view.text.reply_tokens >= n)
+
+
+async def chain_dry_xtc(model: Model) -> None:
+    """A repeated sentence: DRY penalizes the token that would repeat it again, and XTC (on
+    every step here) removes the most likely candidates above its threshold."""
+    settings = SamplerSettings(
+        temp=0.8, seed=3, dry_multiplier=0.8, xtc_probability=1.0, xtc_threshold=0.05
+    )
+    engine = Engine(model, EngineConfig(n_threads=app_threads()), settings)
+    text = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
+    app = TokenstepApp(engine, raw=True, prefill=text, autoplay=False, autosave_dir=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await _steps(app, pilot, 0)  # the first pick: DRY sees "mat. The cat sat on the" again
+        await pilot.pause(0.3)
+        save(app, "chain-dry-xtc.svg")
+
+
+async def grammar_mask(model: Model) -> None:
+    """A GBNF grammar: the candidates it forbids are marked, with a count, in the logits pane."""
+    grammar = 'root ::= "The answer is " ("yes" | "no") "."'
+    settings = SamplerSettings(temp=0.8, seed=3, grammar=grammar)
+    engine = Engine(model, EngineConfig(n_threads=app_threads()), settings)
+    app = TokenstepApp(
+        engine, prefill="Is the sky blue? Answer yes or no.", autoplay=False, autosave_dir=None
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        await _steps(app, pilot, 2)
+        await pilot.pause(0.3)
+        save(app, "grammar-mask.svg")
+
+
 def main() -> int:
     OUT.mkdir(exist_ok=True)
     model = Model()
@@ -369,6 +413,7 @@ def main() -> int:
     shots += [attention_screen, remote_screen]
     shots += [lens_screen]
     shots += [surprise_map, run_chart, paths_tree]
+    shots += [chain_dry_xtc, grammar_mask]
     only = set(sys.argv[1:])  # e.g. `python scripts/screenshots.py cache_fork`
     for shot in shots:
         if only and shot.__name__ not in only:
