@@ -157,8 +157,12 @@ class PipelinePane(Pane):
         # One step runs 5, 6, 7, then 2, 3, 4: the pick (5) came from the logits before, and
         # the new logits (4) are what the next step samples. Each row says which it is.
         if pk is not None and v.action in ("step", "force") and out[3]:
-            out[3] = f"for pos {v.text.n_past}, the next step · " + out[3]
-            out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
+            if pk.eog:  # an end token is not fed: the pick came from the logits still shown
+                out[3] = f"for pos {v.text.n_past}, sampled this step · " + out[3]
+                out[4] = f"this step, pos {v.text.n_past} · " + out[4]
+            else:
+                out[3] = f"for pos {v.text.n_past}, the next step · " + out[3]
+                out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
         if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
             nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
             chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)
