@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 from tui.engine import Model
@@ -77,6 +78,7 @@ def main() -> int:
         (12, "remote", lambda: bench_remote.run(rounds=rounds)),
     ]
     rows: list[Row] = []
+    failed: list[str] = []
     print(f"machine: {_machine()}", file=sys.stderr)
     for num, name, fn in steps:
         if num not in wanted and not (num == 2 and 3 in wanted):
@@ -84,7 +86,12 @@ def main() -> int:
         t0 = time.perf_counter()
         before = os.getloadavg()[0]
         print(f"[{name}] running ({load()})...", file=sys.stderr, flush=True)
-        got = fn()
+        try:
+            got = fn()
+        except Exception as exc:  # one broken benchmark is a failed row, not a lost table
+            traceback.print_exc()
+            got = [Row(f"{num}. {name}", "failed", "runs", False, f"{type(exc).__name__}: {exc}")]
+            failed.append(name)
         for r in got:  # the 1-minute load before and after: a figure moves with it
             r.load = f"{before:.1f}-{os.getloadavg()[0]:.1f}"
         if num == 2:
@@ -104,7 +111,7 @@ def main() -> int:
     missed = [r.benchmark for r in rows if r.met is False]
     print()
     print("all targets met" if not missed else "not met: " + "; ".join(missed))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

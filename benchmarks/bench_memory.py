@@ -30,7 +30,7 @@ import asyncio, json
 from tui.engine import Model, default_model_path
 from benchmarks import bench_app
 m = Model()
-tps, _ = asyncio.run(bench_app._autoplay(m, 256))
+asyncio.run(bench_app._autoplay(m, 256))
 print(json.dumps({"rss": HWM()}))
 """
 )

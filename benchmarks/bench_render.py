@@ -123,7 +123,7 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
             for n in views:
                 if name == "att":
                     t0 = time.perf_counter()
-                    pane.update_from(atts[n], views[n].pieces, n_layer=30)  # type: ignore[attr-defined]
+                    pane.update_from(atts[n], views[n].text.pieces, n_layer=30)  # type: ignore[attr-defined]
                     res["att_update"][n] = (time.perf_counter() - t0) * 1000.0
                 else:
                     pane.show(views[n])  # type: ignore[attr-defined]
@@ -136,7 +136,7 @@ async def _measure(views: dict[int, View], atts: dict[int, ContextAttention]) ->
                 firsts: dict[int, list[float]] = {n: [] for n in views}
                 for _ in range(9):
                     for n in views:
-                        pane.update_from(atts[n], views[n].pieces, n_layer=30)  # type: ignore[attr-defined]
+                        pane.update_from(atts[n], views[n].text.pieces, n_layer=30)  # type: ignore[attr-defined]
                         await pilot.pause()
                         pane._recompute()  # type: ignore[attr-defined]
                         firsts[n].append(_frame_ms(pane, h, reps=1))
