@@ -90,3 +90,25 @@ def test_a_message_the_server_could_not_take_goes_back_to_the_chat_box(tmp_path)
         assert w.stop()
         server.stop()
     assert w.error is None, w.error
+
+
+def test_a_reply_that_fills_the_servers_slot_ends_as_context_full(tmp_path):
+    """llama-server refuses a prompt that fills its slot (it keeps one position to predict
+    into), so the reply ends at n_ctx - 1 tokens with the same notice as locally, instead of an
+    autoplay that asks again and again."""
+    from .llama_server import start_server
+
+    server = start_server(tmp_path, extra=("-c", "64", "-np", "1"))  # later flags win: a small slot
+    w = Worker(RemoteBackend(server.url, SamplerSettings(temp=0.0)), autoplay=True)
+    w.start()
+    try:
+        w.send("Write a long story about the sea, with many chapters.")
+        v = wait(w, lambda v: v.activity == "done", "the reply to end")
+        n_ctx = w.engine.n_ctx  # the server's slot (it pads -c 64 to 256 here)
+        assert len(v.text.tokens) == n_ctx - 1
+        assert v.notice.startswith(f"Context full ({n_ctx} tokens)") and v.notice_level == "warn"
+        assert w.engine.stop_reason == "context full"
+    finally:
+        assert w.stop()
+        server.stop()
+    assert w.error is None, w.error

@@ -71,7 +71,7 @@ class RemoteBackend:
         self.settings.validate()
         self.n_probs, self.pick, self.slot = n_probs, pick, slot
         self._capabilities = remote_capabilities(self.url)
-        self.props = handshake(self.client)
+        self.props = handshake(self.client, slot)
         meta = model_meta(self.client)
         dgs = self.props.get("default_generation_settings") or {}
         self.n_ctx = int(dgs.get("n_ctx") or meta.get("n_ctx") or 0)
@@ -158,10 +158,10 @@ class RemoteBackend:
         has answered, so a fault leaves the conversation as it was."""
         n_keep = self.n_past if keep is None else keep
         prompt = self.tokens[:n_keep] + new
-        if len(prompt) > self.n_ctx:
+        if len(prompt) >= self.n_ctx:  # llama-server keeps one position to predict into
             raise ContextFullError(
-                f"the prompt needs {len(prompt)} tokens but the server's slot holds "
-                f"{self.n_ctx}; use a shorter prompt or a larger -c on the server."
+                f"the prompt needs {len(prompt)} tokens but a prompt may fill {self.n_ctx - 1} of "
+                f"the server's {self.n_ctx}; use a shorter prompt or a larger -c on the server."
             )
         try:
             reply = self.client.post(
@@ -335,7 +335,7 @@ class RemoteBackend:
         return self.sample(force).token
 
     def feed(self, token: int) -> StepRecord | None:
-        if self.n_past + 1 > self.n_ctx:
+        if self.n_past + 1 >= self.n_ctx:  # the server refuses a prompt that fills its slot
             self.stop_reason = "context full"
             return None
         pending = (self.n_past, self.logits_record, token)

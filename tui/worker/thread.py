@@ -368,14 +368,15 @@ class Worker:
     def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
-        except ServerError as exc:  # llama-server went away, is loading, busy or slow
+        except ServerError as exc:  # llama-server went away, is loading, busy, slow or refused
+            self.state.mode = "step"  # autoplay would retry in a loop; the user retries
             text = str(exc)[:1].upper() + str(exc)[1:]
             if exc.retry:
-                self.state.mode = "step"  # autoplay would retry in a loop; the user retries
                 key = "Enter sends it again" if self.state.returned_text else "press → to retry"
                 text += f" The conversation is kept; {key}."
             self.state.note(text, "error")
         except TokenstepError as exc:
+            self.state.mode = "step"  # the same error again and again helps nobody
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
         except Exception as exc:  # keep the worker alive; show what happened
             self.error = traceback.format_exc()
