@@ -33,13 +33,16 @@ def server_binary() -> Path | None:
     return path if path.is_file() else None
 
 
-def start_server(binary: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    binary: Path, log: Path, *, parallel: int = 1, n_ctx: int = 4096, threads: int = 1
+) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "LD_LIBRARY_PATH": str(binary.parent)}
     args = [str(binary), "-m", str(default_model_path()), "--host", "127.0.0.1"]
-    args += ["--port", str(port), "-c", "4096", "-np", "1", "-t", "1"]  # as the app decodes
+    args += ["--port", str(port), "-c", str(n_ctx), "-np", str(parallel)]
+    args += ["-t", str(threads)]  # 1: as the app decodes
     args += ["-fa", "off", "--no-webui"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)

@@ -29,6 +29,14 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         help="with --server: who samples, tokenstep's chain on the top K (default) or the "
         "server's own chain (its RNG restarts every request)",
     )
+    p.add_argument(
+        "--slot",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --server: the server slot to step (id_slot; a server started with -np N has "
+        "slots 0 to N-1; default 0)",
+    )
 
 
 def _gpu_layers(text: str) -> int:

@@ -125,6 +125,8 @@ def server_conflicts(args: argparse.Namespace) -> None:
             raise TokenstepError(f"--{flag} {caps.missing(what)}.")
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
+    if (getattr(args, "slot", None) or 0) < 0:
+        raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
 
 
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
@@ -133,7 +135,9 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
     from .engine.remote import RemoteBackend
 
     server_conflicts(args)
-    backend = RemoteBackend(args.server, settings, n_probs=args.n_probs, pick=args.pick)
+    backend = RemoteBackend(
+        args.server, settings, n_probs=args.n_probs, pick=args.pick, slot=args.slot or 0
+    )
     return cast(Engine, backend)
 
 

@@ -134,11 +134,31 @@ class TabService(AppService):
         await task
 
 
-def refusal(max_sessions: int) -> str:
+def refusal(max_sessions: int, slots: int | None = None) -> str:
+    if slots is not None and slots <= max_sessions:
+        return (
+            f"All {slots} slots of the llama-server are in use, one per tab (it was started "
+            f"with -np {slots}). Close another tokenstep tab, or reload this page later."
+        )
     return (
         f"All {max_sessions} tabs this server allows are in use (--max-sessions {max_sessions}). "
         "Close another tokenstep tab, or reload this page later."
     )
+
+
+def remote_slots(url: str) -> tuple[int, str]:
+    """With ``--server``: the llama-server's slot count (its ``-np``) and model file, asked once
+    at start, so a dead server is one sentence here rather than an error in every tab."""
+    from .engine.remote_http import ServerClient
+    from .engine.remote_vocab import handshake
+
+    client = ServerClient(url, 30.0)
+    try:
+        props = handshake(client)
+    finally:
+        client.close()
+    name = Path(str(props.get("model_path") or "?")).name.removesuffix(".gguf")
+    return max(1, int(props.get("total_slots") or 1)), name
 
 
 class TabServer(Server):
@@ -154,12 +174,16 @@ class TabServer(Server):
         max_sessions: int,
         title: str,
         autosave_root: Path,
+        slots: int | None = None,
     ) -> None:
         self.app_argv = [sys.executable, "-m", "tui", *app_argv]
         super().__init__(shlex.join(self.app_argv), host=host, port=port, title=title)
         self.max_sessions = max_sessions
         self.autosave_root = autosave_root
+        self.slots = slots  # with --server: each tab steps its own slot of the llama-server
+        self.cap = max_sessions if slots is None else min(max_sessions, slots)
         self.live: dict[str, TabService] = {}
+        self.slot_of: dict[str, int] = {}
         self.opened = 0
         root = str(Path(__file__).resolve().parent.parent)  # the tabs run this same package
         self.env = {
@@ -167,13 +191,20 @@ class TabServer(Server):
         }
 
     def full(self) -> bool:
-        return len(self.live) >= self.max_sessions
+        return len(self.live) >= self.cap
+
+    def free_slot(self) -> int:
+        """The lowest slot no live tab holds (the cap keeps one free whenever a tab opens)."""
+        taken = set(self.slot_of.values())
+        return next(i for i in range(self.cap) if i not in taken)
 
     def announce(self, *_: object) -> None:
         """Printed once the port is bound (aiohttp calls it after the sites start)."""
+        each = "each its own app process"
+        if self.slots is not None:
+            each += f" stepping its own one of the llama-server's {self.slots} slots"
         print(
-            f"tokenstep serve: {self.title} on {self.public_url} "
-            f"(at most {self.max_sessions} tabs, each its own app process)",
+            f"tokenstep serve: {self.title} on {self.public_url} (at most {self.cap} tabs, {each})",
             flush=True,
         )
         print(f"autosaves: {self.autosave_root}/tabN; Ctrl+C stops the server.", flush=True)
@@ -205,7 +236,7 @@ class TabServer(Server):
         if self.full():
             page = (
                 f"<!DOCTYPE html><html><head><title>{title}</title></head>"
-                f"<body><h1>{title}</h1><p>{html.escape(refusal(self.max_sessions))}</p></body></html>"
+                f"<body><h1>{title}</h1><p>{html.escape(self.refusal())}</p></body></html>"
             )
             return web.Response(status=503, text=page, content_type="text/html")
         # The page's own URLs (static files, the websocket) as this browser reached the server,
@@ -220,7 +251,7 @@ class TabServer(Server):
         websocket = web.WebSocketResponse(heartbeat=15)
         await websocket.prepare(request)
         if self.full():  # no process: the message is drawn on the tab's terminal
-            text = refusal(self.max_sessions)
+            text = self.refusal()
             await websocket.send_bytes(f"\x1b[2J\x1b[H\x1b[1m{text}\x1b[0m\r\n".encode())
             async for _ in websocket:
                 pass
@@ -228,8 +259,12 @@ class TabServer(Server):
         self.opened += 1
         number = self.opened
         folder = self.autosave_root / f"tab{number}"
+        argv = list(self.app_argv)
+        slot = None if self.slots is None else self.free_slot()
+        if slot is not None:
+            argv += ["--slot", str(slot)]
         service = TabService(
-            self.app_argv,
+            argv,
             {**self.env, "TOKENSTEP_AUTOSAVE_DIR": str(folder)},
             write_bytes=websocket.send_bytes,
             write_str=websocket.send_str,
@@ -237,17 +272,26 @@ class TabServer(Server):
             download_manager=self.download_manager,
         )
         self.live[service.app_service_id] = service  # before any await: the cap holds
+        if slot is not None:
+            self.slot_of[service.app_service_id] = slot
         try:
             width = to_int(request.query.get("width", "80"), 80)
             height = to_int(request.query.get("height", "24"), 24)
             await service.start(width, height)
-            log.info("tab %d opened: app process %s, autosave in %s", number, service.pid, folder)
+            log.info(
+                "tab %d opened: app process %s, autosave in %s%s",
+                number,
+                service.pid,
+                folder,
+                "" if slot is None else f", server slot {slot}",
+            )
             await self._process_messages(websocket, service)
         except Exception as error:  # a bad message ends this tab, never the server
             log.warning("tab %d: %s", number, error)
         finally:
             await service.stop()
             del self.live[service.app_service_id]
+            self.slot_of.pop(service.app_service_id, None)
             log.info(
                 "tab %d closed: app process %s ended (exit code %s)",
                 number,
@@ -277,6 +321,10 @@ class TabServer(Server):
                     await app_service.focus()
 
 
+    def refusal(self) -> str:
+        return refusal(self.max_sessions, self.slots)
+
+
 def model_title(app_args: argparse.Namespace) -> str:
     path = Path(app_args.model) if app_args.model else default_model_path()
     return f"tokenstep · {facts(gguf_header.read_header(path)).name}"
@@ -289,19 +337,28 @@ def serve_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"--max-sessions must be at least 1, not {args.max_sessions}.")
     app_args = build_parsers()["app"].parse_args(args.app_argv)
     preflight(app_args)  # a bad app flag or model file fails once here, not in every tab
+    slots, title = None, ""
+    if app_args.server:
+        if app_args.slot is not None:
+            raise TokenstepError(
+                "tokenstep serve gives each tab its own slot of the llama-server; leave out --slot."
+            )
+        slots, name = remote_slots(app_args.server)
+        title = f"tokenstep · {name} (llama-server)"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     server = TabServer(
         list(args.app_argv),
         host=args.host,
         port=args.port,
         max_sessions=args.max_sessions,
-        title=model_title(app_args),
+        title=title or model_title(app_args),
         autosave_root=session_store.default_autosave_dir() / f"serve-{stamp}-{os.getpid()}",
+        slots=slots,
     )
     if not is_loopback(args.host):
         print(
             f"tokenstep serve: warning: listening on {args.host}, so anyone who can reach port "
-            f"{args.port} can use the model (up to {args.max_sessions} tabs at once).",
+            f"{args.port} can use the model (up to {server.cap} tabs at once).",
             file=sys.stderr,
             flush=True,
         )

@@ -128,8 +128,9 @@ def model_info(
     )
 
 
-def handshake(client: ServerClient) -> dict[str, Any]:
-    """``GET /health`` (503 while the model loads), then ``GET /props``."""
+def handshake(client: ServerClient, slot: int = 0) -> dict[str, Any]:
+    """``GET /health`` (503 while the model loads), then ``GET /props``, which also says how
+    many slots the server has (``total_slots``, its ``-np``): ``slot`` must be one of them."""
     url = client.url
     health = client.get("/health").body
     if not isinstance(health, dict) or health.get("status") != "ok":
@@ -139,6 +140,12 @@ def handshake(client: ServerClient) -> dict[str, Any]:
         raise ServerError(
             f"{url} answered /props without default_generation_settings: it does not look "
             "like llama-server."
+        )
+    total = int(props.get("total_slots") or 0)
+    if total and not 0 <= slot < total:
+        raise ServerError(
+            f"--slot {slot}: llama-server at {url} has {total} slot(s), 0 to {total - 1} "
+            "(start it with a larger -np for more)."
         )
     return props
 

@@ -71,8 +71,9 @@ def remote_view(engine: Any) -> RemoteView | None:
 def where_it_runs(engine: Any) -> str | None:
     """The header's note on where the model runs: llama-server's URL, or (local) where
     llama.cpp put the layers and the KV cache when it says anything beyond the plain CPU."""
-    if not engine.capabilities.full_vocab:  # a model served elsewhere
-        return f"on {engine.capabilities.name}"
+    if not engine.capabilities.full_vocab:  # a model served elsewhere, in one of its slots
+        slot = getattr(engine, "slot", None)
+        return f"on {engine.capabilities.name}" + ("" if slot is None else f", slot {slot}")
     placement = getattr(engine, "placement", None)
     if placement is None or (not placement.gpu_build and placement.asked_layers == "0"):
         return None  # a CPU build asked for nothing: the header stays as it was
