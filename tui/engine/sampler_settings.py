@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import checks
@@ -275,7 +275,11 @@ class SamplerSettings:
         return name in self.samplers and name not in self.off
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        """The fields as JSON-ready values. Not ``dataclasses.asdict``: its deep copy took
+        0.08 ms a record here, and every record written to a trace or spilled carries one."""
+        d = {name: getattr(self, name) for name in _FIELD_NAMES}
+        for name in ("dry_sequence_breakers", "samplers", "off"):
+            d[name] = list(d[name])
         d["logit_bias"] = [list(x) for x in self.logit_bias]
         return d
 
@@ -309,3 +313,6 @@ class SamplerSettings:
             f"top-k {self.top_k} · top-p {self.top_p:.2f} · min-p {self.min_p:.2f} · "
             f"temp {self.temp:.2f} · seed {self.seed}"
         )
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(SamplerSettings))
