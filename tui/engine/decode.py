@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
 import llama_cpp
@@ -41,9 +42,13 @@ def run_decode(engine: Engine, call: DecodeCall) -> tuple[float, dict[str, Any]]
     b = engine.batch.fill(call)
     for obs in engine.observers:
         obs.before_decode(engine, call)
-    t0 = time.perf_counter()
-    rc = llama_cpp.llama_decode(engine.ctx, b)
-    ms = (time.perf_counter() - t0) * 1000.0
+    # llama_decode releases the GIL; the gate lets another thread do pure-Python work on the
+    # session meanwhile (never with observers: their eval callback runs Python in the graph).
+    gate = engine.decode_gate if not engine.observers else None
+    with gate() if gate is not None else nullcontext():
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_decode(engine.ctx, b)
+        ms = (time.perf_counter() - t0) * 1000.0
     if rc != 0:
         if rc == 1:
             raise ContextFullError(

@@ -41,6 +41,9 @@ from .verify import Verifier, VerifyResult
 from .work import WorkCounter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
     from .backend import Backend
 
 
@@ -57,6 +60,9 @@ class Engine:
         self.model = model
         self._caps: Capabilities | None = None
         self.observers = list(observers or [])
+        # Entered around each llama_decode when no observer runs Python inside the graph: the
+        # app's worker opens it to handle a sampler key while the decode runs (see decode.py).
+        self.decode_gate: Callable[[], AbstractContextManager[object]] | None = None
         self.info = model.info
         self.config = config or EngineConfig()
         self.config.validate()

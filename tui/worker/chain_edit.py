@@ -151,3 +151,15 @@ def _off(st: SamplerSettings, name: str) -> str:
     if name in st.off:
         return " (off)"
     return "" if STAGES[name].active(st) else " (neutral at these settings: it changes nothing)"
+
+
+def run(w: Worker, op: str, arg: str) -> None:
+    """One chain key: "cursor" or "move" by ``arg`` (-1 or 1), "toggle", or "set" NAME VALUE."""
+    if op == "cursor":
+        move_cursor(w, int(arg))
+    elif op == "move":
+        move_stage(w, int(arg))
+    elif op == "toggle":
+        toggle_stage(w)
+    else:
+        set_param(w, arg)

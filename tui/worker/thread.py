@@ -26,43 +26,17 @@ from ..engine.errors import TokenstepError
 from ..engine.remote_http import ServerError
 from ..engine.session import Engine
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
+from . import commands as cmd_types
 from .attention import AttentionControl
 from .build import ViewBuilder
-from .commands import (
-    Adjust,
-    AttentionHead,
-    AttentionLayer,
-    AttentionTabs,
-    AttentionToggle,
-    Call,
-    ChainEdit,
-    Command,
-    Force,
-    Fork,
-    Greedy,
-    JumpPath,
-    LensMode,
-    LensTab,
-    NewChat,
-    PathsShown,
-    Pause,
-    Rewind,
-    Save,
-    Seed,
-    Send,
-    Step,
-    Stop,
-    SurpriseScale,
-    TogglePlay,
-    Verify,
-)
+from .key_lane import KeyLane
 from .lens import LensControl
 from .state import State
 from .views import View
 
 MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
 SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it
-_STOP = Stop()
+_STOP = cmd_types.Stop()
 
 
 class Worker:
@@ -98,7 +72,8 @@ class Worker:
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
-        self._q: queue.Queue[Command] = queue.Queue()
+        self._q: queue.Queue[cmd_types.Command] = queue.Queue()
+        self.commands_queue, self.lane = self._q, KeyLane(self)  # sampler keys mid-decode
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -109,30 +84,30 @@ class Worker:
         self._started = time.time()
         self._views = ViewBuilder(self)
         self._handlers: dict[type, Callable[[Any], None]] = {
-            Send: lambda c: chat.send(self, c.text),
-            Step: lambda c: stepping.user_step(self),
-            Force: lambda c: stepping.force(self, c.token),
-            TogglePlay: lambda c: stepping.toggle_play(self),
-            Pause: lambda c: stepping.pause(self),
-            Rewind: lambda c: stepping.rewind(self, c.n),
-            Adjust: lambda c: sampler_keys.adjust(self, c.name, c.direction),
-            Greedy: lambda c: sampler_keys.toggle_greedy(self),
-            ChainEdit: lambda c: self._chain_edit(c),
-            Seed: lambda c: sampler_keys.next_seed(self, c.delta),
-            NewChat: lambda c: saving.new_chat(self),
-            Save: lambda c: saving.save(self, c.path),
-            AttentionToggle: lambda c: self.attention.toggle(),
-            AttentionLayer: lambda c: self.attention.set_layer(c.layer),
-            AttentionHead: lambda c: self.attention.set_head(c.head),
-            AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
-            LensTab: lambda c: self.lens.set_visible(c.visible),
-            LensMode: lambda c: self.lens.toggle_mode(),
-            Verify: lambda c: verify.verify(self, c.mode),
-            Fork: lambda c: stepping.fork(self),
-            JumpPath: lambda c: stepping.jump(self, c.branch),
-            SurpriseScale: lambda c: surprise.cycle(self),
-            PathsShown: lambda c: setattr(self.state, "paths_shown", c.shown),
-            Call: lambda c: c.fn(),
+            cmd_types.Send: lambda c: chat.send(self, c.text),
+            cmd_types.Step: lambda c: stepping.user_step(self),
+            cmd_types.Force: lambda c: stepping.force(self, c.token),
+            cmd_types.TogglePlay: lambda c: stepping.toggle_play(self),
+            cmd_types.Pause: lambda c: stepping.pause(self),
+            cmd_types.Rewind: lambda c: stepping.rewind(self, c.n),
+            cmd_types.Adjust: lambda c: sampler_keys.adjust(self, c.name, c.direction),
+            cmd_types.Greedy: lambda c: sampler_keys.toggle_greedy(self),
+            cmd_types.ChainEdit: lambda c: chain_edit.run(self, c.op, c.arg),
+            cmd_types.Seed: lambda c: sampler_keys.next_seed(self, c.delta),
+            cmd_types.NewChat: lambda c: saving.new_chat(self),
+            cmd_types.Save: lambda c: saving.save(self, c.path),
+            cmd_types.AttentionToggle: lambda c: self.attention.toggle(),
+            cmd_types.AttentionLayer: lambda c: self.attention.set_layer(c.layer),
+            cmd_types.AttentionHead: lambda c: self.attention.set_head(c.head),
+            cmd_types.AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
+            cmd_types.LensTab: lambda c: self.lens.set_visible(c.visible),
+            cmd_types.LensMode: lambda c: self.lens.toggle_mode(),
+            cmd_types.Verify: lambda c: verify.verify(self, c.mode),
+            cmd_types.Fork: lambda c: stepping.fork(self),
+            cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
+            cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
+            cmd_types.PathsShown: lambda c: setattr(self.state, "paths_shown", c.shown),
+            cmd_types.Call: lambda c: c.fn(),
         }
 
     # -- the UI side ---------------------------------------------------------------------------
@@ -143,7 +118,9 @@ class Worker:
         # interval hands the GIL over sooner.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._run, name="tokenstep-decode", daemon=True)
+        self.engine.decode_gate = self.lane.decoding
         self._thread.start()
+        self.lane.start()
 
     def take(self) -> View | None:
         """The latest view (called by the UI thread; marks it as taken)."""
@@ -155,9 +132,14 @@ class Worker:
     def latest(self) -> View | None:
         return self._latest
 
-    def put(self, cmd: Command) -> None:
-        """Queue a command for the worker thread."""
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def put(self, cmd: cmd_types.Command) -> None:
+        """Queue a command for the worker thread (a sampler key may run on the key lane)."""
         self._q.put(cmd)
+        self.lane.offer(cmd)
 
     def queue_empty(self) -> bool:
         """True when the worker has taken every queued command."""
@@ -166,103 +148,93 @@ class Worker:
     def call_soon(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` on the worker thread between decode calls (the engine is only ever
         touched there)."""
-        self.put(Call(fn))
+        self.put(cmd_types.Call(fn))
 
     def send(self, text: str) -> None:
-        self.put(Send(text))
+        self.put(cmd_types.Send(text))
 
     def set_system_prompt(self, text: str) -> None:
         """``/system TEXT`` in the chat box (empty: no system message)."""
-        self.put(Call(lambda: chat.set_system(self, text)))
+        self.put(cmd_types.Call(lambda: chat.set_system(self, text)))
 
     def step(self) -> None:
-        self.put(Step())
+        self.put(cmd_types.Step())
 
     def force(self, token: int) -> None:
-        self.put(Force(token))
+        self.put(cmd_types.Force(token))
 
     def toggle_play(self) -> None:
-        self.put(TogglePlay())
+        self.put(cmd_types.TogglePlay())
 
     def pause(self) -> None:
-        self.put(Pause())
+        self.put(cmd_types.Pause())
 
     def rewind(self, n: int = 1) -> None:
-        self.put(Rewind(n))
+        self.put(cmd_types.Rewind(n))
 
     def adjust(self, name: str, direction: int) -> None:
         """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
-        self.put(Adjust(name, direction))
+        self.put(cmd_types.Adjust(name, direction))
 
     def toggle_greedy(self) -> None:
-        self.put(Greedy())
+        self.put(cmd_types.Greedy())
 
     def chain_edit(self, op: str, arg: str = "") -> None:
         """The chain keys: stage cursor, move a stage, turn it off/on, set a parameter."""
-        self.put(ChainEdit(op, arg))
-
-    def _chain_edit(self, c: ChainEdit) -> None:
-        if c.op == "cursor":
-            chain_edit.move_cursor(self, int(c.arg))
-        elif c.op == "move":
-            chain_edit.move_stage(self, int(c.arg))
-        elif c.op == "toggle":
-            chain_edit.toggle_stage(self)
-        else:
-            chain_edit.set_param(self, c.arg)
+        self.put(cmd_types.ChainEdit(op, arg))
 
     def next_seed(self, delta: int = 1) -> None:
-        self.put(Seed(delta))
+        self.put(cmd_types.Seed(delta))
 
     def new_chat(self) -> None:
-        self.put(NewChat())
+        self.put(cmd_types.NewChat())
 
     def save(self, path: str) -> None:
-        self.put(Save(path))
+        self.put(cmd_types.Save(path))
 
     def attention_cmd(self, name: str, *args: Any) -> None:
         """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
         if name == "toggle":
-            self.put(AttentionToggle())
+            self.put(cmd_types.AttentionToggle())
         elif name == "all":
-            self.put(Call(self.attention.capture_all))
+            self.put(cmd_types.Call(self.attention.capture_all))
         elif name == "layer":
-            self.put(AttentionLayer(int(args[0])))
+            self.put(cmd_types.AttentionLayer(int(args[0])))
         elif name == "head":
-            self.put(AttentionHead(args[0]))
+            self.put(cmd_types.AttentionHead(args[0]))
         elif name == "tabs":
-            self.put(AttentionTabs(bool(args[0]), bool(args[1])))
+            self.put(cmd_types.AttentionTabs(bool(args[0]), bool(args[1])))
         else:
             raise ValueError(name)
 
     def lens_cmd(self, name: str, *args: Any) -> None:
         """The lens: "tab" visible (the Lens tab shows or not), "mode" (preview / last step)."""
         if name == "tab":
-            self.put(LensTab(bool(args[0])))
+            self.put(cmd_types.LensTab(bool(args[0])))
         elif name == "mode":
-            self.put(LensMode())
+            self.put(cmd_types.LensMode())
         else:
             raise ValueError(name)
 
     def verify(self, mode: str = "batched") -> None:
         """Recompute the context from scratch in a fresh context and compare the logits."""
-        self.put(Verify(mode))
+        self.put(cmd_types.Verify(mode))
 
     def fork(self) -> None:
         """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
-        self.put(Fork())
+        self.put(cmd_types.Fork())
 
     def jump_path(self, branch: int) -> None:
         """Make a path not taken of this turn the live reply."""
-        self.put(JumpPath(branch))
+        self.put(cmd_types.JumpPath(branch))
 
     def paths_shown(self, shown: bool) -> None:
         """The tree pane is (not) showing: while it is, rewinds park their cells."""
-        self.put(PathsShown(shown))
+        self.put(cmd_types.PathsShown(shown))
 
     def surprise_scale(self) -> None:
         """Cycle the surprise map: off, p, p', entropy."""
-        self.put(SurpriseScale())
+        self.put(cmd_types.SurpriseScale())
 
     def stop(self, timeout: float | None = 60.0) -> bool:
         """Ask the worker to finish (after the decode it is in) and wait for it. The worker
@@ -288,6 +260,7 @@ class Worker:
         if self.close_engine:
             self.engine.close()
         self.engine = new
+        self.engine.decode_gate = self.lane.decoding
         self.close_engine = True
 
     @contextmanager
@@ -301,7 +274,7 @@ class Worker:
         finally:
             self.state.busy = None
 
-    def take_queued(self, kind: type[Command]) -> Command | None:
+    def take_queued(self, kind: type[cmd_types.Command]) -> cmd_types.Command | None:
         """Remove every queued command of ``kind`` and return the newest (None if none): a
         flood of presses asking for the same slow thing is done once, for the last one."""
         with self._q.mutex:
@@ -323,11 +296,16 @@ class Worker:
         if missing is not None:
             raise TokenstepError(f"{what} {missing}.")
 
-    def handle(self, cmd: Command) -> None:
+    def handle(self, cmd: cmd_types.Command) -> None:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""
         self.commands += 1
         self.state.returned_text = None
         self._handlers[type(cmd)](cmd)
+
+    def run_now(self, cmd: cmd_types.Command) -> None:
+        """Handle ``cmd`` and publish its view (the caller holds the state lock)."""
+        self._guarded(self.handle, cmd)
+        self._publish(force=True)
 
     def build_view(self) -> View:
         """A view of the current state (worker thread; the UI takes published ones)."""
@@ -336,25 +314,30 @@ class Worker:
     # -- the worker ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self._publish(force=True)
+            with self.lane.working():
+                self._publish(force=True)
             while not self._stop.is_set():
-                playing = self.state.playing
-                if self._dirty and not playing:
-                    self._publish(force=True)
-                try:
+                with self.lane.working():
+                    playing = self.state.playing
+                    if self._dirty and not playing:
+                        self._publish(force=True)
+                try:  # waiting for a command holds nothing
                     cmd = self._q.get_nowait() if playing else self._q.get()
                 except queue.Empty:
                     cmd = None
                 if cmd is _STOP or self._stop.is_set():
                     break
-                if cmd is not None:
-                    self._guarded(self.handle, cmd)
-                    self._publish(force=True)
-                else:
-                    self._guarded(stepping.step, self, None)
-                    self._publish(force=False)
+                with self.lane.working():
+                    if cmd is not None:
+                        self.run_now(cmd)
+                    elif self.state.playing:  # a key on the lane may have paused it
+                        self._guarded(stepping.step, self, None)
+                        if self._q.empty():  # else the command's own view comes next
+                            self._publish(force=False)
         finally:
-            self._shutdown()
+            self.lane.stop()
+            with self.lane.working():
+                self._shutdown()
 
     def _shutdown(self) -> None:
         try:
