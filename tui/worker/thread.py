@@ -2,7 +2,7 @@
 
 The app never calls the engine. It puts small commands (send, step, rewind, adjust a sampler
 setting, ...) on a queue; the worker thread runs them one at a time, in order, between decode
-calls, and publishes an immutable :class:`~tui.worker.views.View` of everything the panes draw.
+calls (a sampler key at the head of the queue may run during one: :mod:`.key_lane`), and publishes an immutable :class:`~tui.worker.views.View` of everything the panes draw.
 During autoplay the worker keeps stepping while the queue is empty. A view is built only when
 the UI has taken the previous one (or when the worker goes idle), so a slow screen never slows
 the decode loop and the screen always draws the latest state.
