@@ -17,6 +17,7 @@ from textual.message import Message
 
 from ..worker.views import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
+from .lru import LRU
 
 CURSOR = Style(bgcolor="grey30")
 MARKER = Style(color="bright_yellow", bold=True)
@@ -46,6 +47,7 @@ class LogitsPane(Pane):
         # %: the two p columns show the distribution top-p saw (p|k, softmax over top-k's
         # survivors) and its running sum, so each top-p cut can be checked on screen.
         self.seen = False
+        self._pieces: LRU[list[Segment]] = LRU(512)
 
     def toggle_seen(self) -> None:
         self.seen = not self.seen
@@ -280,9 +282,7 @@ class LogitsPane(Pane):
                 Segment("▶" if i == self.cursor else " ", MARKER),
                 Segment("★" if is_next else " ", NEXT),
             ]
-            pt = _piece_cell(c, piece_w, is_next)
-            segs += [s for s in pt.render(console) if s.text != "\n"]
-            segs.append(Segment(" " * (piece_w - pt.cell_len)))
+            segs += self._piece_segments(c, piece_w, is_next)
             if show_id:
                 segs.append(Segment(f"{c.id:>6}", DIM))
             if show_logit:
@@ -301,6 +301,18 @@ class LogitsPane(Pane):
             rows.append(segs)
         rows += [line(t) for t in self.pick_lines(v).split("\n")]
         return rows
+
+    def _piece_segments(self, c: CandidateRow, piece_w: int, is_next: bool) -> list[Segment]:
+        """A candidate's piece cell, padded to its column, as segments. Cached: the same
+        tokens come back step after step, and a sampler key redraws every row at once (the
+        pieces were a third of the pane's frame)."""
+        key = (c.piece, bool(c.cut_by), piece_w, is_next)
+        got = self._pieces.get(key)
+        if got is None:
+            pt = _piece_cell(c, piece_w, is_next)
+            segs = [s for s in pt.render(self.app.console) if s.text != "\n"]
+            got = self._pieces.put(key, [*segs, Segment(" " * (piece_w - pt.cell_len))])
+        return got
 
     def _head(self, width: int, v: View | None = None) -> Text:
         """The column titles over the candidates. Over llama-server the scores are logprobs:
