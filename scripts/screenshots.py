@@ -366,16 +366,6 @@ async def paths_tree(model: Model) -> None:
 # -- the whole sampler chain (issue 12) -----------------------------------------------------
 
 
-async def _steps(app: TokenstepApp, pilot: Pilot, n: int) -> None:
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
-    if app.focused is not None and app.focused.id == "chat":
-        await pilot.press("escape")
-    for _ in range(n):
-        await pilot.press("right")
-    await wait_for(pilot, lambda: app.view.text.reply_tokens >= n)
-
-
 async def chain_dry_xtc(model: Model) -> None:
     """A repeated sentence: DRY penalizes the token that would repeat it again, and XTC (on
     every step here) removes the most likely candidates above its threshold."""
@@ -386,7 +376,7 @@ async def chain_dry_xtc(model: Model) -> None:
     text = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
     app = TokenstepApp(engine, raw=True, prefill=text, autoplay=False, autosave_dir=None)
     async with app.run_test(size=SIZE) as pilot:
-        await _steps(app, pilot, 0)  # the first pick: DRY sees "mat. The cat sat on the" again
+        await _reply(app, pilot, "", 0)  # the first pick: DRY sees "mat. The cat sat on the" again
         await pilot.pause(0.3)
         save(app, "chain-dry-xtc.svg")
 
@@ -400,7 +390,7 @@ async def grammar_mask(model: Model) -> None:
         engine, prefill="Is the sky blue? Answer yes or no.", autoplay=False, autosave_dir=None
     )
     async with app.run_test(size=SIZE) as pilot:
-        await _steps(app, pilot, 2)
+        await _reply(app, pilot, "", 2)
         await pilot.pause(0.3)
         save(app, "grammar-mask.svg")
 

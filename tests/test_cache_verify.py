@@ -5,26 +5,17 @@ from __future__ import annotations
 import llama_cpp
 import numpy as np
 import pytest
-from llama_cpp import Llama
 
 from tui.engine import SamplerSettings
 
-from .conftest import run_cli
+from .conftest import logits_oracle, run_cli
 
 PROMPT = "The lighthouse keeper climbed the stairs every evening, and on the last night of"
 
 
 @pytest.fixture(scope="module")
 def oracle(model_path):
-    llm = Llama(
-        model_path=str(model_path),
-        n_ctx=256,
-        n_batch=256,
-        n_threads=2,
-        logits_all=True,
-        flash_attn=False,
-        verbose=False,
-    )
+    llm = logits_oracle(model_path, 256)
     yield llm
     llm.close()
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
+from tests.conftest import logits_oracle
 from tui.engine import SamplerSettings, loop
 
 from .conftest import run_cli
@@ -22,15 +23,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module", params=[False, True], ids=["fa-off", "fa-on"])
 def oracle(request, model_path):
-    llm = Llama(
-        model_path=str(model_path),
-        n_ctx=512,
-        n_batch=512,
-        n_threads=2,
-        logits_all=True,
-        flash_attn=request.param,
-        verbose=False,
-    )
+    llm = logits_oracle(model_path, 512, flash_attn=request.param)
     yield llm, ("on" if request.param else "off")
     llm.close()
 

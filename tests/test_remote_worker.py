@@ -3,27 +3,13 @@ locally or is refused in the capability's own sentence; the views never show loc
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 from tui.engine import SamplerSettings
 from tui.engine.remote import RemoteBackend
-from tui.worker import View, Worker
+from tui.worker import Worker
 from tui.worker.session_store import read_session
 
 from .llama_server import llama_server  # noqa: F401
-
-
-def wait(c: Worker, pred: Callable[[View], bool], what: str, timeout: float = 120) -> View:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = c.take()
-        if v is not None and pred(v):
-            return v
-        time.sleep(0.01)
-    raise AssertionError(
-        f"timed out waiting for {what}; last notice: {c.latest and c.latest.notice}"
-    )
+from .test_app_controller import wait
 
 
 def test_the_worker_steps_a_server_and_refuses_what_needs_a_local_model(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from llama_cpp import Llama
 
+from tests.conftest import logits_oracle
 from tui.engine import SamplerSettings
 from tui.engine.sampling import softmax
 from tui.engine.surprise import perplexity
@@ -19,15 +20,7 @@ PROMPT = "Once upon a time, in a small village, there lived an old baker who"
 
 @pytest.fixture(scope="module")
 def oracle(model_path):
-    llm = Llama(
-        model_path=str(model_path),
-        n_ctx=512,
-        n_batch=512,
-        n_threads=2,
-        logits_all=True,
-        flash_attn=False,
-        verbose=False,
-    )
+    llm = logits_oracle(model_path, 512)
     yield llm
     llm.close()
 

@@ -320,7 +320,6 @@ class TabServer(Server):
                 elif kind == "focus":
                     await app_service.focus()
 
-
     def refusal(self) -> str:
         return refusal(self.max_sessions, self.slots)
 
