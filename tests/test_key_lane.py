@@ -40,6 +40,7 @@ def test_a_sampler_key_is_answered_while_the_decode_is_in_flight(make_engine):
                     timeout=60,
                 )
                 seen["thread"] = threading.current_thread().name
+                seen["mid"] = w.latest
             yield
 
     try:
@@ -49,6 +50,13 @@ def test_a_sampler_key_is_answered_while_the_decode_is_in_flight(make_engine):
         v = wait(w, lambda v: len(v.text.tokens) == n0 + 1, "the step, after the key")
         assert seen["answered"] and seen["thread"] == "tokenstep-decode"
         assert v.settings.temp > seen["temp"]  # type: ignore[operator]
+        # Mid-decode the shown row already gave the token in flight: no pick is promised
+        # from it, and the notice says the change takes effect at the next pick.
+        mid = seen["mid"]
+        assert mid.logits.next_pick is None  # type: ignore[attr-defined]
+        assert "the next pick uses it" in mid.notice  # type: ignore[attr-defined]
+        after = wait(w, lambda v: v.logits.next_pick is not None, "the new row's preview")
+        assert after.settings.temp == v.settings.temp
     finally:
         assert w.stop()
     assert w.error is None, w.error

@@ -173,7 +173,9 @@ class ViewBuilder:
             candidates=rows,
             chain=chain,
             entropy=entropy,
-            next_pick=next_pick,
+            # Mid-decode (a key on the lane) the shown row already gave the token in flight:
+            # the next step samples the row being computed, so no pick is promised from this one.
+            next_pick=None if self.w.lane.in_decode else next_pick,
             remote=remote_view(self.w.engine),
             chain_cursor=self.w.state.chain_cursor,
         )

@@ -32,6 +32,9 @@ class KeyLane:
         self.w = w
         self.lock = threading.Lock()  # the session's state: held by whoever works on it
         self.held = False  # the decode thread holds ``lock`` (and may lend it for a decode)
+        # Lent out for a decode: the logits the session holds already gave the token in flight,
+        # so a view built now must not call its preview on them the next step's pick.
+        self.in_decode = False
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -66,14 +69,14 @@ class KeyLane:
         """The engine's ``decode_gate``: the lock is lent out while llama_decode runs."""
         lend = self.held and threading.current_thread() is self.w.thread
         if lend:
-            self.held = False
+            self.held, self.in_decode = False, True
             self.lock.release()
         try:
             yield
         finally:
             if lend:
                 self.lock.acquire()
-                self.held = True
+                self.held, self.in_decode = True, False
 
     def _take(self) -> Command | None:
         """The sampler command at the head of the queue, removed (None if the head is not

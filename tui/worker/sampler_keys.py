@@ -93,5 +93,7 @@ def settings_changed(w: Worker, what: str) -> None:
     what = f"{what[:1].upper()}{what[1:]}"
     if not has_logits:
         s.note(f"{what}: used from the next message on.")
+    elif w.lane.in_decode:  # the shown row already gave the token being decoded
+        s.note(f"{what}: the next pick uses it (the token being decoded was picked before).")
     else:
         s.note(f"{what}: the sampler chain re-ran on the same logits, no decode.")
