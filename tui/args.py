@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .backend_flags import gpu_flags, server_flags
+from .backend_flags import gpu_flags, repack_flags, server_flags
 from .engine.errors import TokenstepError
+from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
 
@@ -204,14 +205,6 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _version() -> str:
-    from importlib.metadata import version
-
-    from . import __version__
-
-    return f"tokenstep {__version__} (llama-cpp-python {version('llama_cpp_python')})"
-
-
 def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
     _model_flags(app)
@@ -219,6 +212,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _sampler_flags(app)
     server_flags(app)
     gpu_flags(app)
+    repack_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(
@@ -233,7 +227,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="TEXT",
         help="system message at the start of every chat (in the app: /system TEXT)",
     )
-    app.add_argument("--version", action="version", version=_version())
+    app.add_argument("--version", action=VersionAction)
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )
@@ -263,6 +257,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _prompt_flags(trace)
     server_flags(trace)
     gpu_flags(trace)
+    repack_flags(trace)
     trace.add_argument(
         "-n",
         "--n-predict",
@@ -293,6 +288,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="context size for the KV sizes (default: n_ctx_train)",
     )
     _swa_flag(info)
+    repack_flags(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 
     verify = _Parser(
@@ -305,6 +301,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _sampler_flags(verify)
     _prompt_flags(verify)
     gpu_flags(verify)
+    repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     verify.add_argument(
         "-n",

@@ -97,3 +97,24 @@ def gpu_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep the KV cache in system memory even when layers are on a GPU",
     )
+
+
+def repack_flags(p: argparse.ArgumentParser) -> None:
+    """Extra buffer types (weight repacking, AMX), with llama.cpp's names. Neither flag: off
+    where this llama.cpp has AMX kernels (they crash on the first decode, llama.cpp #20824),
+    llama.cpp's default (on) elsewhere."""
+    p.add_argument(
+        "--repack",
+        dest="repack",
+        action="store_true",
+        default=None,
+        help="load weights with llama.cpp's extra buffer types (repacked for faster matmuls; "
+        "default on, except where this llama.cpp has AMX kernels, which crash)",
+    )
+    p.add_argument(
+        "-nr",
+        "--no-repack",
+        dest="repack",
+        action="store_false",
+        help="load weights without extra buffer types (llama-server's --no-repack)",
+    )

@@ -99,7 +99,9 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
     template = getattr(args, "chat_template", None)
     template_text = chat_mod.template_from(template) if template else None  # before loading
-    model = Model(args.model, offload=offload_from_args(args))
+    model = Model(
+        args.model, offload=offload_from_args(args), repack_flag=getattr(args, "repack", None)
+    )
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -120,6 +122,12 @@ def server_conflicts(args: argparse.Namespace) -> None:
     caps = remote_capabilities(args.server)
     if args.model:
         raise TokenstepError("-m and --server both given: the server has its own model.")
+    if getattr(args, "repack", None) is not None:
+        flag = "--repack" if args.repack else "--no-repack"
+        raise TokenstepError(
+            f"{flag} and --server both given: the server loads its own model (pass {flag} to "
+            "llama-server)."
+        )
     for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
         if getattr(args, flag, None) not in (None, False):
             raise TokenstepError(f"--{flag} {caps.missing(what)}.")
@@ -279,12 +287,14 @@ def info_main(args: argparse.Namespace) -> int:
             hdr, f, n_ctx, config.n_ubatch, config.n_seq_max, swa_full=config.swa_full
         )
     ]
+    built = info.build_facts(args.repack)  # llama.cpp's system info, the --repack choice
+    data.update(built)
     if args.json:
         print(json.dumps(data))
         return 0
     w = max(len(k) for k in data)
     for k, v in data.items():
-        if k in ("kv_cache", "kv_caches", "swa_full"):
+        if k in ("kv_cache", "kv_caches", "swa_full", *built):
             continue
         shown = ", ".join(str(x) for x in v) if isinstance(v, list) else v  # not "[3]"
         print(f"{k:<{w}}  {_safe(shown)}")
@@ -308,6 +318,7 @@ def info_main(args: argparse.Namespace) -> int:
         for c in data["kv_caches"]:
             sizes = "  ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in c["bytes"].items())
             print(f"  {c['kind']:<8} {c['cells']:>7,} cells x {c['layers']:>3} layers  {sizes}")
+    print(f"\nllama.cpp: {built['system_info']}\n{built['repack']['reason']}.")
     return 0
 
 
