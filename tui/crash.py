@@ -90,7 +90,7 @@ def _running(pid: int) -> bool:
 
 
 def where(stack: str) -> str:
-    """"in llama.cpp" when the crashing thread was inside a call from tokenstep's engine or
+    """ "in llama.cpp" when the crashing thread was inside a call from tokenstep's engine or
     llama-cpp-python (the Python frame that called the native code), else "native"."""
     current = stack.split("Current thread", 1)
     if len(current) < 2:
