@@ -115,3 +115,30 @@ def test_an_amx_buffer_in_the_load_log_reloads_without_them(tmp_path: Path) -> N
     assert '"step": 1' in out  # and it decoded
     loads, out = child(tmp_path, (*ENTRY_POINTS["trace"], "--repack"), FAKE_AMX_LOG="1")
     assert loads == [1], out[-2000:]
+
+
+ORACLE = r"""
+import os, sys
+import llama_cpp
+llama_cpp.llama_print_system_info = lambda: os.environ["FAKE_SYSTEM_INFO"].encode()
+import tests.conftest
+from llama_cpp import Llama
+llm = Llama(model_path=sys.argv[1], vocab_only=True, verbose=False)
+print("ORACLE", int(llm.model_params.use_extra_bufts))
+"""
+
+
+def test_the_tests_llama_oracle_loads_as_tokenstep_does(tmp_path: Path) -> None:
+    """llama-cpp-python's Llama has no use_extra_bufts argument: with the tests' conftest
+    loaded, its model params carry tokenstep's choice (off on an AMX build)."""
+    for line, want in ((XEON_AMX, "ORACLE 0"), (EPYC_AVX512, "ORACLE 1")):
+        res = subprocess.run(
+            [sys.executable, "-c", ORACLE, str(default_model_path())],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "FAKE_SYSTEM_INFO": line},
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert want in res.stdout
