@@ -226,3 +226,26 @@ def test_a_clean_quit_leaves_no_file_and_no_word(tmp_path: Path) -> None:
             proc.wait()
         os.close(master)
         os.close(slave)
+
+
+def test_trace_says_where_a_native_crash_happened() -> None:
+    """`tokenstep trace` dying inside llama.cpp prints the Python stack on stderr (it used to
+    end with exit code 139 and nothing said)."""
+    code = (
+        "import sys\n"
+        "import tui.commands as c\n"
+        "from tui.engine.model import _meta_str\n"
+        "c.trace_main = lambda args: _meta_str(None, 'general.name')\n"
+        "from tui.cli import main\n"
+        "sys.exit(main(['trace', '-p', 'hi']))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in res.stderr
+    assert "tui/engine/model.py" in res.stderr

@@ -7,6 +7,7 @@ Every user mistake ends with one sentence on stderr and a non-zero exit code, ne
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         cmd, args = parse(argv)
+        if cmd in ("trace", "verify", "info") and not faulthandler.is_enabled():
+            # A native crash (in llama.cpp) prints the Python stack on stderr instead of
+            # ending with exit code 139 and nothing said; the app writes it to a file instead.
+            faulthandler.enable(all_threads=True)
         if cmd == "trace":
             from .commands import trace_main
 
