@@ -118,3 +118,15 @@ def repack_flags(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="load weights without extra buffer types (llama-server's --no-repack)",
     )
+
+
+def repack_with_server(args: argparse.Namespace) -> str | None:
+    """--repack / --no-repack with --server: the sentence that refuses it (the server loads its
+    own model, with its own flag), or None."""
+    if getattr(args, "repack", None) is None:
+        return None
+    flag = "--repack" if args.repack else "--no-repack"
+    return (
+        f"{flag} and --server both given: the server loads its own model (pass {flag} to "
+        "llama-server)."
+    )

@@ -11,6 +11,7 @@ import sys
 from typing import cast
 
 from .args import read_prompt
+from .backend_flags import repack_with_server
 from .engine import (
     Engine,
     EngineConfig,
@@ -99,9 +100,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
     template = getattr(args, "chat_template", None)
     template_text = chat_mod.template_from(template) if template else None  # before loading
-    model = Model(
-        args.model, offload=offload_from_args(args), repack_flag=getattr(args, "repack", None)
-    )
+    repack = getattr(args, "repack", None)  # --repack / --no-repack / neither (None)
+    model = Model(args.model, offload=offload_from_args(args), repack_flag=repack)
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -122,12 +122,8 @@ def server_conflicts(args: argparse.Namespace) -> None:
     caps = remote_capabilities(args.server)
     if args.model:
         raise TokenstepError("-m and --server both given: the server has its own model.")
-    if getattr(args, "repack", None) is not None:
-        flag = "--repack" if args.repack else "--no-repack"
-        raise TokenstepError(
-            f"{flag} and --server both given: the server loads its own model (pass {flag} to "
-            "llama-server)."
-        )
+    if (clash := repack_with_server(args)) is not None:
+        raise TokenstepError(clash)
     for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
         if getattr(args, flag, None) not in (None, False):
             raise TokenstepError(f"--{flag} {caps.missing(what)}.")
@@ -287,8 +283,7 @@ def info_main(args: argparse.Namespace) -> int:
             hdr, f, n_ctx, config.n_ubatch, config.n_seq_max, swa_full=config.swa_full
         )
     ]
-    built = info.build_facts(args.repack)  # llama.cpp's system info, the --repack choice
-    data.update(built)
+    data |= (built := info.build_facts(args.repack))  # llama.cpp's system info, --repack
     if args.json:
         print(json.dumps(data))
         return 0
