@@ -249,3 +249,42 @@ def test_trace_says_where_a_native_crash_happened() -> None:
     assert res.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in res.stderr
     assert "tui/engine/model.py" in res.stderr
+
+
+def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Path) -> None:
+    """A crash while the model loads: the note, the terminal's mode kept, and no escape code
+    (leaving an alternate screen never entered would move the cursor)."""
+    folder = tmp_path / "sessions"
+    code = (
+        "import sys\n"
+        "import tui.startup as s\n"
+        "from tui.engine.model import _meta_str\n"
+        "s.engine_from_args = lambda args: _meta_str(None, 'general.name')\n"
+        "from tui.cli import main\n"
+        "sys.exit(main(['-c', '512', '-t', '1']))\n"
+    )
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENSTEP_AUTOSAVE_DIR": str(folder)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
+    )
+    before = termios.tcgetattr(slave)
+    buf = bytearray()
+    try:
+        assert _wait_reading(proc, master, buf) == -signal.SIGSEGV
+        (path,) = crash_files(folder)
+        note = f"tokenstep: the app crashed; terminal restored; the stack is in {path}".encode()
+        assert _read_until(master, buf, note, 60), bytes(buf[-2000:])
+        assert b"\x1b[" not in buf
+        assert termios.tcgetattr(slave) == before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)

@@ -84,14 +84,17 @@ def run_app(args: argparse.Namespace) -> int:
         print(f"tokenstep: {crashed}", file=sys.stderr)
     stack = crash.CrashLog(folder)  # a native crash from here on leaves its stack there
     stack.install(f"llama.cpp: {system_info()}")
+    guard = crash.TerminalGuard()  # and gives the terminal back
+    guard.start(f"tokenstep: the app crashed; terminal restored; the stack is in {stack.path}")
     try:
-        return _run(args, header, crashed, stack)
+        return _run(args, header, crashed, guard)
     finally:
+        guard.release()
         stack.close()  # reached only without a native crash: the file goes
 
 
 def _run(
-    args: argparse.Namespace, header: dict | None, crashed: str | None, stack: crash.CrashLog
+    args: argparse.Namespace, header: dict | None, crashed: str | None, guard: crash.TerminalGuard
 ) -> int:
     try:
         engine = engine_from_args(args)
@@ -99,7 +102,7 @@ def _run(
         if header is None:
             raise
         raise TokenstepError(f"resuming {args.resume}: {exc}") from None
-    app = build_app(engine, args, autosave_dir=stack.folder)
+    app = build_app(engine, args, autosave_dir=session_store.default_autosave_dir())
     if header is not None:
         try:
             restore(app.controller, header, args.resume)
@@ -107,8 +110,7 @@ def _run(
             engine.close()
             raise
     start_notes(app, engine, crashed)
-    guard = crash.TerminalGuard()
-    guard.start(f"tokenstep: the app crashed; terminal restored; the stack is in {stack.path}")
+    guard.screen_taken()
     try:
         app.run()
     except KeyboardInterrupt:
