@@ -288,3 +288,19 @@ def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Pat
             proc.wait()
         os.close(master)
         os.close(slave)
+
+
+def test_a_pid_used_again_still_tells_the_crash(tmp_path: Path) -> None:
+    """In a container every run can have the same pid: a stack under this process's own pid is
+    an earlier run's, and is told; this process's own live file (no stack) stays."""
+    mine = tmp_path / f"crash-20260101-000000-{os.getpid()}.log"
+    mine.write_text("tokenstep pid ...\n\nFatal Python error: Bus error\n")
+    live = crash.CrashLog(tmp_path / "live")
+    assert live.install("llama.cpp: CPU : AVX2 = 1 |")
+    try:
+        assert crash.previous_crash(live.folder) is None and live.path.exists()
+    finally:
+        live.close()
+    assert not live.path.exists()
+    line = crash.previous_crash(tmp_path)
+    assert line == f"The last run ended in a native crash (Bus error); its stack is in {mine}."

@@ -44,6 +44,7 @@ class CrashLog:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.path = folder / f"{PREFIX}{stamp}-{os.getpid()}.log"
         self._fh: IO[str] | None = None
+        self._was_enabled = False
 
     def install(self, about: str = "") -> bool:
         """Start writing fatal-signal stacks to :attr:`path`; False (and nothing changed) when
@@ -59,6 +60,7 @@ class CrashLog:
             fh.write(about.rstrip("\n") + "\n")
         fh.write("\n")
         fh.flush()  # faulthandler writes to the descriptor, past Python's buffer
+        self._was_enabled = faulthandler.is_enabled()  # e.g. by PYTHONFAULTHANDLER, or pytest
         faulthandler.enable(fh, all_threads=True)
         self._fh = fh
         return True
@@ -68,6 +70,8 @@ class CrashLog:
         if self._fh is None:
             return
         faulthandler.disable()
+        if self._was_enabled and sys.__stderr__ is not None:
+            faulthandler.enable(sys.__stderr__, all_threads=True)
         self._fh.close()
         self._fh = None
         try:
@@ -119,12 +123,13 @@ def previous_crash(folder: Path) -> str | None:
             pid = int(path.stem.rsplit("-", 1)[1])
         except (IndexError, ValueError):
             continue
-        if pid == os.getpid() or _running(pid):
+        if pid != os.getpid() and _running(pid):
             continue
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
-            if _TOLD in text:
-                continue
+            if _TOLD in text or (pid == os.getpid() and _FATAL not in text):
+                continue  # told already; or this process's own file (a container's pid 1
+                # is every run's pid: a stack in a file of "ours" is an earlier run's)
             if _FATAL not in text:
                 path.unlink()
                 continue
