@@ -304,3 +304,64 @@ def test_a_pid_used_again_still_tells_the_crash(tmp_path: Path) -> None:
     assert not live.path.exists()
     line = crash.previous_crash(tmp_path)
     assert line == f"The last run ended in a native crash (Bus error); its stack is in {mine}."
+
+
+# faulthandler's output in its three shapes (Python 3.11), paths as in a real install.
+ON_AN_OPENMP_WORKER = """Fatal Python error: Segmentation fault
+
+Thread 0x00007f78c77fe6c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 327 in wait
+  File "/home/u/tokenstep/tui/worker/key_lane.py", line 93 in _run
+
+Thread 0x00007f78c7fff6c0 (most recent call first):
+  File "/home/u/tokenstep/tui/engine/decode.py", line 61 in decode
+  File "/home/u/tokenstep/tui/engine/session.py", line 240 in step
+
+Thread 0x00007f78cc9386c0 (most recent call first):
+  File "/home/u/.venv/lib/python3.11/site-packages/textual/app.py", line 2100 in run
+
+Extension modules: numpy._core._multiarray_umath (total: 1)
+"""
+IN_THE_DECODE_THREAD = ON_AN_OPENMP_WORKER.replace(
+    "Thread 0x00007f78c7fff6c0", "Current thread 0x00007f78c7fff6c0"
+)
+IN_TEXTUAL = ON_AN_OPENMP_WORKER.replace(
+    "Thread 0x00007f78cc9386c0", "Current thread 0x00007f78cc9386c0"
+)
+NO_ENGINE_FRAME = ON_AN_OPENMP_WORKER.replace("tui/engine/decode.py", "tui/worker/thread.py")
+
+
+def test_where_the_stack_puts_the_crash() -> None:
+    assert crash.where(IN_THE_DECODE_THREAD) == "llama.cpp"
+    assert crash.where(ON_AN_OPENMP_WORKER) == "llama.cpp"  # llama.cpp #20824's shape
+    assert crash.where(IN_TEXTUAL) == "native"
+    assert crash.where(NO_ENGINE_FRAME) == "native"
+    assert crash.where("Fatal Python error: Aborted\n\n") == "native"
+
+
+def test_a_crash_on_a_thread_python_does_not_know_is_told(tmp_path: Path) -> None:
+    """A native thread (as llama.cpp's OpenMP workers are) that jumps to address 0: faulthandler
+    still writes every Python thread's stack, and the next start tells it."""
+    code = (
+        "import ctypes, sys, time\n"
+        "from pathlib import Path\n"
+        "from tui import crash\n"
+        "crash.CrashLog(Path(sys.argv[1])).install('llama.cpp: ...')\n"
+        "t = ctypes.c_ulong()\n"
+        "ctypes.CDLL(None).pthread_create(ctypes.byref(t), None, ctypes.c_void_p(0), None)\n"
+        "time.sleep(60)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert res.returncode == -signal.SIGSEGV
+    (path,) = crash_files(tmp_path)
+    text = path.read_text()
+    assert "Fatal Python error: Segmentation fault" in text and "Current thread" not in text
+    assert 'File "<string>", line 7 in <module>' in text  # the main thread, asleep
+    assert crash.previous_crash(tmp_path) == (
+        f"The last run ended in a native crash (Segmentation fault); its stack is in {path}."
+    )

@@ -95,17 +95,24 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
-def where(stack: str) -> str:
-    """ "in llama.cpp" when the crashing thread was inside a call from tokenstep's engine or
-    llama-cpp-python (the Python frame that called the native code), else "native"."""
-    current = stack.split("Current thread", 1)
-    if len(current) < 2:
-        return "native"
-    block = current[1].split("\n\n", 1)[0]
+def _in_llama(block: str) -> bool:
+    """The top Python frame of one thread's stack is in llama-cpp-python or tokenstep's engine
+    (the Python side of a call into llama.cpp)."""
     m = _FRAME.search(block)
-    if m and ("llama_cpp" in m.group(1) or f"tui{os.sep}engine" in m.group(1)):
-        return "llama.cpp"
-    return "native"
+    return m is not None and ("llama_cpp" in m.group(1) or f"tui{os.sep}engine" in m.group(1))
+
+
+def where(stack: str) -> str:
+    """ "llama.cpp" or "native": where faulthandler's stacks put the crash. A Python thread that
+    crashed is "Current thread": llama.cpp when its top frame called into it. A crash on a thread
+    Python does not know (an OpenMP or ggml worker, as in llama.cpp #20824) has no current
+    thread: llama.cpp when a Python thread was inside a call into it (``llama_decode`` waiting
+    for its workers)."""
+    head, current, rest = stack.partition("Current thread")
+    if current:
+        return "llama.cpp" if _in_llama(rest.split("\n\n", 1)[0]) else "native"
+    blocks = head.split("\nThread ")[1:]
+    return "llama.cpp" if any(_in_llama(b.split("\n\n", 1)[0]) for b in blocks) else "native"
 
 
 def previous_crash(folder: Path) -> str | None:
