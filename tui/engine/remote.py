@@ -132,6 +132,15 @@ class RemoteBackend:
     def keep_count(self) -> int:
         return 0
 
+    @property
+    def unsent_pick(self) -> int | None:
+        """The token picked at this position whose request failed (the next step sends it
+        again, so the seeded RNG does not advance twice); None when nothing is waiting."""
+        pending = self._pending
+        if pending is None or pending[:2] != (self.n_past, self.logits_record):
+            return None
+        return pending[2]
+
     def exactness(self, settings: SamplerSettings | None = None) -> str | None:
         """Why tokenstep's pick on the current top K may differ from the full vocabulary."""
         rec = self.records.get(self.logits_record) if self.logits_record is not None else None
@@ -306,7 +315,7 @@ class RemoteBackend:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
             token, result = force, self.chain.run(logits, settings, commit=False)
-        elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
+        elif pending is not None and self.unsent_pick is not None:
             # The last feed failed (the server was unreachable): retry the same pick, so a
             # fault does not advance the seeded RNG twice.
             token, result = pending[2], self.chain.run(logits, settings, commit=False)
