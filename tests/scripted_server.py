@@ -131,7 +131,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
-        self.wfile.write(raw)
+        try:
+            self.wfile.write(raw)
+        except OSError:  # the client refused a reply past its cap and closed the connection
+            self.close_connection = True
 
     def _trickle(self) -> None:
         """Status, headers, then one byte a second of a long body; it stops by itself after
