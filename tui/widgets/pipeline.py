@@ -278,17 +278,16 @@ def _over_http(v: View, out: list[str]) -> None:
         out[3] = known.replace(" as logprobs", " kept from before (logprobs)")
         then = "and its pick" if v.logits.candidates else "to ask for their logprobs again"
         out[6] = (
-            f"rewound: nothing sent; → sends the {v.text.n_past} kept token ids {then} "
-            f"(the slot held {rv.slot_cached} after the last request)"
+            f"rewound: nothing sent; → sends the {v.text.n_past} kept ids {then} "
+            f"(the slot held {rv.slot_cached})"
         )
         return
     if not v.batch.last_records:
         return
+    lost = " (lost)" if rv.cache_lost else ""  # it re-evaluated tokens it held before
     out[2] = (
-        f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache · "
+        f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache{lost} · "
         f"server {rv.server_ms:.1f} ms, round trip {rv.round_trip_ms:.1f} ms"
     )
-    if rv.cache_lost:
-        out[2] += " · it had lost its cache"
     out[3] = known
     out[6] = f"fed back: the request sent all {rv.sent} token ids; the server caches them"

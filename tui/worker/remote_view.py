@@ -119,15 +119,14 @@ def rewind_note(engine: Any, removed: int) -> str | None:
         then = "and its pick"
         how = (
             f"the top {newest.n_top if newest else engine.n_probs} logprobs for the new last "
-            "token came from memory, nothing was asked again"
+            "token came from memory"
         )
     else:
         then = "to ask for their logprobs again"
         how = "its logprobs were not kept"
     return (
-        f"Rewound {removed} token: nothing sent; → sends the {engine.n_past} kept token ids "
-        f"{then} (the server's slot held {held} after the last request and reuses the common "
-        f"prefix); {how}."
+        f"Rewound {removed} token: nothing sent; → sends the {engine.n_past} kept ids {then} "
+        f"(the server's slot held {held} and reuses the common prefix); {how}."
     )
 
 
