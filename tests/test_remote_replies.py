@@ -157,6 +157,15 @@ def test_a_reply_past_the_size_cap_is_refused_unread(
     assert mb < 400, f"{mb:.0f} MB peak"
 
 
+def test_more_tokens_than_the_text_has_bytes_is_one_sentence(
+    scripted,  # noqa: F811
+):
+    scripted.mutations["/tokenize"] = lambda body: {"tokens": [{"id": 1, "piece": "a"}] * 10**5}
+    err, _s, mb = one_sentence(scripted)
+    assert "sent /tokenize with tokens a list, 100,000 long, more than the " in err
+    assert mb < 400, f"{mb:.0f} MB peak"
+
+
 def test_a_reply_that_is_not_json_or_nests_too_deep_is_one_sentence(
     scripted,  # noqa: F811
 ):

@@ -67,7 +67,7 @@ class Fields:
         if not isinstance(value, list):
             raise self.error(field, value, "not a list")
         if len(value) > most:
-            raise self.error(field, value, f"longer than the {most:,} tokenstep takes")
+            raise self.error(field, value, f"{len(value):,} long, more than the {most:,} it can be")
         return value
 
     def whole(self, value: Any, field: str, lo: int = 0, hi: int = MAX_BIG) -> int:
@@ -174,11 +174,14 @@ def read_models(url: str, body: Any) -> dict[str, Any]:
     return out
 
 
-def read_tokens(url: str, body: Any, n_vocab: int) -> list[tuple[int, bytes | None]]:
+def read_tokens(
+    url: str, body: Any, n_vocab: int, n_bytes: int = MAX_CTX
+) -> list[tuple[int, bytes | None]]:
     """``POST /tokenize`` (``with_pieces``): each token's id, inside the vocabulary, and its
-    piece (None when the server sent a bare id)."""
+    piece (None when the server sent a bare id). A text of ``n_bytes`` bytes has at most one
+    token per byte, plus the few a tokenizer adds (BOS, EOS, a leading space)."""
     f = Fields(url, "/tokenize")
-    tokens = f.items(f.obj(body, "the reply").get("tokens"), "tokens", MAX_CTX)
+    tokens = f.items(f.obj(body, "the reply").get("tokens"), "tokens", n_bytes + 8)
     out: list[tuple[int, bytes | None]] = []
     for i, item in enumerate(tokens):
         if isinstance(item, dict):

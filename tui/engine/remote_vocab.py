@@ -54,7 +54,8 @@ class RemoteVocab:
             "with_pieces": True,
         }
         reply = self.client.post("/tokenize", body)
-        tokens = read_tokens(self.client.url, reply.body, self.n_vocab)
+        n_bytes = len(text.encode("utf-8", "surrogatepass"))
+        tokens = read_tokens(self.client.url, reply.body, self.n_vocab, n_bytes)
         for tok, piece in tokens:
             if piece is not None:
                 self.learn(tok, piece)
