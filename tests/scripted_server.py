@@ -169,33 +169,42 @@ def scripted() -> Iterator[Scripted]:
         thread.join(30)
 
 
+# ``python -m tui`` that writes its own peak RSS (VmHWM) to a file as it exits. Linux's rusage
+# for a child starts from the parent's high-water mark at fork, so it would count pytest's.
+LAUNCH = """
+import os, runpy, sys
+sys.argv[0] = "tokenstep"
+try:
+    runpy.run_module("tui", run_name="__main__", alter_sys=True)
+finally:
+    with open("/proc/self/status") as fh, open(os.environ["TOKENSTEP_TEST_HWM"], "w") as out:
+        out.write(next(line for line in fh if line.startswith("VmHWM:")).split()[1])
+"""
+
+
 def run_measured(*args: str, timeout: float = 120) -> tuple[int, str, float, float]:
-    """``python -m tui ARGS``: exit code, stderr, seconds and peak RSS in MB (os.wait4's own
-    rusage for this one child)."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    with tempfile.TemporaryFile() as err:
+    """``python -m tui ARGS``: exit code, stderr, seconds and the process's own peak RSS in MB
+    (0 when it was killed at ``timeout``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hwm = os.path.join(tmp, "hwm")
+        env = {**os.environ, "PYTHONIOENCODING": "utf-8", "TOKENSTEP_TEST_HWM": hwm}
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tui", *args],
+            [sys.executable, "-c", LAUNCH, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=err,
+            stderr=subprocess.PIPE,
             cwd=ROOT,
             env=env,
         )
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > timeout:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)  # polling the child's exit only
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            _out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
         seconds = time.monotonic() - t0
-        err.seek(0)
-        return proc.returncode, err.read().decode(), seconds, usage.ru_maxrss / 1024
+        mb = int(open(hwm).read()) / 1024 if os.path.exists(hwm) else 0.0
+        return proc.returncode, err.decode(), seconds, mb
 
 
 def one_sentence(server: Scripted, *extra: str) -> tuple[str, float, float]:

@@ -145,7 +145,7 @@ def test_a_bad_field_in_a_reply_is_one_sentence_that_names_it(
     err, seconds, mb = one_sentence(scripted)
     assert err.startswith(f"tokenstep: the llama-server at {scripted.url} sent "), err
     assert said in err, err
-    assert mb < 400, f"{mb:.0f} MB peak"  # the 1e10 vocabulary was a 112 GiB row
+    assert 0 < mb < 250, f"{mb:.0f} MB peak"  # the 1e10 vocabulary was a 112 GiB row
 
 
 def test_a_reply_past_the_size_cap_is_refused_unread(
@@ -154,7 +154,7 @@ def test_a_reply_past_the_size_cap_is_refused_unread(
     scripted.mutations["/props"] = lambda body: {**body, "chat_template": "x" * (20 * 2**20)}
     err, _seconds, mb = one_sentence(scripted)
     assert "sent a /props reply longer than 16 MiB, more than tokenstep reads of one reply" in err
-    assert mb < 400, f"{mb:.0f} MB peak"
+    assert 0 < mb < 250, f"{mb:.0f} MB peak"
 
 
 def test_more_tokens_than_the_text_has_bytes_is_one_sentence(
@@ -163,7 +163,7 @@ def test_more_tokens_than_the_text_has_bytes_is_one_sentence(
     scripted.mutations["/tokenize"] = lambda body: {"tokens": [{"id": 1, "piece": "a"}] * 10**5}
     err, _s, mb = one_sentence(scripted)
     assert "sent /tokenize with tokens a list, 100,000 long, more than the " in err
-    assert mb < 400, f"{mb:.0f} MB peak"
+    assert 0 < mb < 250, f"{mb:.0f} MB peak"
 
 
 def test_a_reply_that_is_not_json_or_nests_too_deep_is_one_sentence(
