@@ -315,7 +315,7 @@ class RemoteBackend:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
             token, result = force, self.chain.run(logits, settings, commit=False)
-        elif pending is not None and self.unsent_pick is not None:
+        elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
             # The last feed failed (the server was unreachable): retry the same pick, so a
             # fault does not advance the seeded RNG twice.
             token, result = pending[2], self.chain.run(logits, settings, commit=False)
