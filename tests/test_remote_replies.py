@@ -244,3 +244,17 @@ def test_a_bad_reply_leaves_the_backend_as_it_was(
         assert (list(r.tokens), len(r.records), r.logits_record, list(r._sent)) == before
     finally:
         r.close()
+
+
+def test_serve_reads_the_slot_count_through_the_same_checks(
+    scripted,  # noqa: F811
+):
+    """``tokenstep serve --server`` asks /props for the slot count before it listens."""
+    from .llama_server import free_port
+
+    scripted.mutations["/props"] = _set(("total_slots",), "many")
+    code, err, _s, _mb = run_measured(
+        "serve", "--server", scripted.url, "--port", str(free_port()), timeout=60
+    )
+    assert code == 1 and "Traceback" not in err and err.count("\n") == 1, err
+    assert "sent /props with total_slots 'many', not a whole number." in err
