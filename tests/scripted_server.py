@@ -55,7 +55,7 @@ def good_reply(path: str, req: dict[str, Any]) -> Any:
         meta.update({"n_embd": 64, "n_params": 1000, "size": 4000, "ftype": "F32"})
         return {"object": "list", "data": [{"id": "scripted", "object": "model", "meta": meta}]}
     if path == "/tokenize":
-        data = str(req.get("content", "")).encode()
+        data = str(req.get("content", "")).encode("utf-8", "surrogatepass")
         return {"tokens": [{"id": b, "piece": _piece(b)} for b in data]}
     if path == "/detokenize":
         return {"content": bytes(req.get("tokens", [])).decode("utf-8", "replace")}

@@ -118,6 +118,8 @@ CASES = [  # (endpoint, where in the reply, the bad value, what the sentence mus
         math.inf,
         "top_logprobs[2].logprob Infinity, not a log-probability",
     ),
+    ("/props", ("model_path",), "\ud800.gguf", None),  # a lone surrogate: shown as U+FFFD
+    ("/props", ("eos_token",), "\udcff", None),
     ("/completion", (*TOP_LP, 0, "logprob"), -1e300, None),  # log(0) is fine: no warning, exit 0
     (
         "/completion",

@@ -91,7 +91,8 @@ class Fields:
             raise self.error(field, value, "not a string")
         if len(value) > most:
             raise self.error(field, value, f"longer than the {most:,} characters tokenstep takes")
-        return value
+        # JSON may carry a lone surrogate ("\ud800"), which no terminal or request can encode.
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
     def token(self, value: Any, field: str, n_vocab: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
