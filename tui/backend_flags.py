@@ -37,6 +37,25 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         help="with --server: the server slot to step (id_slot; a server started with -np N has "
         "slots 0 to N-1; default 0)",
     )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --server: the longest one whole request may take, connect to last byte "
+        "(default 60)",
+    )
+
+
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds above 0, at most 86400")
+    return value
 
 
 def _gpu_layers(text: str) -> int:

@@ -140,7 +140,12 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
 
     server_conflicts(args)
     backend = RemoteBackend(
-        args.server, settings, n_probs=args.n_probs, pick=args.pick, slot=args.slot or 0
+        args.server,
+        settings,
+        n_probs=args.n_probs,
+        pick=args.pick,
+        slot=args.slot or 0,
+        timeout=getattr(args, "timeout", 60.0),
     )
     return cast(Engine, backend)
 

@@ -33,6 +33,7 @@ from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
+from .remote_reply import read_slots
 from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
@@ -73,13 +74,9 @@ class RemoteBackend:
         self._capabilities = remote_capabilities(self.url)
         self.props = handshake(self.client, slot)
         meta = model_meta(self.client)
-        dgs = self.props.get("default_generation_settings") or {}
-        self.n_ctx = int(dgs.get("n_ctx") or meta.get("n_ctx") or 0)
-        self.vocab = RemoteVocab(self.client, int(meta.get("n_vocab") or 0))
+        self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])  # checked: >= 1
+        self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))  # checked: 1..MAX_VOCAB
         self.info = model_info(self.url, self.props, meta, self.vocab)
-        if self.info.n_vocab <= 0 or self.n_ctx <= 0:
-            raise ServerError(f"{self.url} did not say its vocabulary or context size.")
-        self.vocab.n_vocab = self.info.n_vocab
         self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
         self.flash_attn_resolved = "unknown (the server's -fa)"
         self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
@@ -135,6 +132,15 @@ class RemoteBackend:
     def keep_count(self) -> int:
         return 0
 
+    @property
+    def unsent_pick(self) -> int | None:
+        """The token picked at this position whose request failed (the next step sends it
+        again, so the seeded RNG does not advance twice); None when nothing is waiting."""
+        pending = self._pending
+        if pending is None or pending[:2] != (self.n_past, self.logits_record):
+            return None
+        return pending[2]
+
     def exactness(self, settings: SamplerSettings | None = None) -> str | None:
         """Why tokenstep's pick on the current top K may differ from the full vocabulary."""
         rec = self.records.get(self.logits_record) if self.logits_record is not None else None
@@ -172,7 +178,7 @@ class RemoteBackend:
             if busy:
                 raise ServerError(
                     f"slot {self.slot} of llama-server at {self.url} is busy with another "
-                    f"client's request (tokenstep waited {self.client.timeout:.0f} s).",
+                    f"client's request (tokenstep waited {self.client.timeout:g} s).",
                     retry=True,
                 ) from exc
             raise
@@ -181,16 +187,22 @@ class RemoteBackend:
             self._sent[expected] == prompt[expected]
         ):
             expected += 1
-        step, top = read_reply(self.url, reply, self.settings, self.n_probs, self.info.n_vocab)
+        step, top = read_reply(
+            self.url, reply, self.settings, self.n_probs, self.info.n_vocab, len(prompt)
+        )
+        for tok, piece in top:
+            self.vocab.learn(tok, piece)
+        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
+        _top, p_top, entropy = top_stats(row, TOP_N)  # entropy: an upper bound (even rest)
+        candidates = [  # every piece known before the context changes (a piece may ask again)
+            Candidate(i, self.vocab.piece(i), float(row[i]), p)
+            for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
+        ]
         self._sent = prompt
         step.slot = step.slot if step.slot >= 0 else self.slot
         step.pick = self.pick
-        step.prompt_tokens = len(prompt)
         step.cache_lost = reuse and step.cache_n < expected
         cache_n = step.cache_n
-        for c in top:
-            self.vocab.learn(int(c["id"]), c.get("bytes") or c.get("token", ""))
-        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
         index = len(self.records)
         self._truncate(n_keep)
         start = self.kv.last_pos(0) + 1
@@ -211,11 +223,7 @@ class RemoteBackend:
             kv_used=self.kv.used,
             server=step,
         )
-        _top, p_top, rec.entropy = top_stats(row, TOP_N)  # entropy: an upper bound (even rest)
-        rec.top = [
-            Candidate(i, self.vocab.piece(i), float(row[i]), p)
-            for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
-        ]
+        rec.entropy, rec.top = entropy, candidates
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
@@ -233,13 +241,11 @@ class RemoteBackend:
         """``GET /slots``: is our slot processing someone else's request?"""
         saved, self.client.timeout = self.client.timeout, 5.0
         try:
-            slots = self.client.get("/slots").body
+            return read_slots(self.url, self.client.get("/slots").body, self.slot)
         except ServerError:
             return False
         finally:
             self.client.timeout = saved
-        mine = [s for s in slots if isinstance(s, dict) and s.get("id") == self.slot]
-        return bool(mine and mine[0].get("is_processing"))
 
     # -- the loop --------------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
