@@ -27,17 +27,24 @@ def with_survivors(
     shown = set(ids)
     order = np.argsort(-chain.final_p, kind="stable")
     extra = [chain.selected] if chain.selected not in shown else []
+    room = max(len(ids) // 2, 1)
     for t in chain.final_ids[order].tolist():
-        if len(extra) >= max(len(ids) // 2, 1):
+        if len(extra) >= room:
             break
-        if t not in shown and t not in extra and chain.p_final(t) > 0:
+        if t not in shown and t not in extra and chain.cut_by(int(t)) is None:
             extra.append(int(t))
+    # they take the places of rows the chain cut, from the lowest up (never the pick's)
+    cut = chain.cut_by_many(ids)
+    drop = [i for i in range(len(ids) - 1, 0, -1) if cut[i] is not None][: len(extra)]
+    if chain.selected not in shown and not drop:
+        drop = [len(ids) - 1]  # the pick ranks below 16 survivors: it takes the last row
+    extra = extra[: len(drop)]
     if not extra:
         return ids, p_top
-    keep = len(ids) - len(extra)
+    keep = [i for i in range(len(ids)) if i not in set(drop)]
     l0, p0 = float(logits[ids[0]]), p_top[0]
     extra_p = [p0 * float(np.exp(float(logits[t]) - l0)) for t in extra]
-    return ids[:keep] + extra, p_top[:keep] + extra_p
+    return [ids[i] for i in keep] + extra, [p_top[i] for i in keep] + extra_p
 
 
 def moved_logits(logits: np.ndarray, chain: ChainResult, ids: list[int]) -> list[float | None]:
