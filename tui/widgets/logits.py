@@ -160,8 +160,8 @@ class LogitsPane(Pane):
                 "sampler stage keeps or cuts."
             )
             t.append("\n")
-            for line in textwrap.wrap(hint, max(width - 1, 20)):
-                t.append(line + "\n", DIM)
+            for words in textwrap.wrap(hint, max(width - 1, 20)):
+                t.append(words + "\n", DIM)
             return t
         info = self.info_lines(v, width)
         for line in info:

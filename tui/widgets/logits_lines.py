@@ -111,7 +111,7 @@ def did_lines(v: View, width: int) -> list[Text]:
     chain = v.logits.chain
     if chain is None:
         return []
-    chunks = []
+    chunks: list[Text] = []
     for st in chain.stages:
         what = st.note
         if st.key == "grammar":
