@@ -197,6 +197,9 @@ class ViewBuilder:
             ),
             context_full=eng.config.context_full,
             n_keep=eng.keep_count(),
+            verify_pieces=None
+            if s.verify is None
+            else (eng.vocab.piece(s.verify.top1_cached), eng.vocab.piece(s.verify.top1_fresh)),
         )
 
     def seq_views(self) -> tuple[SeqView, ...]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..engine.chain_result import MOVES
 from ..engine.chain_stages import chain_specs
 from ..engine.sampler_settings import LETTERS, SamplerSettings
-from ..engine.tokens import display_bytes
+from ..engine.tokens import quoted
 
 if TYPE_CHECKING:
     from ..engine.chain_result import ChainResult
@@ -52,7 +52,7 @@ FLAGS: dict[str, str] = {
     "json-schema": "grammar",
 }
 DEFAULTS = SamplerSettings()
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}  # as the panes draw a piece
+_VISIBLE = {"\n": "↵", "\t": "⇥", "\r": "␍"}  # as the panes draw them
 _LETTER = {name: ch for ch, name in LETTERS.items()}
 # The stage of the chain each setting belongs to ("" for those every chain reads).
 _STAGE = {
@@ -114,7 +114,7 @@ def value_of(s: SamplerSettings, flag: str) -> str:
     if flag == "logit-bias":
         return " ".join(f"{t}{b:+g}" for t, b in v) or "none"
     if flag in ("grammar", "json-schema"):  # a schema is kept as the GBNF it became
-        return "none" if not v else "".join(_VISIBLE.get(c, c) if c != " " else c for c in v)
+        return "none" if not v else "".join(_VISIBLE.get(c, c) for c in v)
     if isinstance(v, float):
         return _num(v)
     return str(v)
@@ -184,12 +184,3 @@ def stage_report(chain: ChainResult, name: str, piece: Callable[[int], bytes]) -
             what = f"keeps {shown:,} of {st.n_before:,}" if st.n_before else f"keeps {shown:,}"
         return f": {what}, {st.note}" if st.note else f": {what}"
     return ""
-
-
-def quoted(piece: bytes, token: int) -> str:
-    """A token for a notice: its piece, visible and quoted, with the id beside it
-    (``' Paris' (id 6342)``)."""
-    shown = "".join(
-        _VISIBLE.get(ch, ch if ch.isprintable() else repr(ch)[1:-1]) for ch in display_bytes(piece)
-    )
-    return f"'{shown or '∅'}' (id {token})"

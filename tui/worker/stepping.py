@@ -14,6 +14,7 @@ import numpy as np
 from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
+from ..engine.tokens import quoted
 from . import chat, paths, saving
 from .chat import clip, cut
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
@@ -72,7 +73,10 @@ def step(w: Worker, forced: int | None) -> None:
     if stepped(w, rec, before):
         return  # the notice says what the shift forgot
     if forced is not None:
-        s.note(f"Forced token {forced}; it was decoded like any sampled token.")
+        s.note(
+            f"Forced token {quoted(eng.vocab.piece(forced), forced)}; "
+            "it was decoded like any sampled token."
+        )
     elif s.mode == "step":
         s.note("Stepped one token: sample, detokenize, feed back, decode.")
 

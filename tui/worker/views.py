@@ -157,6 +157,7 @@ class CacheView:
     shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
     context_full: str = "stop"
     n_keep: int = 0
+    verify_pieces: tuple[bytes, bytes] | None = None  # the cached and fresh top-1's pieces
 
 
 @dataclass(frozen=True)
