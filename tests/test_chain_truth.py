@@ -91,6 +91,14 @@ async def test_grammar_preview_names_the_next_pick(make_engine, tmp_path):
         await send(pilot, app, "Is the sea salty? Answer yes or no.")
         pane = app.query_one(LogitsPane)
         eng = app.controller.engine
+        if app.focused is not None and app.focused.id == "chat":
+            await pilot.press("escape")
+        row = pane.highlighted  # the top raw candidate: the grammar forbids it
+        assert row is not None and row.cut_by == "grammar"
+        await pilot.press("f")
+        await wait_for(pilot, lambda: "breaks the grammar" in app.view.notice, "the refusal")
+        assert f"(id {row.id}) breaks the grammar" in app.view.notice
+        assert f"'{row.piece.decode().replace(' ', '␣')}' (id" in app.view.notice
         for _ in range(3):
             v = app.view
             if v.activity != "generating":
