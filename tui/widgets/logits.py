@@ -133,10 +133,12 @@ class LogitsPane(Pane):
 
     def info_lines(self, v: View, width: int) -> list[Text]:
         """The settings, the chain and what its stages did (each up to two lines)."""
+        height = self.size.height or 20
+        most = 2 if height >= 20 else 1  # a short pane keeps its rows
         return [
-            *settings_lines(v, width),
+            *settings_lines(v, width, most),
             *chain_lines(v, width, _picked(v)),
-            *did_lines(v, width),
+            *did_lines(v, width, most + (height >= 30)),
         ]
 
     def _rows_room(self, v: View, n_info: int) -> int:
@@ -250,7 +252,7 @@ class LogitsPane(Pane):
         if cols.show_moved:
             head.append(f"{'logit′':>7}", DIM)
         a, b = ("p|k", "Σp|k") if self.seen else ("p", "p′")
-        head.append(f"{a:>7}{b:>7} ", DIM)
+        head.append(f"{a:>{cols.p_w}}{b:>{cols.p_w}} ", DIM)
         cut = " cut by" if width - head.cell_len - cols.bar_w >= 7 else " cut"
         head.append(f"{'':<{cols.bar_w}}{cut}", DIM)
         return head
@@ -262,15 +264,15 @@ class LogitsPane(Pane):
         rows = v.logits.candidates if v is not None else ()
         moved = any(c.logit_moved is not None for c in rows)
         cut_w = max([len(c.cut_by) + 1 for c in rows if c.cut_by] + [6])
-        piece_w = 12 if width >= 50 else 9
-        room = width - (2 + piece_w + 14 + 1 + cut_w) - 1  # the bar keeps a cell at least
+        piece_w, p_w = (12, 7) if width >= 50 else (9, 6)
+        room = width - (2 + piece_w + 2 * p_w + 1 + cut_w) - 1  # the bar keeps a cell at least
         show_moved = moved and room >= 7
         room -= 7 * show_moved
         show_logit = width >= 52 and room >= 7
         room -= 7 * show_logit
         show_id = width >= 44 and room >= 6
         room -= 6 * show_id
-        return Columns(show_id, show_logit, show_moved, piece_w, max(1, min(12, 1 + room)))
+        return Columns(show_id, show_logit, show_moved, piece_w, max(1, min(12, 1 + room)), p_w)
 
     def pick_lines(self, v: View) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
@@ -281,7 +283,9 @@ class LogitsPane(Pane):
                 piece = nxt.piece if nxt else b""
             t.append("next ", DIM)
             t.append_text(piece_text(piece, NEXT))
-            how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
+            s = v.settings
+            picker = f"mirostat {s.mirostat}" if s.mirostat else "dist"
+            how = "greedy" if s.is_greedy else f"{picker} seed {s.seed}"
             if v.logits.remote is not None and v.logits.remote.pick == "server":
                 how = "the server's pick"
             t.append(f" ← the next step picks this ({how})", DIM)
@@ -310,6 +314,7 @@ class Columns:
     show_moved: bool  # the logit past bias, penalties and DRY
     piece_w: int
     bar_w: int
+    p_w: int = 7  # each p column
 
 
 def _row_cells(
@@ -327,8 +332,8 @@ def _row_cells(
         out.append(
             (f"{moved:>7.2f}" if moved is not None else f"{'':>7}", MOVED if changed else DIM)
         )
-    out.append((f"{p_cells[0]:>7}", None))
-    out.append((f"{p_cells[1]:>7} ", NEXT if is_next else None))
+    out.append((f"{p_cells[0]:>{cols.p_w}}", None))
+    out.append((f"{p_cells[1]:>{cols.p_w}} ", NEXT if is_next else None))
     filled = round(c.p_final * cols.bar_w)
     raw = round(c.p * cols.bar_w)
     out.append(("█" * filled, BAR))

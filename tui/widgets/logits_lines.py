@@ -49,7 +49,7 @@ def _chunk(*parts: tuple[str, Style | None]) -> Text:
     return t
 
 
-def settings_lines(v: View, width: int) -> list[Text]:
+def settings_lines(v: View, width: int, most: int = 2) -> list[Text]:
     """The settings of the stages this chain has (mirostat has only temperature), then the
     picker: ``temp 0.80  top-k 40 ... seed 42`` or ``greedy (argmax)``."""
     s = v.settings
@@ -75,7 +75,7 @@ def settings_lines(v: View, width: int) -> list[Text]:
         chunks.append(_chunk(("  seed ", DIM), (str(s.seed), VALUE)))
     if s.off:
         chunks.append(_chunk((f"  off: {', '.join(s.off)}", CUT)))
-    return pack(chunks, width)
+    return pack(chunks, width, most)
 
 
 def chain_lines(v: View, width: int, picked: str | None) -> list[Text]:
@@ -106,7 +106,7 @@ def chain_lines(v: View, width: int, picked: str | None) -> list[Text]:
     return pack(chunks, width)
 
 
-def did_lines(v: View, width: int) -> list[Text]:
+def did_lines(v: View, width: int, most: int = 2) -> list[Text]:
     """What each stage did, when one did something worth a word (none: no line)."""
     chain = v.logits.chain
     if chain is None:
@@ -127,4 +127,4 @@ def did_lines(v: View, width: int) -> list[Text]:
         if what:  # word by word, so a long note wraps rather than runs off the pane
             chunks.append(_chunk(("  " if chunks else "", None), (f"{st.name}:", DIM)))
             chunks += [_chunk((" " + word, None)) for word in what.split()]
-    return pack(chunks, width) if chunks else []
+    return pack(chunks, width, most) if chunks else []

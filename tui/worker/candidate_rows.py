@@ -1,9 +1,9 @@
 """Which tokens the logits pane lists, and the logit each one handed on.
 
-The rows are the highest raw logits. When the chain's own survivors are not among them (a
-grammar leaves 2 of 49,152; penalties push the pick below the top 16), the last rows give way to
-the best survivors by p′, so the ★ always stands on a row, as llama-server's post-sampling
-probabilities list what the chain left.
+The rows are the highest raw logits. A grammar may forbid all of them (it leaves 2 of 49,152):
+then the rows it forbids, from the lowest up, give way to the best survivors by p′, as
+llama-server's post-sampling probabilities list what the chain left. The pick always gets a
+row (penalties can push it below the top 16).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ def with_survivors(
     logits: np.ndarray, chain: ChainResult, ids: list[int], p_top: list[float]
 ) -> tuple[list[int], list[float]]:
     """``ids`` (best raw logit first, p at temperature 1 beside them) with up to half the rows
-    given to the chain's best survivors not among them; the pick always gets a row. A new row's
-    p is exact arithmetic on the top row's: p_i = p_0 · exp(l_i − l_0)."""
-    if not ids:
-        return ids, p_top
+    the grammar forbids given to the chain's best survivors; the pick always gets a row. A new
+    row's p is exact arithmetic on the top row's: p_i = p_0 · exp(l_i − l_0)."""
     shown = set(ids)
+    if not ids or (chain.allowed is None and chain.selected in shown):
+        return ids, p_top  # nothing to add: the usual case costs nothing
     order = np.argsort(-chain.final_p, kind="stable")
     extra = [chain.selected] if chain.selected not in shown else []
     room = max(len(ids) // 2, 1)
@@ -33,11 +33,13 @@ def with_survivors(
             break
         if t not in shown and t not in extra and chain.cut_by(int(t)) is None:
             extra.append(int(t))
-    # they take the places of rows the chain cut, from the lowest up (never the pick's)
+    # Survivors take the places of rows the grammar forbids, from the lowest up; no other
+    # cut row gives way (the rows XTC or top-k removed are the lesson). The pick always gets
+    # a row: the last, if no forbidden row is left.
     cut = chain.cut_by_many(ids)
-    drop = [i for i in range(len(ids) - 1, 0, -1) if cut[i] is not None][: len(extra)]
+    drop = [i for i in range(len(ids) - 1, 0, -1) if cut[i] == "grammar"][: len(extra)]
     if chain.selected not in shown and not drop:
-        drop = [len(ids) - 1]  # the pick ranks below 16 survivors: it takes the last row
+        drop = [len(ids) - 1]
     extra = extra[: len(drop)]
     if not extra:
         return ids, p_top

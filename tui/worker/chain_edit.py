@@ -77,8 +77,8 @@ def set_param(w: Worker, line: str) -> None:
     raw = raw.strip()
     if name not in FLAGS:
         raise TokenstepError(
-            f"llama.cpp has no sampler flag --{name}; closest: {', '.join(closest(name))} "
-            "(: lists every flag)."
+            f"--{name}: llama.cpp has no sampler flag of that name; closest: "
+            f"{', '.join(closest(name, 3))} (: lists all)."
         )
     st = w.engine.settings
     trial = st.copy()
