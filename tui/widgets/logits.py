@@ -3,7 +3,10 @@ sampler stage kept or cut, and which token the next step will pick (a preview on
 logits, using a clone of the seeded RNG, so it is exactly the token the step takes).
 
 Columns: p is the softmax of the raw logits over the whole vocabulary (temperature 1);
-p' is the probability after the chain, the one the pick draws from."""
+logit′ (shown when logit bias, penalties or DRY moved a logit) is the logit those stages handed
+on, read off llama.cpp's own samplers: the value top-k, top-p and min-p cut by, so a row above
+the ★ can be "cut by top-k" (--repeat-penalty 1.3 takes ' The' from 32.97 to 25.36); p′ is the
+probability after the chain, the one the pick draws from."""
 
 from __future__ import annotations
 
