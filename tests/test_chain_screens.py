@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 from textual.widgets import Static
 
 from tui.engine import SamplerSettings
@@ -91,7 +92,7 @@ async def test_logits_pane_grows_and_its_chain_line_is_not_cut(make_engine, tmp_
 
 @run_async
 async def test_chain_key_notice_says_whether_xtc_fired(make_engine, tmp_path):
-    settings = SamplerSettings(temp=0.9, seed=3, xtc_probability=0.5, xtc_threshold=0.05)
+    settings = SamplerSettings(temp=0.9, seed=3, xtc_probability=1.0, xtc_threshold=0.05)
     app = make_app(make_engine, tmp_path, settings)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
@@ -102,6 +103,13 @@ async def test_chain_key_notice_says_whether_xtc_fired(make_engine, tmp_path):
         st = next(s for s in app.view.logits.chain.stages if s.key == "xtc")
         assert st.note in ("did not fire", f"removed {len(st.removed)} top")
         assert st.note in app.view.notice and "keeps" in app.view.notice
+        assert st.removed  # at probability 1 it fires (two or more above the threshold)
+        # the top candidates XTC removed keep their rows, marked as its cut
+        rows = {c.id: c for c in app.view.logits.candidates}
+        top = np.argsort(-app.controller.engine.logits, kind="stable")[:8].tolist()
+        for t in st.removed:
+            if t in top:
+                assert t in rows and rows[t].cut_by == "xtc"
 
 
 @run_async
