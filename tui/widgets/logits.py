@@ -253,7 +253,7 @@ class LogitsPane(Pane):
         if cols.show_logit:
             head.append(f"{score:>7}", DIM)
         if cols.show_moved:
-            head.append(f"{'logit′':>7}", DIM)
+            head.append(f"{score + '′':>7}", DIM)  # over llama-server: log p moved
         a, b = ("p|k", "Σp|k") if self.seen else ("p", "p′")
         head.append(f"{a:>{cols.p_w}}{b:>{cols.p_w}} ", DIM)
         cut = " cut by" if width - head.cell_len - cols.bar_w >= 7 else " cut"
