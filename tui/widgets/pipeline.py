@@ -165,10 +165,16 @@ class PipelinePane(Pane):
                 out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
         if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
             nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
-            chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)
+            ch = v.logits.chain
+            chain = " → ".join(
+                f"{st.name} {n:,}" for st, n in zip(ch.stages, ch.shown_counts(), strict=True)
+            )
+            piece = v.logits.next_piece
+            if piece is None and nxt is not None:
+                piece = nxt.piece
             out[4] = (
                 f"preview, same logits, no decode: {chain}; next pick "
-                f"{_plain(nxt.piece) if nxt else v.logits.next_pick}"
+                f"{_plain(piece) if piece is not None else v.logits.next_pick}"
                 + (f" p' {fmt_p(nxt.p_final)}" if nxt else "")
             )
         if v.logits.remote is not None and v.text.tokens:

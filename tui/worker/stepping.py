@@ -14,6 +14,7 @@ import numpy as np
 from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
+from ..engine.tokens import quoted
 from . import chat, paths, saving
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note
@@ -74,7 +75,10 @@ def step(w: Worker, forced: int | None) -> None:
         return  # the notice says what the shift forgot
     lost = lost_cache_note(rec)
     if forced is not None:
-        s.note(f"Forced token {forced}; it was decoded like any sampled token." + lost)
+        s.note(
+            f"Forced token {quoted(eng.vocab.piece(forced), forced)}; "
+            "it was decoded like any sampled token." + lost
+        )
     elif s.mode == "step" or lost:
         s.note("Stepped one token: sample, detokenize, feed back, decode." + lost)
     if lost:
