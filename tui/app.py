@@ -318,7 +318,8 @@ class TokenstepApp(AppActions):
             bar = self.main.query_one(KeyBar)
         except (NoMatches, IndexError):  # the app is closing
             return
-        bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued))
+        pane = getattr(self.focused, "id", None)  # tab 6, c or w take some keys for themselves
+        bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued), pane)
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()

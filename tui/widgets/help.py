@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..worker.stages import STAGES
-from .keys import CHAT_KEYS, KEYS
+from .keys import CHAT_KEYS, KEYS, PANE_KEYS, PANE_TITLES
 from .pipeline import EXPLAIN
 
 H = Style(bold=True, color="bright_white")
@@ -115,6 +115,11 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
         for k in KEYS:
             if k.group == g and k.label:
                 t.row(k.label, k.help)
+    t.append("In a bottom pane (it has the focus; the key bar shows these there)\n", H)
+    for pane, keys in PANE_KEYS.items():
+        rows = [k for k in keys if k.label]
+        key, name = PANE_TITLES[pane].split(" ", 1)
+        t.row(key, f"{name}: " + " · ".join(f"{k.label} {k.help}" for k in rows))
     t.append("Chat box\n", H)
     for label, what in CHAT_KEYS:
         t.row(label, what)
