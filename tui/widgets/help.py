@@ -129,6 +129,12 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
     )
     t.row("/system", "/system TEXT sets the system prompt (the chat's first message; -sys at "
           "start-up); /system alone removes it.")
+    t.row("/force", "/force TEXT forces the one token TEXT is (the text after one space, as typed: "
+          "'/force  Paris' is ' Paris'), any of the vocabulary, not only the listed rows; "
+          "/force #ID forces an id. Text of two or more tokens is refused with its pieces.")
+    t.row("/p", "/p TEXT (or /p #ID): where that token stands at this step: its rank, logit and "
+          "p in the full logits row, and its p′ after the chain or the stage that cut it "
+          "(over --server: its rank in the top K, or that it is outside them).")
     t.append("\nThe seven stages of the loop\n", H)
     for i, (name, (call, body)) in enumerate(zip(STAGES, EXPLAIN, strict=True)):
         t.append(f"  {i + 1} {name} ", K)
