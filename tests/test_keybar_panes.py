@@ -97,3 +97,32 @@ def test_every_pane_key_is_a_real_binding_of_its_pane():
     # a global key the pane does not take keeps its chip as it was
     assert any(item[0] == "space" for item, _ in bar_items("run"))
     assert len([k for k in KEYS if k.label]) <= len(bar_items(None))
+
+
+@run_async
+async def test_z_enlarges_the_bottom_pane_and_gives_it_back(make_engine, tmp_path):
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await send(pilot, app, MESSAGE)
+        await pilot.press("right", "right")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "2 steps")
+        await pilot.press("escape", "c")
+        chart = app.query_one(RunChart)
+        await wait_for(pilot, lambda: chart.has_focus, "the chart")
+        tabs = app.query_one("#tabs")
+        small = (tabs.size.width, tabs.size.height)
+        assert chart.small and not app.query_one("#run-entropy").display  # 80x24: too short
+        await pilot.press("z")
+        await wait_for(pilot, lambda: tabs.size.height > small[1], "the enlarged pane")
+        assert tabs.size.width > small[0] and tabs.size.height >= 2 * small[1]
+        assert not app.query_one("#left").display and not app.query_one("#pipeline").display
+        assert not chart.small and app.query_one("#run-entropy").display
+        assert "z again" in app.view.notice or "z again" in str(app.query_one("#notice").render())
+        await pilot.press("down")  # the other plot
+        assert chart.showing == "p" and app.query_one("#run-p").display
+        assert not app.query_one("#run-entropy").display
+        await pilot.press("z")
+        await wait_for(pilot, lambda: tabs.size.height == small[1], "the pane back")
+        assert app.query_one("#left").display and chart.small
+        await pilot.press("left")  # the chart still has the keys: the cursor moves
+        assert app.view.text.reply_tokens == 2
