@@ -195,6 +195,16 @@ class AppActions(App[int]):
         else:
             pane.scroll_page_up()
 
+    def action_zoom_tab(self) -> None:
+        """z: the bottom pane takes the whole window (pipeline, logits and text hidden)."""
+        zoomed = not self.main.has_class("-zoom")
+        self.main.set_class(zoomed, "-zoom")
+        self._say(
+            "Bottom pane enlarged: z again gives the pipeline, logits and text panes back."
+            if zoomed
+            else "Bottom pane back to its size: z enlarges it again."
+        )
+
     def action_verify(self, mode: str = "batched") -> None:
         self.controller.verify(mode)
         self.action_tab("cache")
