@@ -7,11 +7,11 @@ import argparse
 import math
 from pathlib import Path
 
+from .engine.bounds import check_grammar_size, need_utf8
 from .engine.errors import TokenstepError
 from .engine.sampler_settings import (
     DEFAULT_BREAKERS,
     SamplerSettings,
-    need_utf8,
     parse_logit_bias,
     parse_samplers,
     parse_sampling_seq,
@@ -149,12 +149,16 @@ def grammar_from_args(args: argparse.Namespace) -> str:
     if flag in ("grammar", "json_schema"):  # bytes not UTF-8 reach argv as lone surrogates
         need_utf8(getattr(args, flag), "--grammar" if flag == "grammar" else "-j/--json-schema")
     if flag == "grammar":
-        return str(args.grammar)
-    if flag == "grammar_file":
-        return _read(args.grammar_file, "--grammar-file")
-    if flag == "json_schema":
-        return schema_to_gbnf(args.json_schema)
-    return schema_to_gbnf(_read(args.json_schema_file, "--json-schema-file"))
+        text, name = str(args.grammar), "--grammar"
+    elif flag == "grammar_file":
+        text, name = _read(args.grammar_file, "--grammar-file"), "--grammar-file"
+    elif flag == "json_schema":
+        text, name = schema_to_gbnf(args.json_schema), "the grammar -j/--json-schema makes"
+    else:
+        text = schema_to_gbnf(_read(args.json_schema_file, "--json-schema-file"))
+        name = "the grammar --json-schema-file makes"
+    check_grammar_size(text, name)
+    return text
 
 
 def apply_chain_flags(args: argparse.Namespace, s: SamplerSettings) -> None:

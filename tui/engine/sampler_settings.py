@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import checks
+from .bounds import check_sizes
 from .checks import Namer
 from .errors import TokenstepError
 
@@ -30,13 +31,6 @@ DEFAULT_ORDER = (
     "temperature",
 )
 DEFAULT_BREAKERS = ("\n", ":", '"', "*")
-INT32_MAX = 2**31 - 1  # llama.cpp takes every count as an int32_t; ctypes cuts a larger one
-# A penalty window is a ring buffer of that many tokens: --dry-penalty-last-n 99999999999
-# (cut to 1,215,752,191 by ctypes) allocated 9.5 GB in 27 s. No window sees more than the
-# context, and no context is larger than this (EngineConfig refuses a larger -c).
-MAX_WINDOW = 1 << 20
-MAX_BREAKERS = 64  # llama.cpp's DRY init scans the vocabulary per breaker: 64 took 1.3 s here
-MAX_LOGIT_BIAS = 1 << 18  # -l pairs: more than the largest vocabularies (256,000) have tokens
 
 # common_sampler_type_to_chr: one letter per stage (--sampling-seq).
 LETTERS = {
@@ -63,19 +57,6 @@ ALT_NAMES = {
     "temp": "temperature",
     "top-n-sigma": "top_n_sigma",
 }
-
-
-def need_utf8(text: str, what: str) -> None:
-    """llama.cpp takes text as UTF-8 bytes; a lone surrogate (``\\udcff``, what Python makes
-    of the byte 0xff in a command-line argument) has no UTF-8 form."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        ch = ord(text[e.start])
-        raw = f"the byte {ch - 0xDC00:#04x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
-        raise TokenstepError(
-            f"{what} is not UTF-8 text ({raw} at character {e.start} has no UTF-8 form)."
-        ) from None
 
 
 def parse_samplers(text: str) -> list[str]:
@@ -195,7 +176,7 @@ class SamplerSettings:
         (the one validator the two share)."""
         n = name or FLAGS.__getitem__
         self._check_types(n)
-        self._check_sizes(n)
+        check_sizes(self, n)
 
         def need(ok: bool, msg: str) -> None:
             if not ok:
@@ -286,37 +267,6 @@ class SamplerSettings:
                     raise TokenstepError(
                         f"{what} must be a list of strings, not {checks.shown(v)}."
                     )
-
-    def _check_sizes(self, n: Callable[[str], str]) -> None:
-        """Counts llama.cpp takes as int32, and the lists it builds a structure from."""
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if str(f.type) == "int" and abs(v) > INT32_MAX and f.name != "seed":
-                cut = (v + 2**31) % 2**32 - 2**31
-                raise TokenstepError(
-                    f"{n(f.name)} {v} does not fit llama.cpp's 32-bit int "
-                    f"(at most {INT32_MAX}; it would get {cut})."
-                )
-        for key in ("repeat_last_n", "dry_penalty_last_n"):
-            v = getattr(self, key)
-            if v > MAX_WINDOW:
-                raise TokenstepError(
-                    f"{n(key)} {v} is longer than any context tokenstep runs "
-                    f"(at most {MAX_WINDOW} tokens): use -1 for the whole context."
-                )
-        breakers = self.dry_sequence_breakers
-        if len(breakers) > MAX_BREAKERS:
-            raise TokenstepError(
-                f"{n('dry_sequence_breakers')} is given {len(breakers)} times "
-                f"(at most {MAX_BREAKERS})."
-            )
-        for b in breakers:
-            need_utf8(b, n("dry_sequence_breakers"))
-        if len(self.logit_bias) > MAX_LOGIT_BIAS:
-            raise TokenstepError(
-                f"{n('logit_bias')} is given {len(self.logit_bias)} times (at most {MAX_LOGIT_BIAS})."
-            )
-        need_utf8(self.grammar, n("grammar"))
 
     def check_vocab(self, n_vocab: int) -> None:
         for tok, _ in self.logit_bias:
