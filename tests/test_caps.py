@@ -41,13 +41,14 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
 
 
-def run_measured(*args: str, timeout: float = 120) -> Measured:
-    """``python -m tui ARGS`` with its wall time and peak RSS (``ru_maxrss`` of this child)."""
+def run_measured(*args: str, timeout: float = 120, module: bool = True) -> Measured:
+    """``python -m tui ARGS`` (``python ARGS`` with ``module=False``) with its wall time and
+    peak RSS (``ru_maxrss`` of this child)."""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tui", *args],
+            [sys.executable, *(["-m", "tui"] if module else []), *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
