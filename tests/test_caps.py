@@ -148,7 +148,7 @@ def test_a_resume_file_and_the_chain_dialog_share_the_bound(tmp_path):
 def test_many_logit_bias_flags_parse_in_linear_time():
     """49,151 ``-l ID-inf`` took 58 s in argparse (20,000: 10 s): it looks for each option's
     successor with a scan of every option. Now the repeats are taken out in one pass; parsing
-    49,151 takes about 0.1 s (the bound leaves a loaded machine room)."""
+    49,151 takes about 0.2 s (the bound leaves a loaded machine room)."""
     argv = ["trace", "-p", "x"]
     for i in range(1, 49_152):
         argv += ["-l", f"{i}-inf"]
