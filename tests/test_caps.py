@@ -142,6 +142,12 @@ def test_a_resume_file_and_the_chain_dialog_share_the_bound(tmp_path):
     s = SamplerSettings(dry_penalty_last_n=99999999999)
     with pytest.raises(TokenstepError, match="--dry-penalty-last-n 99999999999 does not fit"):
         s.validate()
+    s = SamplerSettings(dry_sequence_breakers=["a"] * 65)
+    with pytest.raises(TokenstepError, match=r"settings\.dry_sequence_breakers: 65 breakers"):
+        s.validate(lambda k: f"settings.{k}")
+    s = SamplerSettings(logit_bias=[(1, 1.0)] * 300_000)
+    with pytest.raises(TokenstepError, match=r"settings\.logit_bias: 300000 biases, at most"):
+        s.validate(lambda k: f"settings.{k}")
 
 
 # -- item 6: repeated flags -------------------------------------------------------------------

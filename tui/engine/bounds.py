@@ -80,13 +80,14 @@ def check_sizes(self: Any, n: Callable[[str], str]) -> None:
     breakers = self.dry_sequence_breakers
     if len(breakers) > MAX_BREAKERS:
         raise TokenstepError(
-            f"{n('dry_sequence_breakers')} is given {len(breakers)} times (at most {MAX_BREAKERS})."
+            f"{n('dry_sequence_breakers')}: {len(breakers)} breakers, at most {MAX_BREAKERS} "
+            "(llama.cpp's DRY scans the whole vocabulary for each)."
         )
     for b in breakers:
         need_utf8(b, n("dry_sequence_breakers"))
     if len(self.logit_bias) > MAX_LOGIT_BIAS:
         raise TokenstepError(
-            f"{n('logit_bias')} is given {len(self.logit_bias)} times (at most {MAX_LOGIT_BIAS})."
+            f"{n('logit_bias')}: {len(self.logit_bias)} biases, at most {MAX_LOGIT_BIAS}."
         )
     need_utf8(self.grammar, n("grammar"))
     check_grammar_size(self.grammar, n("grammar"))
