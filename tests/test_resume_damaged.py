@@ -104,3 +104,15 @@ def test_a_hundred_thousand_messages_are_one_sentence(tmp_path):
         "conversation holds 100,000 messages",
         "at most 10,000",
     )
+
+
+def test_a_saved_window_past_any_context_is_one_sentence(tmp_path):
+    """``settings.repeat_last_n`` 300,000,000 in a resume file took 1.4 GB (a ring buffer of
+    that many tokens); the flags' bound applies, naming the field."""
+    h = raw_header()
+    h["settings"] = {**h["settings"], "repeat_last_n": 300_000_000, "repeat_penalty": 1.1}
+    path = write(tmp_path / "s.jsonl", h)
+    one_sentence(
+        run_cli("--resume", str(path), timeout=60),
+        "settings.repeat_last_n 300000000 is longer than any context",
+    )
