@@ -347,9 +347,11 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
         served, app_argv = parsers["serve"].parse_known_args(list(argv[1:]))
         served.app_argv = app_argv
         return "serve", served
+    from .sampler_flags import parse_with_repeats
+
     if argv and argv[0] in COMMANDS:
-        return argv[0], parsers[argv[0]].parse_args(list(argv[1:]))
-    return "app", parsers["app"].parse_args(list(argv))
+        return argv[0], parse_with_repeats(parsers[argv[0]], list(argv[1:]))
+    return "app", parse_with_repeats(parsers["app"], list(argv))
 
 
 def read_prompt(args: argparse.Namespace) -> str:

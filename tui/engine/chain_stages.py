@@ -55,7 +55,8 @@ class StageSpec:
 
 
 def _window(n: int, env: Env) -> int:
-    return env.n_ctx if n == -1 else n
+    """A window sees at most the context (and is a ring buffer of that many tokens)."""
+    return env.n_ctx if n == -1 else min(n, env.n_ctx)
 
 
 def _penalties(s: SamplerSettings, env: Env) -> llama_cpp.llama_sampler_p:
