@@ -113,16 +113,31 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def server_conflicts(args: argparse.Namespace) -> None:
-    """Flags that need a local model, refused with --server in one sentence (before connecting)."""
+# Every flag that adds an observer to the decode (an eval callback in a local context), with
+# the capability it needs: with --server each is refused in the same sentence.
+OBSERVER_FLAGS = (
+    ("attention", "attention"),
+    ("lens", "lens"),
+    ("graph", "graph"),
+    ("profile", "graph"),
+)
+
+
+def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
+    """Flags that need a local model, refused with --server in one sentence (before connecting):
+    the observers, and the stages that read the vocabulary's text (DRY, grammars) unless -m
+    gives the served GGUF, whose vocabulary alone is then loaded."""
+    from .engine.chain_stages import needs_vocab, vocab_refusal
     from .engine.remote import remote_capabilities
+    from .engine.remote_chain import no_vocab_where
 
     caps = remote_capabilities(args.server)
-    if args.model:
-        raise TokenstepError("-m and --server both given: the server has its own model.")
-    for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
+    for flag, what in OBSERVER_FLAGS:
         if getattr(args, flag, None) not in (None, False):
             raise TokenstepError(f"--{flag} {caps.missing(what)}.")
+    stage = needs_vocab(settings) if settings is not None and not args.model else None
+    if stage is not None:
+        raise TokenstepError(vocab_refusal(stage, no_vocab_where(args.server)))
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:
@@ -132,12 +147,24 @@ def server_conflicts(args: argparse.Namespace) -> None:
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+    from .engine.local_vocab import LocalVocab
     from .engine.remote import RemoteBackend
 
-    server_conflicts(args)
-    backend = RemoteBackend(
-        args.server, settings, n_probs=args.n_probs, pick=args.pick, slot=args.slot or 0
-    )
+    server_conflicts(args, settings)
+    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
+    try:
+        backend = RemoteBackend(
+            args.server,
+            settings,
+            n_probs=args.n_probs,
+            pick=args.pick,
+            slot=args.slot or 0,
+            local_vocab=local_vocab,
+        )
+    except BaseException:
+        if local_vocab is not None:
+            local_vocab.close()
+        raise
     return cast(Engine, backend)
 
 
@@ -191,12 +218,14 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
 def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
     config_from_args(args)
-    settings_from_args(args)
+    settings = settings_from_args(args)
     if getattr(args, "server", None):
         from .engine.remote_http import parse_url
 
-        server_conflicts(args)
+        server_conflicts(args, settings)
         parse_url(args.server)
+        if args.model:
+            probe(args.model)  # the vocabulary --server's DRY and grammars read
         return
     offload_from_args(args)
     probe(args.model)
