@@ -60,7 +60,11 @@ def test_dry_and_grammars_run_on_the_served_ggufs_vocabulary_and_match_the_local
     ):
         local = _ids(run_cli("trace", *BASE, "-fa", "off", *flags))
         remote = run_cli("trace", "--server", llama_server.url, "-m", model, *BASE, *flags)
-        assert _ids(remote) == local, flags
+        got = _ids(remote)
+        assert len(got) == len(local), flags
+        recs = [json.loads(line) for line in remote.stdout.decode().splitlines()]
+        n_exact = next((i for i, r in enumerate(recs) if not r["server"]["pick_exact"]), len(recs))
+        assert n_exact >= 1 and got[:n_exact] == local[:n_exact], (flags, got, local)
     yes_no = _ids(
         run_cli("trace", "--server", llama_server.url, "-m", model, *BASE, "--grammar", GRAMMAR)
     )
@@ -138,3 +142,60 @@ def test_the_apps_chain_dialog_refuses_dry_and_grammars_over_a_server_and_keeps_
     assert "needs llama.cpp's vocabulary" in out['json-schema {"type":"string"}']
     assert out["settings"] == [0.0, ""]  # nothing changed
     assert out["kept"] is True
+
+
+CHAIN_SCRIPT = r"""
+import numpy as np
+from tui.engine.errors import TokenstepError
+from tui.engine.sampling import SamplerChain, SamplerSettings
+chain = SamplerChain(1000, no_vocab="there is none here")
+for s in (SamplerSettings(dry_multiplier=1.0), SamplerSettings(grammar='root ::= "a"')):
+    try:
+        chain.run(np.zeros(1000, dtype=np.float32), s, commit=True, history=[1, 2, 1, 2])
+    except TokenstepError as exc:
+        print(exc)
+"""
+
+
+def test_a_chain_without_a_vocabulary_refuses_dry_and_grammars_instead_of_ending_the_process():
+    """In a child process: before, llama.cpp's DRY segfaulted (139) and its grammar aborted."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CHAIN_SCRIPT], capture_output=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr.decode()[-2000:])
+    said = proc.stdout.decode().splitlines()
+    assert said == [
+        "DRY (--dry-multiplier) needs llama.cpp's vocabulary (the text of each token), and "
+        "there is none here.",
+        "a grammar (--grammar, -j/--json-schema) needs llama.cpp's vocabulary (the text of "
+        "each token), and there is none here.",
+    ]
+
+
+def test_a_pick_is_called_exact_only_when_no_stage_reached_past_the_top_k():
+    import numpy as np
+
+    from tui.engine.remote_chain import pick_exactness
+    from tui.engine.remote_step import fill_row
+    from tui.engine.sampling import SamplerChain, SamplerSettings
+
+    rng = np.random.default_rng(0)
+    n_vocab, ids = 2000, list(range(100))
+    logits = np.sort(rng.normal(0, 3, n_vocab))[::-1].astype(np.float64)
+    lp = logits[:100] - np.log(np.exp(logits).sum())
+    row, _ = fill_row(ids, lp.tolist(), n_vocab)
+    chain = SamplerChain(n_vocab)
+    try:
+        plain = chain.run(row, SamplerSettings(seed=1), commit=False)
+        assert pick_exactness(SamplerSettings(seed=1), ids, plain, plain.selected) is None
+        for s, why in (
+            (SamplerSettings(top_n_sigma=1.0), "top-n-σ"),
+            (SamplerSettings(top_k=0, typical_p=0.5), "typical"),
+            (SamplerSettings(top_k=0, top_p=1.0, min_p=0.0), "outside the server's top 100"),
+            (SamplerSettings(repeat_penalty=1.3), "repeat penalty"),
+        ):
+            res = chain.run(row, s, commit=False, history=[0, 1, 2])
+            note = pick_exactness(s, ids, res, res.selected)
+            assert note is not None and why in note, (s, note)
+    finally:
+        chain.free()

@@ -124,13 +124,13 @@ class Cell:
 
     @property
     def id(self) -> str:
-        what = self.group or self.stages[0].name
+        what = f"group-{self.group}" if self.group else self.stages[0].name
         return f"{self.backend.name}:{what}" + (f":{self.observer}" if self.observer else "")
 
     def argv(self, server: Server) -> list[str]:
         flags = [f for st in self.stages for f in st.flags]
         obs = list(OBSERVERS[self.observer]) if self.observer else []
-        n = ["-n", "2"] if self.observer == "lens" else []  # the lens's head read is the cost
+        n = ["-n", "1"] if self.observer == "lens" else []  # the lens: ~0.8 s a step, 2 cores
         return ["trace", *self.backend.flags(server), *BASE, *flags, *obs, *n]
 
     def refusal(self) -> str | None:
@@ -167,6 +167,18 @@ class Outcome:
     def exact(self) -> bool:
         return all(r["server"]["pick_exact"] for r in self.records() if "server" in r)
 
+    def exact_ids(self) -> list[int]:
+        """The picks up to the first one the trace does not call exact (after it the contexts
+        of the two backends may differ, so nothing later can be compared)."""
+        out = []
+        for r in self.records():
+            if not r.get("sampled"):
+                continue
+            if "server" in r and not r["server"]["pick_exact"]:
+                break
+            out.append(r["sampled"]["id"])
+        return out
+
 
 @pytest.fixture(scope="module")
 def outcomes(llama_server) -> dict[str, Outcome]:  # noqa: F811
@@ -195,7 +207,7 @@ def test_each_cell_runs_or_is_one_sentence(cell: Cell, outcomes: dict[str, Outco
         return
     assert rc == 0, err[-3000:]
     recs = out.records()
-    n = 2 if cell.observer == "lens" else 3
+    n = 1 if cell.observer == "lens" else 3
     assert len(out.ids()) == n or recs[-1].get("eog"), (cell.id, out.ids())
     if cell.observer:
         key = {"attention": "attention", "lens": "lens", "graph": "graph"}[cell.observer]
@@ -206,5 +218,5 @@ def test_each_cell_runs_or_is_one_sentence(cell: Cell, outcomes: dict[str, Outco
     assert ref.proc.returncode == 0, ref.err
     if not cell.backend.reference and all(st.exact_remote for st in cell.stages):
         assert out.exact(), (cell.id, [r["server"]["pick_note"] for r in recs if "server" in r])
-    if out.exact():  # a claim of exactness holds: the same tokens as the local engine
-        assert out.ids() == ref.ids()[: len(out.ids())], (cell.id, out.ids(), ref.ids())
+    got = out.exact_ids()  # each claim of exactness holds: the same tokens as the local engine
+    assert got == ref.ids()[: len(got)], (cell.id, out.ids(), ref.ids())
