@@ -52,11 +52,13 @@ def test_dry_grammar_and_schema_over_a_server_without_a_vocabulary_are_one_sente
 def test_dry_and_grammars_run_on_the_served_ggufs_vocabulary_and_match_the_local_engine(
     llama_server,  # noqa: F811
 ):
+    """Each pick the trace calls exact is the local engine's (greedy: the same argmax)."""
     model = str(default_model_path())
+    spaced = 'root ::= (" yes" | " no" | "yes" | "no") "."?'  # " n" is in the top 100
     for flags in (
         ("--dry-multiplier", "1", "--dry-allowed-length", "1"),
-        ("--grammar", GRAMMAR),
         ("-j", SCHEMA),
+        ("--grammar", spaced),
     ):
         local = _ids(run_cli("trace", *BASE, "-fa", "off", *flags))
         remote = run_cli("trace", "--server", llama_server.url, "-m", model, *BASE, *flags)
@@ -65,10 +67,17 @@ def test_dry_and_grammars_run_on_the_served_ggufs_vocabulary_and_match_the_local
         recs = [json.loads(line) for line in remote.stdout.decode().splitlines()]
         n_exact = next((i for i, r in enumerate(recs) if not r["server"]["pick_exact"]), len(recs))
         assert n_exact >= 1 and got[:n_exact] == local[:n_exact], (flags, got, local)
-    yes_no = _ids(
-        run_cli("trace", "--server", llama_server.url, "-m", model, *BASE, "--grammar", GRAMMAR)
+    # "yes" and "no" lie outside the top 100 after "Hello": every pick is called what it is,
+    # and the grammar's end is llama.cpp's own end of generation (the local vocabulary's)
+    remote = run_cli(
+        "trace", "--server", llama_server.url, "-m", model, *BASE, "--grammar", GRAMMAR
     )
-    assert len(yes_no) >= 1  # the grammar's text: "yes" or "no", then end of generation
+    recs = [json.loads(line) for line in remote.stdout.decode().splitlines()]
+    text = "".join(r["sampled"]["piece"] for r in recs[:-1])
+    assert text in ("yes", "no") and recs[-1]["eog"] is True, recs
+    for r in recs:
+        assert r["server"]["pick_exact"] is False
+        assert "outside the server's top 100" in r["server"]["pick_note"]
 
 
 def test_a_gguf_with_another_vocabulary_is_one_sentence(llama_server, tmp_path):  # noqa: F811
@@ -77,7 +86,9 @@ def test_a_gguf_with_another_vocabulary_is_one_sentence(llama_server, tmp_path):
     err = _one_sentence(run_cli(*args))
     assert f"-m {other} is not the model llama-server at {llama_server.url} serves" in err
     assert "259 tokens and the server's 49,152" in err
-    err = _one_sentence(run_cli("trace", "--server", llama_server.url, "-m", str(tmp_path / "no")))
+    err = _one_sentence(
+        run_cli("trace", "--server", llama_server.url, "-m", str(tmp_path / "no"), "-p", "x")
+    )
     assert str(tmp_path / "no") in err
 
 
@@ -148,7 +159,7 @@ CHAIN_SCRIPT = r"""
 import numpy as np
 from tui.engine.errors import TokenstepError
 from tui.engine.sampling import SamplerChain, SamplerSettings
-chain = SamplerChain(1000, no_vocab="there is none here")
+chain = SamplerChain(1000)  # no vocabulary
 for s in (SamplerSettings(dry_multiplier=1.0), SamplerSettings(grammar='root ::= "a"')):
     try:
         chain.run(np.zeros(1000, dtype=np.float32), s, commit=True, history=[1, 2, 1, 2])
@@ -166,9 +177,9 @@ def test_a_chain_without_a_vocabulary_refuses_dry_and_grammars_instead_of_ending
     said = proc.stdout.decode().splitlines()
     assert said == [
         "DRY (--dry-multiplier) needs llama.cpp's vocabulary (the text of each token), and "
-        "there is none here.",
+        "this chain has none.",
         "a grammar (--grammar, -j/--json-schema) needs llama.cpp's vocabulary (the text of "
-        "each token), and there is none here.",
+        "each token), and this chain has none.",
     ]
 
 

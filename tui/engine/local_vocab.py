@@ -29,6 +29,7 @@ class ServerVocab(Protocol):
     """What :func:`check_same_vocab` asks of the server's side (``RemoteVocab``)."""
 
     n_vocab: int
+    eog_ids: set[int]
 
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = False
@@ -51,6 +52,11 @@ class LocalVocab:
         self.ptr = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.ptr))
         self.vocab = Vocab(self.ptr, self.n_vocab)
+
+    def eog_ids(self) -> set[int]:
+        """``llama_vocab_is_eog`` over the vocabulary: the ends of generation llama.cpp itself
+        (and so the grammar, and llama-server) uses, where the server lists only its eos."""
+        return {t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.ptr, t)}
 
     def close(self) -> None:
         if self.model:

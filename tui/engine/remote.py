@@ -23,6 +23,7 @@ alone (``remote_chain``); without it they are refused in one sentence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -64,8 +65,7 @@ class RemoteBackend(NoLocalContext):
         timeout: float = DEFAULT_TIMEOUT_S,
         local_vocab: LocalVocab | None = None,
     ) -> None:
-        """``local_vocab``: the served GGUF's vocabulary (``-m``), for DRY and grammars; it is
-        checked against the server's and closed with this backend."""
+        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned)."""
         self.local_vocab = local_vocab
         if n_probs < 1:
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
@@ -92,6 +92,7 @@ class RemoteBackend(NoLocalContext):
         self.chain, self._capabilities = chain_for(
             self.url, self.info.n_vocab, self.n_ctx, self.settings, self.vocab, local_vocab
         )
+        self.info = dataclasses.replace(self.info, eog_ids=sorted(self.vocab.eog_ids))
         self.gen_start = 0  # where this turn's generated tokens begin (the grammar sees those)
         self.kv = KVMirror(self.n_ctx)  # the tokens the server's slot should hold (no cells)
         self.layout = KVLayout(0, 0, 0, 1, 1)  # nothing known: no cells here

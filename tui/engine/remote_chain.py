@@ -93,6 +93,7 @@ def chain_for(
     caps = dataclasses.replace(remote_capabilities(url), vocab=local_vocab is not None)
     if local_vocab is not None:
         check_same_vocab(local_vocab, server_vocab, url)
+        server_vocab.eog_ids = local_vocab.eog_ids()  # llama.cpp's own, as the grammar ends
     settings.check_vocab(n_vocab)
     chain = SamplerChain(
         n_vocab,
@@ -139,8 +140,8 @@ def pick_exactness(
     outside = int((~np.isin(live, top)).sum())
     if outside:
         return (
-            f"approximation: {outside:,} of the chain's {live.size:,} survivors lie outside "
-            f"the server's top {k} (only an even spread stands in for them); a larger "
+            f"approximation: {outside:,} of the {live.size:,} candidate(s) the chain left lie "
+            f"outside the server's top {k} (only an even spread stands in for them); a larger "
             "--n-probs sees further"
         )
     standing: np.ndarray | None = None  # None: the whole row, stand-ins included
