@@ -204,6 +204,7 @@ def test_a_pick_is_called_exact_only_when_no_stage_reached_past_the_top_k():
             (SamplerSettings(top_k=0, typical_p=0.5), "typical"),
             (SamplerSettings(top_k=0, top_p=1.0, min_p=0.0), "outside the server's top 100"),
             (SamplerSettings(repeat_penalty=1.3), "repeat penalty"),
+            (SamplerSettings(mirostat=2, temp=1.5), "the temperature rescaled the stand-ins"),
         ):
             res = chain.run(row, s, commit=False, history=[0, 1, 2])
             note = pick_exactness(s, ids, res, res.selected)

@@ -114,13 +114,21 @@ def chain_for(
     return chain, caps
 
 
-# Stages whose cut reads every candidate standing, not only the best ones: while stand-ins for
-# the tokens past the top K are among them, the cut is not the full vocabulary's.
+# Stages that read every candidate standing, not only the best ones: while the stand-ins for
+# the tokens past the top K are among them, what they do is not the full vocabulary's. The
+# stand-ins hold the rest's probability mass at T=1 only: at another temperature the rest's
+# share depends on how its logits spread, which the server never says.
 WHOLE_ROW = {
-    "top_n_sigma": "top-n-σ's σ of the logits",
-    "typ_p": "typical's entropy",
-    "temperature": "dynatemp's entropy",
+    "top_n_sigma": "top-n-σ's σ of the logits took in",
+    "typ_p": "typical's entropy took in",
+    "temperature": "the temperature rescaled",
 }
+
+
+def _reads_whole_row(key: str, s: SamplerSettings) -> bool:
+    if key == "temperature":
+        return s.dynatemp_range > 0 or s.temp != 1.0
+    return key in WHOLE_ROW
 
 
 def pick_exactness(
@@ -129,7 +137,7 @@ def pick_exactness(
     """Why a pick on the filled top-K row may not be the full vocabulary's, from what the
     chain did (``remote_step.chain_exactness`` reasons from the settings alone): a survivor
     outside the top K (a grammar or a penalty reached past them); a stage that reads every
-    candidate (:data:`WHOLE_ROW`) while stand-ins were among them; or the repeat penalty,
+    candidate (:data:`WHOLE_ROW`) while the stand-ins were among them; or the repeat penalty,
     which divides a positive logit and multiplies a negative one, while logprobs are all ≤ 0."""
     top = np.asarray(sorted(set(top_ids)), dtype=np.int64)
     k = int(top.size)
@@ -146,11 +154,11 @@ def pick_exactness(
         )
     standing: np.ndarray | None = None  # None: the whole row, stand-ins included
     for st in result.stages:
-        whole = st.key in WHOLE_ROW and (st.key != "temperature" or settings.dynatemp_range > 0)
+        whole = _reads_whole_row(st.key, settings)
         if whole and (standing is None or not np.isin(standing, top).all()):
             return (
-                f"approximation: {WHOLE_ROW[st.key]} took in the stand-ins for the tokens past "
-                f"the server's top {k}"
+                f"approximation: {WHOLE_ROW[st.key]} the stand-ins for the tokens past the "
+                f"server's top {k}"
             )
         standing = st.survivors
         if st.key == "grammar" and not result.grammar_first:
