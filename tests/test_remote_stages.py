@@ -130,6 +130,9 @@ async def main(url, autosave):
             await pilot.press(key)  # the sampler keys after a refusal: the chain still runs
         await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "a step after")
         out["kept"] = app.view.text.tokens[: len(tokens)] == tokens
+        await pilot.press("L")  # the lens key: the sentence --lens gets in trace
+        await wait_for(pilot, lambda: "Lens needs" in app.view.notice, "the lens refusal")
+        out["lens"] = app.view.notice
     print(json.dumps(out))
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -153,6 +156,10 @@ def test_the_apps_chain_dialog_refuses_dry_and_grammars_over_a_server_and_keeps_
     assert "needs llama.cpp's vocabulary" in out['json-schema {"type":"string"}']
     assert out["settings"] == [0.0, ""]  # nothing changed
     assert out["kept"] is True
+    assert (
+        out["lens"]
+        == f"Lens needs a local model: this one runs on the server at {llama_server.url}."
+    )
 
 
 CHAIN_SCRIPT = r"""
