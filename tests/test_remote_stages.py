@@ -218,3 +218,39 @@ def test_a_pick_is_called_exact_only_when_no_stage_reached_past_the_top_k():
             assert note is not None and why in note, (s, note)
     finally:
         chain.free()
+
+
+def test_with_the_served_vocabulary_the_apps_dialog_sets_dry_and_a_grammar(
+    llama_server,  # noqa: F811
+    tmp_path,
+):
+    from tui.engine import SamplerSettings
+    from tui.engine.local_vocab import LocalVocab
+    from tui.engine.remote import RemoteBackend
+    from tui.worker import Worker
+
+    from .test_app_controller import wait
+
+    local = LocalVocab(default_model_path())
+    backend = RemoteBackend(llama_server.url, SamplerSettings(temp=0.0), local_vocab=local)
+    assert backend.capabilities.vocab is True
+    w = Worker(backend, autoplay=False, autosave_dir=tmp_path / "autosave")
+    w.start()
+    try:
+        w.send("Say yes or no.")
+        v = wait(w, lambda v: v.activity == "generating", "the prefill")
+        n0 = len(v.text.tokens)
+        w.chain_edit("set", "dry-multiplier 1")
+        v = wait(w, lambda v: v.settings.dry_multiplier == 1.0, "DRY on")
+        assert "dry" in [st.key for st in v.logits.chain.stages]
+        w.chain_edit("set", 'grammar root ::= (" yes" | " no" | "yes" | "no" | "Yes" | "No") "."?')
+        v = wait(w, lambda v: v.settings.grammar != "", "the grammar")
+        for _ in range(2):
+            w.step()
+        v = wait(w, lambda v: len(v.text.tokens) == n0 + 2 or v.notice_level == "error", "steps")
+        assert v.notice_level != "error", v.notice
+        reply = backend.vocab.text(list(v.text.tokens[n0:])).strip(" .").lower()
+        assert reply in ("yes", "no"), reply
+    finally:
+        assert w.stop()
+    assert w.error is None, w.error
