@@ -113,31 +113,15 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     return engine
 
 
-# Every flag that adds an observer to the decode (an eval callback in a local context), with
-# the capability it needs: with --server each is refused in the same sentence.
-OBSERVER_FLAGS = (
-    ("attention", "attention"),
-    ("lens", "lens"),
-    ("graph", "graph"),
-    ("profile", "graph"),
-)
-
-
 def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
-    """Flags that need a local model, refused with --server in one sentence (before connecting):
-    the observers, and the stages that read the vocabulary's text (DRY, grammars) unless -m
-    gives the served GGUF, whose vocabulary alone is then loaded."""
-    from .engine.chain_stages import needs_vocab, vocab_refusal
-    from .engine.remote import remote_capabilities
-    from .engine.remote_chain import no_vocab_where
+    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
+    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
+    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
 
-    caps = remote_capabilities(args.server)
-    for flag, what in OBSERVER_FLAGS:
-        if getattr(args, flag, None) not in (None, False):
-            raise TokenstepError(f"--{flag} {caps.missing(what)}.")
-    stage = needs_vocab(settings) if settings is not None and not args.model else None
-    if stage is not None:
-        raise TokenstepError(vocab_refusal(stage, no_vocab_where(args.server)))
+    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
+    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
+    if refused is not None:
+        raise TokenstepError(refused)
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:
@@ -152,19 +136,14 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
 
     server_conflicts(args, settings)
     local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
-    try:
-        backend = RemoteBackend(
-            args.server,
-            settings,
-            n_probs=args.n_probs,
-            pick=args.pick,
-            slot=args.slot or 0,
-            local_vocab=local_vocab,
-        )
-    except BaseException:
-        if local_vocab is not None:
-            local_vocab.close()
-        raise
+    backend = RemoteBackend(
+        args.server,
+        settings,
+        n_probs=args.n_probs,
+        pick=args.pick,
+        slot=args.slot or 0,
+        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
+    )
     return cast(Engine, backend)
 
 

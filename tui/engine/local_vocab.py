@@ -63,6 +63,12 @@ class LocalVocab:
             llama_cpp.llama_model_free(self.model)
         self.model = self.ptr = None
 
+    def __del__(self) -> None:  # pragma: no cover - best effort, as Model does
+        try:
+            self.close()
+        except Exception:
+            pass
+
 
 def check_same_vocab(local: LocalVocab, server: ServerVocab, url: str) -> None:
     """One sentence unless ``local`` is the vocabulary of the model at ``url``."""

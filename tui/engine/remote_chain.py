@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .backend import Capabilities
-from .chain_stages import STAGES
+from .chain_stages import STAGES, needs_vocab, vocab_refusal
 from .errors import TokenstepError
 from .grammar import check_grammar
 from .local_vocab import LocalVocab, ServerVocab, check_same_vocab
@@ -78,6 +78,24 @@ def no_vocab_where(url: str) -> str:
         f"the server at {url} sends none: give the GGUF it serves with -m PATH "
         "(tokenstep loads only its vocabulary)"
     )
+
+
+# The flags that add an observer to the decode (an eval callback in a local context), with the
+# capability each needs: with --server every one is refused in the same words.
+OBSERVER_FLAGS = {"attention": "attention", "lens": "lens", "graph": "graph", "profile": "graph"}
+
+
+def server_refusal(
+    url: str, observers: Sequence[str], settings: SamplerSettings | None, *, vocab_file: bool
+) -> str | None:
+    """The sentence for the first flag --server cannot honour, or None: an observer flag
+    (``--lens`` too, as ``--attention`` and ``--graph``), or a stage that reads the
+    vocabulary's text when no ``-m`` gives one."""
+    caps = remote_capabilities(url)
+    if observers:
+        return f"--{observers[0]} {caps.missing(OBSERVER_FLAGS[observers[0]])}."
+    stage = needs_vocab(settings) if settings is not None and not vocab_file else None
+    return vocab_refusal(stage, no_vocab_where(url)) if stage is not None else None
 
 
 def chain_for(
