@@ -31,12 +31,17 @@ class _Parser(argparse.ArgumentParser):
         return self.prog.split()[-1] if " " in self.prog else ""
 
 
-def _model_flags(p: argparse.ArgumentParser) -> None:
+def _model_flags(p: argparse.ArgumentParser, *, server: bool = False) -> None:
+    with_server = (
+        "; with --server, the GGUF the server serves: only its vocabulary is loaded, for DRY "
+        "and grammars"
+    )
     p.add_argument(
         "-m",
         "--model",
         metavar="PATH",
-        help="GGUF model file (default: bundled SmolLM2-135M-Instruct)",
+        help="GGUF model file (default: bundled SmolLM2-135M-Instruct)"
+        + (with_server if server else ""),
     )
 
 
@@ -207,7 +212,7 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
-    _model_flags(app)
+    _model_flags(app, server=True)
     _context_flags(app)
     _sampler_flags(app)
     server_flags(app)
@@ -251,7 +256,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     trace = _Parser(
         prog="tokenstep trace", description="Print one JSON object per llama_decode call."
     )
-    _model_flags(trace)
+    _model_flags(trace, server=True)
     _context_flags(trace)
     _sampler_flags(trace)
     _prompt_flags(trace)

@@ -115,18 +115,17 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def server_conflicts(args: argparse.Namespace) -> None:
-    """Flags that need a local model, refused with --server in one sentence (before connecting)."""
-    from .engine.remote import remote_capabilities
+def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
+    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
+    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
+    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
 
-    caps = remote_capabilities(args.server)
-    if args.model:
-        raise TokenstepError("-m and --server both given: the server has its own model.")
+    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
+    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
+    if refused is not None:
+        raise TokenstepError(refused)
     if (clash := repack_with_server(args)) is not None:
         raise TokenstepError(clash)
-    for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
-        if getattr(args, flag, None) not in (None, False):
-            raise TokenstepError(f"--{flag} {caps.missing(what)}.")
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:
@@ -136,9 +135,11 @@ def server_conflicts(args: argparse.Namespace) -> None:
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+    from .engine.local_vocab import LocalVocab
     from .engine.remote import RemoteBackend
 
-    server_conflicts(args)
+    server_conflicts(args, settings)
+    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
     backend = RemoteBackend(
         args.server,
         settings,
@@ -146,6 +147,7 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
         pick=args.pick,
         slot=args.slot or 0,
         timeout=getattr(args, "timeout", 60.0),
+        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
     )
     return cast(Engine, backend)
 
@@ -200,12 +202,14 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
 def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
     config_from_args(args)
-    settings_from_args(args)
+    settings = settings_from_args(args)
     if getattr(args, "server", None):
         from .engine.remote_http import parse_url
 
-        server_conflicts(args)
+        server_conflicts(args, settings)
         parse_url(args.server)
+        if args.model:
+            probe(args.model)  # the vocabulary --server's DRY and grammars read
         return
     offload_from_args(args)
     probe(args.model)

@@ -91,7 +91,13 @@ def schema_to_gbnf(schema_text: str) -> str:
 
 def init_grammar(vocab: Any, text: str) -> Any:
     """llama.cpp's grammar sampler; its parser prints errors straight to stderr, so that is
-    caught here and its reason put in one sentence."""
+    caught here and its reason put in one sentence. Without a vocabulary llama.cpp aborts
+    the process (``GGML_ASSERT(grammar.vocab != nullptr)``), so that is refused first."""
+    if not vocab:
+        raise TokenstepError(
+            "a grammar (--grammar, -j/--json-schema) needs llama.cpp's vocabulary (the text of "
+            "each token), and there is none here."
+        )
     check_grammar_size(text, "the grammar")
     mark = llama_log.mark()
     with tempfile.TemporaryFile() as tmp:

@@ -16,22 +16,25 @@ Two picks: tokenstep's own llama.cpp chain and seeded RNG on the server's top K 
 or the server's own pick from the same request (its RNG restarts at every request).
 
 Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
-:attr:`RemoteBackend.capabilities` and say why they are empty.
+:attr:`RemoteBackend.capabilities` and say why they are empty. DRY and grammars need the
+vocabulary's text, which the server never sends: ``-m PATH`` loads the same GGUF's vocabulary
+alone (``remote_chain``); without it they are refused in one sentence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from .backend import Capabilities
 from .batch import BatchToken, DecodeCall
 from .context import EngineConfig
 from .errors import ContextFullError, TokenstepError
 from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
+from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from .remote_reply import read_slots
 from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
@@ -44,12 +47,12 @@ from .work import WorkCounter
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .verify import VerifyResult
+    from .local_vocab import LocalVocab
 
 DEFAULT_N_PROBS = 100
 
 
-class RemoteBackend:
+class RemoteBackend(NoLocalContext):
     """llama-server, stepped one request per token. Not thread-safe (one worker owns it)."""
 
     def __init__(
@@ -61,7 +64,10 @@ class RemoteBackend:
         pick: str = "tokenstep",
         slot: int = 0,
         timeout: float = DEFAULT_TIMEOUT_S,
+        local_vocab: LocalVocab | None = None,
     ) -> None:
+        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned)."""
+        self.local_vocab = local_vocab
         if n_probs < 1:
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
         if pick not in PICKS:
@@ -72,6 +78,7 @@ class RemoteBackend:
         self.settings.validate()
         self.n_probs, self.pick, self.slot = n_probs, pick, slot
         self._capabilities = remote_capabilities(self.url)
+        self.chain: SamplerChain | None = None
         self.props = handshake(self.client, slot)
         meta = model_meta(self.client)
         self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])  # checked: >= 1
@@ -79,7 +86,11 @@ class RemoteBackend:
         self.info = model_info(self.url, self.props, meta, self.vocab)
         self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
         self.flash_attn_resolved = "unknown (the server's -fa)"
-        self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
+        self.chain, self._capabilities = chain_for(
+            self.url, self.info.n_vocab, self.n_ctx, self.settings, self.vocab, local_vocab
+        )
+        self.info = dataclasses.replace(self.info, eog_ids=sorted(self.vocab.eog_ids))
+        self.gen_start = 0  # where this turn's generated tokens begin (the grammar sees those)
         self.kv = KVMirror(self.n_ctx)  # the tokens the server's slot should hold (no cells)
         self.layout = KVLayout(0, 0, 0, 1, 1)  # nothing known: no cells here
         self.kv_reports: list[Any] = []
@@ -102,10 +113,6 @@ class RemoteBackend:
 
     # -- state -----------------------------------------------------------------------------------
     @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
-
-    @property
     def tokens(self) -> list[int]:
         return self.kv.tokens(0)
 
@@ -120,17 +127,6 @@ class RemoteBackend:
     @property
     def logits_record(self) -> int | None:
         return self.logits_memory.record
-
-    @property
-    def flash_attn_note(self) -> str | None:
-        return None
-
-    @property
-    def seq_ids(self) -> list[int]:
-        return [0]
-
-    def keep_count(self) -> int:
-        return 0
 
     @property
     def unsent_pick(self) -> int | None:
@@ -148,6 +144,20 @@ class RemoteBackend:
             return None
         probs = [c.p for c in self._top_all(rec)]
         return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
+
+    @property
+    def generated(self) -> list[int]:
+        """The tokens generated (or forced) in this turn: what the grammar has accepted."""
+        toks = self.tokens
+        return toks[min(self.gen_start, len(toks)) :]
+
+    def _run(self, settings: SamplerSettings, *, commit: bool) -> ChainResult:
+        """The chain on the filled top-K row, with the history penalties and DRY see and the
+        turn's tokens the grammar has accepted, as the local engine runs it."""
+        assert self.chain is not None and self.logits is not None
+        return self.chain.run(
+            self.logits, settings, commit=commit, history=self.tokens, generated=self.generated
+        )
 
     # -- one request -----------------------------------------------------------------------------
     def _request(
@@ -254,7 +264,9 @@ class RemoteBackend:
         if self.n_past == 0:
             self.n_prompt = len(tokens)
         phase = "prefill" if len(tokens) > 1 else "decode"
-        return [self._request(list(tokens), phase=phase, reused_hint=reused)]
+        recs = [self._request(list(tokens), phase=phase, reused_hint=reused)]
+        self.gen_start = self.n_past
+        return recs
 
     def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
         common = 0
@@ -274,6 +286,7 @@ class RemoteBackend:
                 records=(rec.index, rec.index + 1),
             )
         )
+        self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
         return [rec]
 
     def _truncate(self, n_keep: int) -> None:
@@ -295,7 +308,7 @@ class RemoteBackend:
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         if self.logits is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")
-        return self.chain.run(self.logits, settings or self.settings, commit=False)
+        return self._run(settings or self.settings, commit=False)
 
     def sample(self, force: int | None = None) -> Sampled:
         """Stages 5 and 6: tokenstep's chain on the top K (or the server's own pick)."""
@@ -314,25 +327,27 @@ class RemoteBackend:
         if force is not None:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
-            token, result = force, self.chain.run(logits, settings, commit=False)
+            token, result = force, self._run(settings, commit=False)
         elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
             # The last feed failed (the server was unreachable): retry the same pick, so a
             # fault does not advance the seeded RNG twice.
-            token, result = pending[2], self.chain.run(logits, settings, commit=False)
+            token, result = pending[2], self._run(settings, commit=False)
         elif self.pick == "server" and rec is not None and rec.server is not None:
-            result = self.chain.run(logits, settings, commit=False)
+            result = self._run(settings, commit=False)
             token = (
                 rec.server.server_pick if rec.server.server_pick is not None else result.selected
             )
         else:
-            result = self.chain.run(logits, settings, commit=True)
+            result = self._run(settings, commit=True)
             token = result.selected
         eog = self.vocab.is_eog(token)
         if rec is not None:
             rec.note_pick(0, token, result, eog, forced=force is not None, settings=settings)
             if rec.server is not None:
                 rec.server.pick = "forced" if force is not None else self.pick
-                rec.server.approx = self.exactness(settings)
+                rec.server.approx = self.exactness(settings) or pick_exactness(
+                    settings, rec.server.top_ids, result, token
+                )
         if eog:
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)
@@ -357,41 +372,28 @@ class RemoteBackend:
         n = max(0, min(n, self.n_past - 1))
         if n:
             self._truncate(self.n_past - n)
+            self.gen_start = min(self.gen_start, self.n_past)
             self.stop_reason = None
         return n
 
     def reset(self) -> None:
         self.kv.clear()
         self.logits_memory.clear()
-        self.chain.reseed(self.settings.seed)
+        if self.chain is not None:
+            self.chain.reseed(self.settings.seed)
+        self.gen_start = 0
         self.stop_reason = None
         self.work.reset()
-
-    # -- what a server cannot do -----------------------------------------------------------------
-    def _refuse(self, what: str) -> TokenstepError:
-        return TokenstepError(f"{what} {self.capabilities.missing(what)}.")
-
-    def fork(self, src: int = 0) -> int:
-        raise self._refuse("fork")
-
-    def drop_seq(self, seq: int) -> None:
-        raise self._refuse("fork")
-
-    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None:
-        raise self._refuse("fork")
-
-    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
-        raise self._refuse("verify")
-
-    def context_shift(self) -> None:
-        return None
 
     def close(self) -> None:
         self.client.close()
         chain = getattr(self, "chain", None)
         if chain is not None:
             chain.free()
-            self.chain = None  # type: ignore[assignment]
+            self.chain = None
+        if self.local_vocab is not None:
+            self.local_vocab.close()
+            self.local_vocab = None
 
     def __enter__(self) -> RemoteBackend:
         return self

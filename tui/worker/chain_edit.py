@@ -63,6 +63,9 @@ def toggle_stage(w: Worker) -> None:
         return
     name = st.samplers[w.state.chain_cursor]
     if name in st.off:
+        trial = st.copy()
+        trial.off.remove(name)
+        refuse_unbuildable(w, trial)
         st.off.remove(name)
         settings_changed(w, f"{_label(name)} on")
     else:
@@ -86,6 +89,7 @@ def set_param(w: Worker, line: str) -> None:
     setattr(trial, field, _parse(w, name, field, raw, trial))
     trial.validate()
     trial.check_vocab(w.engine.info.n_vocab)
+    refuse_unbuildable(w, trial)
     if field == "samplers":
         w.state.chain_cursor = min(w.state.chain_cursor, max(len(trial.samplers) - 1, 0))
     for f in fields(SamplerSettings):
@@ -106,13 +110,24 @@ def _parse(w: Worker, name: str, field: str, raw: str, s: SamplerSettings) -> An
         if raw in ("", "none"):
             return ""
         text = schema_to_gbnf(raw) if name == "json-schema" else raw
-        check_grammar(w.engine.model.vocab, text)
+        probe = s.copy()
+        probe.grammar = text
+        refuse_unbuildable(w, probe)  # no vocabulary (a server without -m): before parsing
+        check_grammar(w.engine.chain.env.vocab, text)
         return text
     kind = type(getattr(s, field))
     try:
         return kind(int(raw)) if kind is int else kind(float(raw))
     except ValueError:
         raise TokenstepError(f"--{name} wants a number, not {raw!r}.") from None
+
+
+def refuse_unbuildable(w: Worker, trial: SamplerSettings) -> None:
+    """One sentence, and nothing changes, when the backend cannot build a stage ``trial``
+    turns on (DRY or a grammar without a vocabulary: llama.cpp would end the process)."""
+    refused = w.engine.chain.refusal(trial)
+    if refused is not None:
+        raise TokenstepError(refused)
 
 
 def _label(name: str) -> str:

@@ -104,6 +104,8 @@ class LensControl:
         self._fill_current()
 
     def toggle_mode(self) -> None:
+        if not self.engine.capabilities.graph:  # no local context (llama-server): as --lens
+            self.w.require("lens")
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
 
     def _rebuild(self) -> int:
