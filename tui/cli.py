@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return info_main(args)
         if cmd == "verify":
-            from .commands import verify_main
+            from .verify_cli import verify_main
 
             return verify_main(args)
         if cmd == "serve":
