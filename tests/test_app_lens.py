@@ -58,3 +58,43 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         await pilot.press("right")
         await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
         assert "lens" not in app.controller.engine.records[-1].extras
+
+
+def _shown_layers(app) -> list[int]:
+    from textual.containers import VerticalScroll
+
+    rows = app.query_one("#lens").query_one(VerticalScroll)
+    text = _text(app.query_one(LensPane)).splitlines()
+    y = round(rows.scroll_y)
+    return [int(ln[1:3]) for ln in text[y : y + rows.scrollable_content_region.height]]
+
+
+async def _deep_layers_by_keys(make_engine, tmp_path, size: tuple[int, int]) -> None:
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press(*CAPITAL, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
+        await pilot.press("escape", "8")
+
+        def step():
+            lens = app.view.lens if app.view is not None else None
+            return lens.step if lens is not None else None
+
+        await wait_for(pilot, lambda: step() is not None, "the lens")
+        s = step()
+        await wait_for(pilot, lambda: s.first_top5 in _shown_layers(app), "the deep layers")
+        assert s.first_top5 >= 20 and len(s.layers) - 1 in _shown_layers(app)
+        await pilot.press("home")
+        await wait_for(pilot, lambda: _shown_layers(app)[:1] == [0], "layer 0 on top")
+        await pilot.press("pagedown")
+        await wait_for(pilot, lambda: _shown_layers(app)[0] > 0, "a page down")
+        await pilot.press("end")
+        await wait_for(pilot, lambda: _shown_layers(app)[-1] == 29, "the last layer")
+
+
+@run_async
+async def test_lens_keys_reach_the_deep_layers(make_engine, tmp_path):
+    """Issue 24, fault 2, in the app at 120x40 and 80x24: tab 8 opens where ' Paris' enters
+    the top 5 (layer 28 of 30 on SmolLM2), and PgUp/PgDn/Home/End scroll the layers."""
+    await _deep_layers_by_keys(make_engine, tmp_path, SIZE)
+    await _deep_layers_by_keys(make_engine, tmp_path, (80, 24))

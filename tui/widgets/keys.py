@@ -130,10 +130,13 @@ KEYS: tuple[Key, ...] = (
         "scroll_tab(1)",
         "PgUp/PgDn",
         "scroll tab",
-        "Scroll the bottom tab (9 and 0 are longer than the pane).",
+        "Scroll the bottom tab (8's layers, 9 and 0 are longer than the pane); Home/End go "
+        "to its top and its end.",
         "view",
     ),
     Key("pageup", "scroll_tab(-1)", "", "", "", "view"),
+    Key("home", "scroll_tab(-2)", "", "", "", "view"),
+    Key("end", "scroll_tab(2)", "", "", "", "view"),
     Key(
         "v",
         "verify('batched')",
