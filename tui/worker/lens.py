@@ -23,6 +23,7 @@ from ..engine.attention_capture import find_capture
 from ..engine.lens_capture import AttentionLensCapture, LensCapture, find_lens
 from ..engine.session import Engine
 from ..engine.tokens import display_bytes
+from . import surprise
 
 if TYPE_CHECKING:
     from ..engine.step import StepRecord
@@ -121,6 +122,7 @@ class LensControl:
         new.adopt_history(old)
         tokens, stop = old.tokens, old.stop_reason
         self.w.replace_engine(new)
+        surprise.keep(self.w)  # the new context scores prompts as the old one did
         if tokens:
             new.sync_prompt(tokens, reuse=False)
             self._noted(new)

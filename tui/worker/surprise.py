@@ -25,6 +25,19 @@ WHAT = {
 }
 
 
+def keep(w: Worker) -> str:
+    """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
+    the engine scores prompts exactly while the map shows a scale. Returns a sentence for
+    the notice saying the map is still on (empty when it is off)."""
+    w.engine.score_prompt = w.state.surprise_scale != "off"
+    if w.state.surprise_scale == "off":
+        return ""
+    return (
+        f" The surprise map stays on ({WHAT[w.state.surprise_scale].split(':')[0]}): the next "
+        "prompt is scored; u cycles it, then off."
+    )
+
+
 def cycle(w: Worker) -> None:
     s, eng = w.state, w.engine
     s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
