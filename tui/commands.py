@@ -107,6 +107,12 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
     engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    if getattr(args, "lens", False):
+        from .engine.lens_capture import find_lens
+
+        cap = find_lens(engine)
+        if cap is not None:  # the one-time head read, before any decode is timed
+            cap.lens_head(engine)
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine
