@@ -44,3 +44,67 @@ def test_trace_lens_reads_the_head_before_the_first_decode(capsys, monkeypatch):
     first = with_lens[0]["lens_check"]
     assert first["head_load_ms"] > 0
     assert all("head_load_ms" not in d["lens_check"] for d in with_lens[1:])
+
+
+def test_lens_check_names_llama_cpps_top1_and_the_token_generated(capsys):
+    """The confusion: ``lens_check.pick`` was llama.cpp's top-1, not the token sampled, and
+    ``pick_rank`` was 0-based without saying so. Now ``top1`` / ``top1_rank`` are llama.cpp's
+    top-1, ``pick`` / ``pick_rank`` the token generated (trace's ``sampled``), and the record
+    says ranks are 0-based. With seed 7 at temperature 1.5 some steps sample another token."""
+    recs = _trace(
+        capsys, "--lens", "-p", "The cat sat", "-n", "6", "--temp", "1.5", "-s", "7", "-t", "2"
+    )
+    steps = [d for d in recs if "lens_check" in d]
+    assert len(steps) == 6
+    differ = 0
+    for d in steps:
+        check, layers = d["lens_check"], d["lens"]
+        assert check["top1"]["id"] == d["top"][0]["id"]  # llama.cpp's own top-1
+        assert check["pick"]["id"] == d["sampled"]["id"] and check["pick"]["forced"] is False
+        assert check["ranks"].startswith("0-based")
+        differ += check["pick"]["id"] != check["top1"]["id"]
+        for e in layers:
+            ids = [t["id"] for t in e["top"]]
+            for key, tok in (("top1", check["top1"]["id"]), ("pick", check["pick"]["id"])):
+                if tok in ids:  # in the layer's top 5: its 0-based rank is its index there
+                    assert e[f"{key}_rank"] == ids.index(tok)
+                    assert e[f"{key}_p"] == pytest.approx(e["top"][ids.index(tok)]["p"], abs=1e-6)
+                else:
+                    assert e[f"{key}_rank"] >= 5
+        first5 = next((e["layer"] for e in layers if e["pick_rank"] < 5), None)
+        assert check["pick_top5_layer"] == first5
+    assert differ >= 1
+
+
+def test_the_picks_rank_matches_numpy(model, model_path):
+    """The sampled token's rank and p at a middle layer, recomputed in float64 NumPy from the
+    captured ``l_out-15`` row and the GGUF head (tests/test_lens.py's oracle)."""
+    import numpy as np
+
+    from tui.engine import Engine, EngineConfig, SamplerSettings, loop
+    from tui.engine.lens_capture import LensCapture
+
+    from .test_lens import _numpy_head
+
+    cap = LensCapture(n_layer=model.info.n_layer, capture=("l_out-15",))
+    settings = SamplerSettings(temp=1.5, seed=7)
+    eng = Engine(model, EngineConfig(n_ctx=256, n_threads=2), settings, [cap])
+    try:
+        n = 0
+        for rec in loop.generate(eng, 4, eng.vocab.tokenize("The cat sat", add_special=True)):
+            if not rec.has_logits:
+                continue
+            assert cap.note_pick(eng, rec)
+            hidden = cap.captured["l_out-15"][-1].reshape(-1, model.info.n_embd)[-1]
+            logits = _numpy_head(model_path, hidden, None)
+            pick = rec.sampled
+            entry = rec.extras["lens"][15]
+            assert entry["pick_rank"] == int((logits > logits[pick]).sum())
+            z = np.exp(logits - logits.max()).sum()
+            assert entry["pick_p"] == pytest.approx(
+                np.exp(logits[pick] - logits.max()) / z, abs=1e-4
+            )
+            n += 1
+        assert n == 4
+    finally:
+        eng.close()

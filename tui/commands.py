@@ -219,7 +219,14 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out, n_sampled = sys.stdout, 0
+        lens = None
+        if getattr(args, "lens", False):  # the capture's modules load only with --lens
+            from .engine.lens_capture import find_lens
+
+            lens = find_lens(engine)
         for rec in loop.generate(engine, args.n_predict, toks):
+            if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
+                lens.note_pick(engine, rec)
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
             n_sampled += rec.sampled is not None

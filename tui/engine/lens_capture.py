@@ -23,13 +23,15 @@ import numpy as np
 
 from .attention_capture import AttentionCapture
 from .graph_tap import GraphTap
-from .lens import LensHead, lens_figures, load_head
+from .lens import LensHead, lens_figures, load_head, pick_figures
 from .logits import read_row
 from .tensor import read_last_row
+from .tokens import display_bytes
 
 if TYPE_CHECKING:
     from .batch import DecodeCall
     from .session import Engine
+    from .step import StepRecord
 
 LOUT_NODE = "l_out-{}"
 
@@ -56,6 +58,7 @@ class LensCapture(GraphTap):
         self._lens_head: LensHead | None = None
         self.head_load_ms: float | None = None  # the one-time head read (None: not read yet)
         self._load_reported = False
+        self._last: tuple[DecodeCall, np.ndarray] | None = None  # the newest decode's lens logits
         self.lens_errors: list[str] = []
         self.set_lens(lens)
 
@@ -89,6 +92,28 @@ class LensCapture(GraphTap):
     def before_decode(self, engine: Engine, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._rows = {}
+        self._last = None
+
+    def note_pick(self, engine: Engine, rec: StepRecord) -> bool:
+        """Once the token generated from ``rec``'s logits is known (sampled or forced), add
+        its per-layer rank and p to ``rec``'s lens (:func:`tui.engine.lens.pick_figures`).
+        Only for the newest decode, whose lens logits are kept until the next one (one
+        n_layer x n_vocab float32 array: 5.9 MB on SmolLM2); False when that is not ``rec``."""
+        last = self._last
+        if last is None or last[0] is not rec.call or rec.sampled is None:
+            return False
+        if "lens" not in rec.extras:
+            return False
+        piece = display_bytes(engine.vocab.piece(rec.sampled))
+        pick_figures(
+            last[1],
+            rec.extras["lens"],
+            rec.extras["lens_check"],
+            rec.sampled,
+            piece,
+            forced=rec.forced,
+        )
+        return True
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
         layer = self._lout.get(name) if self.lens_on else None
@@ -112,7 +137,8 @@ class LensCapture(GraphTap):
         head = self.lens_head(engine)  # read once; not part of the projection's time
         t0 = time.perf_counter()
         final = read_row(engine.ctx, -1, engine.info.n_vocab)
-        layers, summary = lens_figures(head, rows, final, engine.vocab)
+        layers, summary, logits = lens_figures(head, rows, final, engine.vocab)
+        self._last = (call, logits)  # until the next decode: for the pick (note_pick)
         summary["ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
         summary["pos"] = call.tokens[-1].pos
         if not self._load_reported and self.head_load_ms is not None:

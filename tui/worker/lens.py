@@ -176,7 +176,7 @@ class LensControl:
             mark, what = rec.sampled, "the token sampled"
             piece = display_bytes(self.engine.vocab.piece(mark))
         else:
-            mark, piece, what = check["pick"]["id"], check["pick"]["piece"], "llama.cpp's top-1"
+            mark, piece, what = check["top1"]["id"], check["top1"]["piece"], "llama.cpp's top-1"
         first1, first5 = first_layers(layers, mark)
         return LensStep(rec.index, check["pos"], layers, check, mark, piece, what, first1, first5)
 
