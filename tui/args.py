@@ -251,7 +251,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "
-        "'tokenstep serve --help'."
+        "'tokenstep tokenize --help', 'tokenstep serve --help'."
     )
 
     trace = _Parser(

@@ -1,5 +1,5 @@
 """Command line: ``tokenstep`` (the app), ``tokenstep trace``, ``tokenstep info``,
-``tokenstep verify``, ``tokenstep serve``.
+``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``.
 
 The top of the package: it parses (:mod:`tui.args`) and hands over to the command or the app.
 Every user mistake ends with one sentence on stderr and a non-zero exit code, never a traceback.
@@ -17,6 +17,10 @@ from .engine.errors import TokenstepError, one_line
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["tokenize"]:  # the vocabulary only: no engine flags, no context
+            from .tokenize_cli import tokenize_main
+
+            return tokenize_main(argv[1:])
         cmd, args = parse(argv)
         if cmd == "trace":
             from .commands import trace_main
