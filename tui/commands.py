@@ -99,6 +99,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     template = getattr(args, "chat_template", None)
     template_text = chat_mod.template_from(template) if template else None  # before loading
     model = Model(args.model, offload=offload_from_args(args))
+    if getattr(args, "lens_grid", False):
+        args.lens = True  # the grid rides on the lens capture
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -113,6 +115,9 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         cap = find_lens(engine)
         if cap is not None:  # the one-time head read, before any decode is timed
             cap.lens_head(engine)
+            if getattr(args, "lens_grid", False):
+                cap.set_grid(True)
+                engine.score_prompt = True  # every prompt row's l_out reaches the last layer
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine

@@ -24,8 +24,9 @@ import numpy as np
 from .attention_capture import AttentionCapture
 from .graph_tap import GraphTap
 from .lens import LensHead, lens_figures, load_head, pick_figures
+from .lens_grid import grid_figures
 from .logits import read_row
-from .tensor import read_last_row
+from .tensor import read_last_row, read_tensor
 from .tokens import display_bytes
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class LensCapture(GraphTap):
         self.head_load_ms: float | None = None  # the one-time head read (None: not read yet)
         self._load_reported = False
         self._last: tuple[DecodeCall, np.ndarray] | None = None  # the newest decode's lens logits
+        self.grid_on = False  # copy each l_out whole: the position x layer grid (lens_grid.py)
+        self._grid: dict[int, dict[int, np.ndarray]] = {}  # layer -> ubatch -> (rows, n_embd)
         self.lens_errors: list[str] = []
         self.set_lens(lens)
 
@@ -70,6 +73,12 @@ class LensCapture(GraphTap):
     def wanted(self, names: set[bytes]) -> None:
         self._wanted_base = set(names)
         self._wanted_all = self._wanted_base | self._lens_wanted
+
+    def set_grid(self, on: bool) -> None:
+        """The grid over every position of each decode (it turns the lens on with it)."""
+        self.grid_on = on
+        if on:
+            self.set_lens(True)
 
     def set_lens(self, on: bool) -> None:
         self.lens_on = on
@@ -92,6 +101,7 @@ class LensCapture(GraphTap):
     def before_decode(self, engine: Engine, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._rows = {}
+        self._grid = {}
         self._last = None
 
     def note_pick(self, engine: Engine, rec: StepRecord) -> bool:
@@ -121,12 +131,21 @@ class LensCapture(GraphTap):
             super().on_data(name, ptr, graph)
         if layer is None:
             return
+        if self.grid_on:
+            whole = read_tensor(ptr)
+            whole = whole.reshape(-1, whole.shape[-1])
+            self._grid.setdefault(layer, {})[graph] = whole
+            if whole.shape[0]:
+                self._rows[layer] = (graph, whole[-1].copy())
+            return
         row = read_last_row(ptr)
         if row is not None:  # a later ubatch's row replaces an earlier one's
             self._rows[layer] = (graph, row)
 
     def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
+        if self.grid_on and call.tokens:
+            self._add_grid(engine, call, extras)
         if not self.lens_on or not call.tokens or not call.tokens[-1].logits:
             return
         problem = self._problem(call)
@@ -146,6 +165,23 @@ class LensCapture(GraphTap):
             self._load_reported = True
         extras["lens"] = layers
         extras["lens_check"] = summary
+
+    def _add_grid(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+        if self._skipped:
+            extras["lens_problems"] = [
+                "lens grid not captured: it would exceed the capture memory limit"
+            ]
+            return
+        if len({s for t in call.tokens for s in t.seq_ids}) > 1:
+            extras["lens_problems"] = [
+                "the lens grid follows one sequence; this decode had several"
+            ]
+            return
+        head = self.lens_head(engine)
+        extras["lens_grid"] = grid_figures(
+            head, call, self._grid, self.n_layer, engine.ctx, engine.vocab
+        )
+        self._grid = {}
 
     def _problem(self, call: DecodeCall) -> str | None:
         """Why this decode's rows cannot be projected, or None."""
