@@ -220,6 +220,11 @@ class AppActions(App[int]):
         if self._tab != "lens":
             self.action_tab("lens")
 
+    def action_lens_grid(self) -> None:
+        if self._tab != "lens":
+            self.action_tab("lens")  # the lens goes on first, then the grid
+        self.controller.lens_cmd("grid")
+
     def action_attention_all(self) -> None:
         self.controller.attention_cmd("all")
         if self._tab not in ("attention", "anatomy"):

@@ -95,10 +95,12 @@ KEYS: tuple[Key, ...] = (
         "8/L",
         "lens",
         "Logit lens: what each layer would predict (its l_out through the model's head), "
-        "computed only while tab 8 shows; L switches between the preview and the last step.",
+        "computed only while tab 8 shows; L switches between the preview and the last step; "
+        "G shows the grid over every position of the context (top-1 and p per layer).",
         "view",
     ),
     Key("L", "lens_mode", "", "", "", "view"),
+    Key("G", "lens_grid", "", "", "", "view"),
     Key(
         "a",
         "attention",

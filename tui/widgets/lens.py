@@ -28,6 +28,7 @@ from textual.widgets import Static
 from ..engine.tokens import escape_controls
 from ..worker.lens import LensStep, LensView
 from .common import visible
+from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
 MARK = "bold bright_cyan"
@@ -186,8 +187,23 @@ class LensTab(Vertical):
         lv: LensView | None = getattr(view, "lens", None)
         missing = view.capabilities.missing("lens")
         note = None if missing is None else f"the logit lens {missing}"
-        self.query_one(LensPane).show_lens(lv, note)
         head = self.query_one("#lens-summary", Static)
+        if note is None and lv is not None and lv.grid is not None:
+            n = fitting(lv.grid, (self.content_size.width or 60) - 2)  # less the scrollbar
+            self.query_one(LensPane).update(GridRows(lv.grid, n))
+            rows: list[RenderableType] = [grid_summary(lv.grid, n)]
+            if lv.status:
+                rows.append(Text(lv.status, "bright_yellow"))
+            head.update(Group(*rows))
+            head.display = True
+            key = (-1, lv.grid.n_tokens, "grid")
+            if key != self._opened:  # the deep layers first, where the answers form
+                self._opened = key
+                self.scroll_to_layer(lv.grid.n_layer)
+            self.border_title = "logit lens · every position (G: one step)"
+            self.border_subtitle = "grid · PgUp/PgDn"
+            return
+        self.query_one(LensPane).show_lens(lv, note)
         if note is None and lv is not None and lv.step is not None:
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:

@@ -29,7 +29,7 @@ def keep(w: Worker) -> str:
     """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
     the engine scores prompts exactly while the map shows a scale. Returns a sentence for
     the notice saying the map is still on (empty when it is off)."""
-    w.engine.score_prompt = w.state.surprise_scale != "off"
+    w.engine.score_prompt = w.state.surprise_scale != "off" or w.lens.grid  # the grid too
     if w.state.surprise_scale == "off":
         return ""
     return (
@@ -41,7 +41,7 @@ def keep(w: Worker) -> str:
 def cycle(w: Worker) -> None:
     s, eng = w.state, w.engine
     s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
-    eng.score_prompt = s.surprise_scale != "off"
+    eng.score_prompt = s.surprise_scale != "off" or w.lens.grid
     if s.surprise_scale == "off":
         s.note("Surprise map off; prompts are decoded with one logits row again.")
         return

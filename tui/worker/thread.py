@@ -213,6 +213,8 @@ class Worker:
             self.put(cmd_types.LensTab(bool(args[0])))
         elif name == "mode":
             self.put(cmd_types.LensMode())
+        elif name == "grid":  # G: the position x layer grid
+            self.put(cmd_types.Call(self.lens.toggle_grid))
         else:
             raise ValueError(name)
 
