@@ -218,6 +218,12 @@ class Worker:
         else:
             raise ValueError(name)
 
+    def tokenize_text(self, text: str) -> None:
+        """/tokenize TEXT: its tokens in the notice, nothing sent."""
+        from .tokenize import tokenize_note
+
+        self.put(cmd_types.Call(lambda: tokenize_note(self, text)))
+
     def verify(self, mode: str = "batched") -> None:
         """Recompute the context from scratch in a fresh context and compare the logits."""
         self.put(cmd_types.Verify(mode))
