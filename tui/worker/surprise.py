@@ -43,7 +43,12 @@ def cycle(w: Worker) -> None:
     s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
     eng.score_prompt = s.surprise_scale != "off" or w.lens.grid
     if s.surprise_scale == "off":
-        s.note("Surprise map off; prompts are decoded with one logits row again.")
+        rows = (
+            "the lens grid still decodes prompts with logits on every row"
+            if w.lens.grid
+            else "prompts are decoded with one logits row again"
+        )
+        s.note(f"Surprise map off; {rows}.")
         return
     scored = sum(1 for v in eng.surprise.along(eng.tokens) if v is not None and v.prompt)
     tail = (
