@@ -77,3 +77,10 @@ def test_trace_lens_grid_flag():
     assert all(0 < p <= 1 for row in g["p"] for p in row)
     assert step["lens_grid"]["pos"] == [step["batch"][0]["pos"]]
     assert "lens" in prefill and "lens" in step  # the per-step lens comes with it
+
+
+def test_lens_grid_refuses_a_server_in_one_sentence():
+    r = run_cli("trace", "--server", "http://127.0.0.1:9", "--lens-grid", "-p", "x")
+    assert r.returncode == 1 and r.stdout == b""
+    err = r.stderr.decode()
+    assert err.count("\n") == 1 and "--lens-grid needs a local model" in err

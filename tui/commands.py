@@ -133,6 +133,8 @@ def server_conflicts(args: argparse.Namespace) -> None:
     for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
         if getattr(args, flag, None) not in (None, False):
             raise TokenstepError(f"--{flag} {caps.missing(what)}.")
+    if getattr(args, "lens_grid", False) and caps.missing("lens") is not None:
+        raise TokenstepError(f"--lens-grid {caps.missing('lens')}.")
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:
