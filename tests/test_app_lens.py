@@ -60,6 +60,13 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert "lens" not in app.controller.engine.records[-1].extras
 
 
+async def _to_controls(pilot, app) -> None:
+    """Esc until the controls have the keys (the end of a prefill may move the focus)."""
+    chat = app.query_one("#chat")
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: not chat.has_focus and chat.value == "", "the controls")
+
+
 def _shown_layers(app) -> list[int]:
     from textual.containers import VerticalScroll
 
@@ -74,7 +81,8 @@ async def _deep_layers_by_keys(make_engine, tmp_path, size: tuple[int, int]) -> 
     async with app.run_test(size=size) as pilot:
         await pilot.press(*CAPITAL, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
-        await pilot.press("escape", "8")
+        await _to_controls(pilot, app)
+        await pilot.press("8")
 
         def step():
             lens = app.view.lens if app.view is not None else None
@@ -109,7 +117,8 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*CAPITAL, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
-        await pilot.press("escape", "G")  # from any tab: the lens goes on, then the grid
+        await _to_controls(pilot, app)
+        await pilot.press("G")  # from any tab: the lens goes on, then the grid
 
         def grid():
             lens = app.view.lens if app.view is not None else None

@@ -189,9 +189,10 @@ class LensTab(Vertical):
         note = None if missing is None else f"the logit lens {missing}"
         head = self.query_one("#lens-summary", Static)
         if note is None and lv is not None and lv.grid is not None:
-            n = fitting(lv.grid, (self.content_size.width or 60) - 2)  # less the scrollbar
+            width = self.content_size.width or 60
+            n = fitting(lv.grid, width - 2)  # less the scrollbar
             self.query_one(LensPane).update(GridRows(lv.grid, n))
-            rows: list[RenderableType] = [grid_summary(lv.grid, n)]
+            rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
             head.update(Group(*rows))
@@ -201,7 +202,9 @@ class LensTab(Vertical):
                 self._opened = key
                 self.scroll_to_layer(lv.grid.n_layer)
             self.border_title = "logit lens · every position (G: one step)"
-            self.border_subtitle = "grid · PgUp/PgDn"
+            cols = lv.grid.columns[-n:]
+            shown = f"{cols[0].pos}–{cols[-1].pos} of {lv.grid.n_tokens} · " if cols else ""
+            self.border_subtitle = f"grid {shown}PgUp/PgDn"
             return
         self.query_one(LensPane).show_lens(lv, note)
         if note is None and lv is not None and lv.step is not None:

@@ -61,13 +61,24 @@ class GridRows:
             yield t
 
 
-def grid_summary(grid: GridView, n: int) -> Text:
+def token_header(grid: GridView, n: int) -> Text:
+    """The tokens read at the positions shown, aligned with the rows' cells."""
+    t = Text("   ", no_wrap=True, overflow="ellipsis")
+    for c in grid.columns[-n:]:
+        t.append("│")
+        t.append(_piece(c.token, CELL + 4), "bright_cyan")
+    return t
+
+
+def grid_summary(grid: GridView, n: int, *, narrow: bool = False) -> Text:
     """Positions shown, their tokens (aligned with the rows' cells), what a cell is, and the
-    last layer's check against llama.cpp."""
+    last layer's check against llama.cpp; ``narrow`` (tab 8 at 80x24): the tokens alone."""
     t = Text(no_wrap=False)
     if not grid.columns:
         t.append("grid · every position: no position has one yet", "bold")
         return t
+    if narrow:
+        return token_header(grid, n)
     cols = grid.columns[-n:]
     diffs = [c.max_abs_diff for c in cols if c.max_abs_diff is not None]
     t.append(f"grid · positions {cols[0].pos}–{cols[-1].pos} of {grid.n_tokens}", "bold")
@@ -75,10 +86,8 @@ def grid_summary(grid: GridView, n: int) -> Text:
         t.append(f" ({len(grid.columns) - len(cols)} older ones need a wider pane)", "grey70")
     if grid.missing:
         t.append(f" ({grid.missing} without a grid)", "grey70")
-    t.append("\n   ")
-    for c in cols:
-        t.append("│")
-        t.append(_piece(c.token, CELL + 4), "bright_cyan")
+    t.append("\n")
+    t.append_text(token_header(grid, n))
     t.append("\ncells: top-1 for the next token, p; ", "grey70")
     t.append("green", HIT)
     t.append(" came next", "grey70")
