@@ -50,6 +50,8 @@ def test_special_text_and_files(oracle, tmp_path):
     assert json.loads(ids) == oracle.tokenize(f.read_bytes(), add_bos=True)
     (ids,) = _lines(run_cli("tokenize", "--ids", "--stdin", stdin=b"from stdin"))
     assert json.loads(ids) == oracle.tokenize(b"from stdin", add_bos=True)
+    (ids,) = _lines(run_cli("tokenize", "--ids", "-p", "-", stdin=b"dash p"))
+    assert json.loads(ids) == oracle.tokenize(b"dash p", add_bos=True)
 
 
 def test_a_newline_piece_stays_on_its_line():
@@ -72,3 +74,21 @@ def test_bad_input_gets_one_sentence(argv):
     assert res.returncode == 1 and res.stdout == b""
     err = res.stderr.decode()
     assert err.count("\n") == 1 and err.startswith("tokenstep: ") and "Traceback" not in err
+
+
+def test_no_bos_on_a_model_that_adds_one(tmp_path):
+    """SmolLM2 adds no BOS; the tiny SPM model written in tests/swa_model.py does."""
+    from .swa_model import write_swa_model
+
+    path = write_swa_model(tmp_path / "bos.gguf")
+    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        with_bos = llm.tokenize(b"hi there", add_bos=True)
+        without = llm.tokenize(b"hi there", add_bos=False)
+    finally:
+        llm.close()
+    assert with_bos[0] == 1 and with_bos[1:] == without
+    (ids,) = _lines(run_cli("tokenize", "-m", str(path), "--ids", "hi there"))
+    assert json.loads(ids) == with_bos
+    (ids,) = _lines(run_cli("tokenize", "-m", str(path), "--ids", "--no-bos", "hi there"))
+    assert json.loads(ids) == without

@@ -72,7 +72,7 @@ def read_text(args: argparse.Namespace) -> str:
                 raw = fh.read()
         except OSError as exc:
             raise TokenstepError(f"cannot read {args.file}: {exc.strerror}.") from exc
-    elif args.stdin:
+    elif args.stdin or args.prompt == "-":  # -p - as in trace
         raw = sys.stdin.buffer.read()
     else:
         text = str(args.text if args.text is not None else args.prompt)
