@@ -338,6 +338,9 @@ class TokenstepApp(AppActions):
             self._say("Type a message first.", "bright_yellow")
             return
         event.input.value = ""
+        if text.startswith("/tokenize") and text[9:10] in ("", " "):
+            self.controller.tokenize_text(text[10:])  # its tokens in the notice, not sent
+            return
         if text.startswith("/system") and text[7:8] in ("", " "):
             self.controller.set_system_prompt(text[8:])  # /system TEXT (empty: none)
             return

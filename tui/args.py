@@ -250,7 +250,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "
-        "'tokenstep serve --help'."
+        "'tokenstep tokenize --help', 'tokenstep serve --help'."
     )
 
     trace = _Parser(
@@ -277,6 +277,13 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         action="store_true",
         help="add the logit lens: each layer's top 5 for the predicted row (l_out projected "
         "by the model's head; costs n_layer x n_vocab x n_embd per step)",
+    )
+    trace.add_argument(
+        "--lens-grid",
+        action="store_true",
+        help="the lens over every position of each decode too (lens_grid: per position and "
+        "layer the top-1 and its p; prompts get logits on every row; as many multiply-adds "
+        "as --lens per position, at most the last 64 positions of a decode)",
     )
 
     info = _Parser(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import sys
 from typing import cast
@@ -102,6 +101,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     template_text = chat_mod.template_from(template) if template else None  # before loading
     repack = getattr(args, "repack", None)  # --repack / --no-repack / neither (None)
     model = Model(args.model, offload=offload_from_args(args), repack_flag=repack)
+    if getattr(args, "lens_grid", False):
+        args.lens = True  # the grid rides on the lens capture
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -110,6 +111,15 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
     engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    if getattr(args, "lens", False):
+        from .engine.lens_capture import find_lens
+
+        cap = find_lens(engine)
+        if cap is not None:  # the one-time head read, before any decode is timed
+            cap.lens_head(engine)
+            if getattr(args, "lens_grid", False):
+                cap.set_grid(True)
+                engine.score_prompt = True  # every prompt row's l_out reaches the last layer
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine
@@ -227,7 +237,14 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out, n_sampled = sys.stdout, 0
+        lens = None
+        if getattr(args, "lens", False):  # the capture's modules load only with --lens
+            from .engine.lens_capture import find_lens
+
+            lens = find_lens(engine)
         for rec in loop.generate(engine, args.n_predict, toks):
+            if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
+                lens.note_pick(engine, rec)
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
             n_sampled += rec.sampled is not None
@@ -330,79 +347,3 @@ def _safe(v: object) -> str:
     """Metadata is written by strangers: show control characters escaped, never interpreted."""
     s = str(v)
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
-
-
-def verify_main(args: argparse.Namespace) -> int:
-    """Generate, and after every step recompute the whole context from scratch in a fresh
-    context. Exit code 3 when a top-1 token disagrees (the cache would then not be exact)."""
-    from .engine.tokens import display_bytes
-
-    if getattr(args, "server", None):
-        from .engine.remote import remote_capabilities
-
-        raise TokenstepError(f"verify {remote_capabilities(args.server).missing('verify')}.")
-    if args.n_predict < 0:
-        raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
-    settings_from_args(args)
-    config_from_args(args)
-    text = read_prompt(args)
-    if not text.strip():
-        raise TokenstepError("the prompt is empty.")
-    engine = engine_from_args(args)
-    out = sys.stdout
-    bad = 0
-    try:
-        toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        # One record with logits per context state: the prompt's, then each fed token's. A
-        # record is yielded before the next token is fed, so verify sees the context it left.
-        states = (
-            r for r in loop.generate(engine, args.n_predict, toks, decode_last=True) if r.has_logits
-        )
-        first = next(states)  # the prefill
-        out.write(
-            f"verify: {len(toks)} prompt tokens, flash attention {engine.flash_attn_resolved}, "
-            f"K {args.cache_type_k} / V {args.cache_type_v}; each row recomputes the whole "
-            "context in one fresh llama_context (cleared, nothing re-used)\n"
-        )
-        out.write(
-            f"{'step':>4} {'ctx':>5} {'next token':<16} {'max|Δ|':>9} {'mean|Δ|':>9} "
-            f"{'top-1':>5} {'top-10':>7} {'ms':>7}\n"
-        )
-        last = None
-        for i, _ in enumerate(itertools.chain([first], states)):
-            res = engine.verify_last("batched")
-            last = res
-            bad += not res.top1_agree
-            nxt = engine.vocab.piece(res.top1_cached)
-            out.write(
-                f"{i:>4} {res.n_tokens:>5} {_safe(display_bytes(nxt))[:16]:<16} "
-                f"{res.max_abs_diff:>9.3g} {res.mean_abs_diff:>9.3g} "
-                f"{'same' if res.top1_agree else 'DIFF':>5} "
-                f"{'same' if res.top10_order_agree else f'{res.top10_same_rank}/10':>7} "
-                f"{res.recompute_ms:>7.1f}\n"
-            )
-            out.flush()
-        if engine.stop_reason is not None:
-            out.write(f"stopped: {engine.stop_reason}\n")
-        if last is not None:
-            out.write(f"\n{last.explain()}\n")
-        if not args.no_replay and engine.n_past:
-            rep = engine.verify_last("replay")
-            out.write(
-                f"replay: the same {rep.n_calls} decode calls the engine made, in a fresh "
-                f"context: max |Δ| {rep.max_abs_diff:.3g}"
-                f"{' (bit-identical)' if rep.exact else ''}; top-1 "
-                f"{'same' if rep.top1_agree else 'DIFFERENT'}.\n"
-            )
-            bad += not rep.top1_agree
-        w = engine.work
-        out.write(
-            f"work: {w.with_cache:,} token-forward passes with the cache, "
-            f"{w.without_cache:,} without one ({w.ratio:.1f}x)\n"
-        )
-    finally:
-        engine.close()
-    if bad:
-        print(f"tokenstep: {bad} check(s) picked a different top-1 token.", file=sys.stderr)
-        return 3
-    return 0

@@ -82,7 +82,13 @@ def no_vocab_where(url: str) -> str:
 
 # The flags that add an observer to the decode (an eval callback in a local context), with the
 # capability each needs: with --server every one is refused in the same words.
-OBSERVER_FLAGS = {"attention": "attention", "lens": "lens", "graph": "graph", "profile": "graph"}
+OBSERVER_FLAGS = {
+    "attention": "attention",
+    "lens": "lens",
+    "lens_grid": "lens",
+    "graph": "graph",
+    "profile": "graph",
+}
 
 
 def server_refusal(
@@ -93,7 +99,7 @@ def server_refusal(
     vocabulary's text when no ``-m`` gives one."""
     caps = remote_capabilities(url)
     if observers:
-        return f"--{observers[0]} {caps.missing(OBSERVER_FLAGS[observers[0]])}."
+        return f"--{observers[0].replace('_', '-')} {caps.missing(OBSERVER_FLAGS[observers[0]])}."
     stage = needs_vocab(settings) if settings is not None and not vocab_file else None
     return vocab_refusal(stage, no_vocab_where(url)) if stage is not None else None
 

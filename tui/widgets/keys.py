@@ -95,10 +95,12 @@ KEYS: tuple[Key, ...] = (
         "8/L",
         "lens",
         "Logit lens: what each layer would predict (its l_out through the model's head), "
-        "computed only while tab 8 shows; L switches between the preview and the last step.",
+        "computed only while tab 8 shows; L switches between the preview and the last step; "
+        "G shows the grid over every position of the context (top-1 and p per layer).",
         "view",
     ),
     Key("L", "lens_mode", "", "", "", "view"),
+    Key("G", "lens_grid", "", "", "", "view"),
     Key(
         "a",
         "attention",
@@ -130,10 +132,13 @@ KEYS: tuple[Key, ...] = (
         "scroll_tab(1)",
         "PgUp/PgDn",
         "scroll tab",
-        "Scroll the bottom tab (9 and 0 are longer than the pane).",
+        "Scroll the bottom tab (8's layers, 9 and 0 are longer than the pane); Home/End go "
+        "to its top and its end.",
         "view",
     ),
     Key("pageup", "scroll_tab(-1)", "", "", "", "view"),
+    Key("home", "scroll_tab(-2)", "", "", "", "view"),
+    Key("end", "scroll_tab(2)", "", "", "", "view"),
     Key(
         "z",
         "zoom_tab",
