@@ -3,7 +3,9 @@
 Each case runs ``python -m tui trace`` as a user would, under an address-space limit so that a
 regression fails fast instead of taking the machine's memory (``--dry-penalty-last-n
 99999999999`` once took 9.5 GB and 27 s), and checks one sentence, exit 1, no traceback, and
-the time and peak RSS the process took (``os.wait4``'s rusage of that one child).
+the time and peak RSS the process took: its own ``VmHWM``, written as it exits (Linux starts a
+child's rusage ``ru_maxrss`` from the parent's high-water mark at fork, so in a long pytest run
+it would count pytest's own 770 MB).
 """
 
 from __future__ import annotations
@@ -41,14 +43,40 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
 
 
+# Runs ``-m MODULE ARGS`` or ``-c CODE ARGS`` as python would, then writes the process's own
+# peak RSS (VmHWM, in kB) to $TOKENSTEP_TEST_HWM: at a normal end, sys.exit or an exception.
+_LAUNCH = """
+import os, runpy, sys
+hwm = os.environ.pop("TOKENSTEP_TEST_HWM")
+how, what, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    if how == "-m":
+        sys.argv = ["tokenstep", *rest]
+        runpy.run_module(what, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = ["-c", *rest]
+        exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
+finally:
+    with open("/proc/self/status") as fh, open(hwm, "w") as out:
+        out.write(next(line for line in fh if line.startswith("VmHWM:")).split()[1])
+"""
+
+
 def run_measured(*args: str, timeout: float = 120, module: bool = True) -> Measured:
-    """``python -m tui ARGS`` (``python ARGS`` with ``module=False``) with its wall time and
-    peak RSS (``ru_maxrss`` of this child)."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    """``python -m tui ARGS`` (``python ARGS`` with ``module=False``, ARGS then starting with
+    ``-c CODE``) with its wall time and its own peak RSS (VmHWM; where the process ended
+    without writing it, the rusage of the child, which can only be larger)."""
+    if module:
+        args = ("-m", "tui", *args)
+    assert args[0] in ("-m", "-c"), args
+    hwm = tempfile.NamedTemporaryFile(delete=False)
+    hwm.close()
+    os.unlink(hwm.name)
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "TOKENSTEP_TEST_HWM": hwm.name}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, *(["-m", "tui"] if module else []), *args],
+            [sys.executable, "-c", _LAUNCH, *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -69,7 +97,12 @@ def run_measured(*args: str, timeout: float = 120, module: bool = True) -> Measu
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Measured(proc.returncode, out.read(), err.read(), seconds, usage.ru_maxrss / 1024)
+        peak = usage.ru_maxrss / 1024
+        if os.path.exists(hwm.name):
+            with open(hwm.name) as fh:
+                peak = int(fh.read()) / 1024
+            os.unlink(hwm.name)
+        return Measured(proc.returncode, out.read(), err.read(), seconds, peak)
 
 
 def refused(m: Measured, *needles: str, seconds: float = 30, mib: float = 400) -> str:
