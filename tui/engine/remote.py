@@ -24,7 +24,6 @@ alone (``remote_chain``); without it they are refused in one sentence.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +35,15 @@ from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
 from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
-from .remote_reply import read_slots
-from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
+from .remote_step import (
+    PICKS,
+    chain_exactness,
+    fill_row,
+    read_reply,
+    request_body,
+    slot_busy,
+    top_all,
+)
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -142,7 +148,7 @@ class RemoteBackend(NoLocalContext):
         rec = self.records.get(self.logits_record) if self.logits_record is not None else None
         if rec is None or not rec.top:
             return None
-        probs = [c.p for c in self._top_all(rec)]
+        probs = [c.p for c in top_all(rec)]
         return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
 
     @property
@@ -184,7 +190,7 @@ class RemoteBackend(NoLocalContext):
                 "/completion", request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
             )
         except ServerError as exc:
-            busy = "did not answer" in str(exc) and self._slot_busy()
+            busy = "did not answer" in str(exc) and slot_busy(self.client, self.url, self.slot)
             if busy:
                 raise ServerError(
                     f"slot {self.slot} of llama-server at {self.url} is busy with another "
@@ -239,23 +245,6 @@ class RemoteBackend(NoLocalContext):
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
         self.stop_reason = None
         return rec
-
-    def _top_all(self, rec: StepRecord) -> list[Candidate]:
-        """All K candidates of a record (best first), with their exact probabilities."""
-        if rec.server is None:
-            return []
-        ids, lps = rec.server.top_ids, rec.server.top_logprobs
-        return [Candidate(i, b"", lp, math.exp(lp)) for i, lp in zip(ids, lps, strict=True)]
-
-    def _slot_busy(self) -> bool:
-        """``GET /slots``: is our slot processing someone else's request?"""
-        saved, self.client.timeout = self.client.timeout, 5.0
-        try:
-            return read_slots(self.url, self.client.get("/slots").body, self.slot)
-        except ServerError:
-            return False
-        finally:
-            self.client.timeout = saved
 
     # -- the loop --------------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:

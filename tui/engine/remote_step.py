@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from .remote_http import Reply
-from .remote_reply import read_completion
+from .remote_http import Reply, ServerClient, ServerError
+from .remote_reply import read_completion, read_slots
 from .sampling import SamplerSettings
+from .step import Candidate, StepRecord
 
 # Token texts llama.cpp itself treats as end of generation (llama-vocab.cpp's EOG names).
 EOG_NAMES = (
@@ -214,3 +215,22 @@ def read_reply(
         top_logprobs=[t.logprob for t in c.top],
     )
     return step, [(t.id, t.piece) for t in c.top]
+
+
+def top_all(rec: StepRecord) -> list[Candidate]:
+    """All K candidates of a record (best first), with their exact probabilities."""
+    if rec.server is None:
+        return []
+    ids, lps = rec.server.top_ids, rec.server.top_logprobs
+    return [Candidate(i, b"", lp, math.exp(lp)) for i, lp in zip(ids, lps, strict=True)]
+
+
+def slot_busy(client: ServerClient, url: str, slot: int) -> bool:
+    """``GET /slots``: is our slot processing someone else's request? (5 s at most.)"""
+    saved, client.timeout = client.timeout, 5.0
+    try:
+        return read_slots(url, client.get("/slots").body, slot)
+    except ServerError:
+        return False
+    finally:
+        client.timeout = saved
