@@ -62,8 +62,7 @@ def step(w: Worker, forced: int | None) -> None:
         s.lit = (SAMPLE, DETOKENIZE)
         if eng.stop_reason == "end of generation":
             s.note(
-                "End of generation: the model sampled an end token. "
-                "Type a message; Esc then ← rewinds and resamples."
+                "End of generation: the model sampled an end token. ← rewinds and resamples."
             )
         else:
             s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
