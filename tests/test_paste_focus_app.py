@@ -12,11 +12,11 @@ from textual.widgets import Input
 from tui.widgets.chat_input import ChatInput
 from tui.widgets.logits import LogitsPane
 from tui.widgets.text import ConversationPane
-from tui.widgets.text_flow import STEP_HINT
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
 
 HINT = "i types the next message."
+STEP_HINT = "→ decodes the first token, space plays the reply"
 
 
 def notice(app) -> str:

@@ -21,7 +21,6 @@ from tests.serve_server import Served, conversation, gone, wait_for
 from tests.test_serve import MESSAGE, Tab, drawn, open_tab, run
 from tui.serve_input import CHUNK, MAX_COLS, MAX_ROWS, chunks, clamp_size, read_frame
 
-F1 = "\x1bOP"  # as xterm.js sends it
 ENDLESS = ("--context-full", "shift", "-l", "0-inf", "-l", "2-inf", "-l", "4-inf")
 
 
@@ -77,12 +76,13 @@ def test_a_huge_resize_is_clamped_and_the_tab_answers(served, size):
     async def go() -> int:
         async with aiohttp.ClientSession() as session:
             tab, app = await mid_reply(session, served)
+            seen = len(tab.screen)
             await tab.send("resize", size)
-            await tab.send("stdin", F1)  # the help screen is laid out at that size
-            await tab.send("resize", {"width": 120, "height": 40})
-            await tab.until(lambda s: b"PgUp PgDn scroll" in s, "the help screen")
-            await tab.send("stdin", F1)
+            # A frame for 200 rows (Textual starts each row with ESC[row;1H): the app laid the
+            # screen out at the clamped size (at 99,999 rows it never finished).
+            await tab.until(lambda s: b"\x1b[200;1H" in s[seen:], "a frame 200 rows high")
             await answers(tab, 70)
+            assert b"\x1b[201;1H" not in tab.screen[seen:]  # no row past the clamp, ever
             await tab.ws.close()
             return app
 
