@@ -180,4 +180,6 @@ def test_stdin_is_cut_into_whole_utf8_pieces():
     for p in pieces:
         p.decode("utf-8")  # each piece is whole characters
     stdin = read_frame(frame(json.dumps(["stdin", "\ud800a"])))
-    assert stdin is not None and stdin.data == b"?a"
+    assert stdin is not None and stdin.data == "\ufffda".encode()
+    pair = read_frame(frame('["stdin", "\\ud83d\\ude00"]'))  # a surrogate pair: one character
+    assert pair is not None and pair.data == "😀".encode()

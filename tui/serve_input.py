@@ -19,6 +19,7 @@ import asyncio
 import fcntl
 import json
 import logging
+import re
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ MAX_COLS, MAX_ROWS = 500, 200  # an 8K screen at a small font; the app lays out 
 CHUNK = 4096  # bytes per stdin packet: what a terminal driver reads at a time
 MAX_FRAME = 4 * 1024 * 1024  # bytes in one websocket frame (aiohttp's default, stated)
 MAX_BACKLOG = 8 * 1024 * 1024  # stdin bytes waiting for a slow app before frames are dropped
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # a valid pair is one character once parsed
 KINDS = frozenset({"stdin", "resize", "ping", "focus", "blur"})  # what textual.js sends
 
 
@@ -82,7 +84,8 @@ def read_frame(message: WSMessage) -> Frame | None:
     if kind == "stdin":
         if not isinstance(data, str) or not data:
             return None
-        return Frame(kind, data=data.encode("utf-8", errors="replace"))  # a lone surrogate: ?
+        # JSON can carry a lone surrogate ("\\ud800"), which is no character: U+FFFD stands in.
+        return Frame(kind, data=_LONE_SURROGATE.sub("\ufffd", data).encode("utf-8"))
     if kind == "resize":
         if not isinstance(data, dict):
             return None
