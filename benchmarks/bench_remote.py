@@ -44,6 +44,9 @@ def start_server(
     args += ["--port", str(port), "-c", str(n_ctx), "-np", str(parallel)]
     args += ["-t", str(threads)]  # 1: as the app decodes
     args += ["-fa", "off", "--no-webui"]
+    from tests.llama_server import repack_args  # --no-repack where the server has AMX kernels
+
+    args += repack_args(binary)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

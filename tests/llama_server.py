@@ -5,15 +5,23 @@ The binary is llama.cpp's own server, built from the llama.cpp that llama-cpp-py
 Tests find it through ``TOKENSTEP_LLAMA_SERVER`` or next to the running interpreter's venv.
 Without it the tests skip with the reason printed, except in CI (``CI`` set), where a missing
 binary is a failure.
+
+On a CPU with AMX (every Xeon since Sapphire Rapids) a natively built llama-server segfaults on
+its first completion unless started with ``--no-repack`` (llama.cpp #20824). The flag is chosen
+from the binary's own system info (:func:`server_system_info`) with tokenstep's rule
+(:func:`tui.engine.repack.decide`); a server whose load log still names an AMX buffer is
+started again with it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -23,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tui.engine import default_model_path
+from tui.engine import default_model_path, repack
 
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine; the bundled model loads in under a second idle
 
@@ -50,6 +58,43 @@ def require_binary() -> Path:
         pytest.fail(reason + "; CI must build it")
     print(f"\nskipping: {reason}", file=sys.stderr)
     pytest.skip(reason)
+
+
+def _env(binary: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # The binary finds its shared libraries beside it (the build's RPATH points elsewhere).
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(binary.parent), env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    return env
+
+
+@functools.cache
+def server_system_info(binary: Path) -> str:
+    """The binary's own "system_info: n_threads = ... | CPU : SSE3 = 1 | ..." line, or "" when
+    it prints none. llama-server logs it at its trace verbosity (-lv 4) before it loads the
+    model, so it is started on a model file that does not exist and ends right after."""
+    missing = Path(tempfile.gettempdir()) / "tokenstep-no-such-model.gguf"
+    args = [str(binary), "-lv", "4", "-m", str(missing), "--host", "127.0.0.1"]
+    args += ["--port", str(free_port()), "--no-webui"]
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(binary)
+    )
+    try:
+        out, _ = proc.communicate(timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    for line in out.decode("utf-8", "replace").splitlines():
+        if "system_info:" in line:
+            return line[line.index("system_info:") :].strip()
+    return ""
+
+
+def repack_args(binary: Path) -> tuple[str, ...]:
+    """("--no-repack",) where this llama-server has AMX kernels, () elsewhere (its default)."""
+    choice = repack.decide(server_system_info(binary))
+    return () if choice.use_extra_bufts else ("--no-repack",)
 
 
 def free_port() -> int:
@@ -122,18 +167,20 @@ def start_server(
         "-fa",
         "off",
         "--no-webui",
+        *repack_args(binary),
         *extra,
     ]
-    env = dict(os.environ)
-    # The binary finds its shared libraries beside it (the build's RPATH points elsewhere).
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (str(binary.parent), env.get("LD_LIBRARY_PATH", "")) if p
-    )
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=_env(binary))
     server = Server(proc, port, log)
     if wait:
         wait_healthy(server)
+        chose = {"--repack", "--no-repack", "-nr"} & set(args)
+        if not chose and repack.amx_buffer_mib(log.read_text(errors="replace").splitlines()):
+            # No AMX in its system info, but its weights went to an AMX buffer: start again
+            # without extra buffers before any completion runs on them.
+            server.stop()
+            return start_server(log_dir, port=port, extra=("--no-repack", *extra), wait=wait)
     return server
 
 

@@ -58,3 +58,93 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         await pilot.press("right")
         await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
         assert "lens" not in app.controller.engine.records[-1].extras
+
+
+async def _to_controls(pilot, app) -> None:
+    """Esc until the controls have the keys (the end of a prefill may move the focus)."""
+    chat = app.query_one("#chat")
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: not chat.has_focus and chat.value == "", "the controls")
+
+
+def _shown_layers(app) -> list[int]:
+    from textual.containers import VerticalScroll
+
+    rows = app.query_one("#lens").query_one(VerticalScroll)
+    text = _text(app.query_one(LensPane)).splitlines()
+    y = round(rows.scroll_y)
+    return [int(ln[1:3]) for ln in text[y : y + rows.scrollable_content_region.height]]
+
+
+async def _deep_layers_by_keys(make_engine, tmp_path, size: tuple[int, int]) -> None:
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press(*CAPITAL, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
+        await _to_controls(pilot, app)
+        await pilot.press("8")
+
+        def step():
+            lens = app.view.lens if app.view is not None else None
+            return lens.step if lens is not None else None
+
+        await wait_for(pilot, lambda: step() is not None, "the lens")
+        s = step()
+        await wait_for(pilot, lambda: s.first_top5 in _shown_layers(app), "the deep layers")
+        assert s.first_top5 >= 20 and len(s.layers) - 1 in _shown_layers(app)
+        await pilot.press("home")
+        await wait_for(pilot, lambda: _shown_layers(app)[:1] == [0], "layer 0 on top")
+        await pilot.press("pagedown")
+        await wait_for(pilot, lambda: _shown_layers(app)[0] > 0, "a page down")
+        await pilot.press("end")
+        await wait_for(pilot, lambda: _shown_layers(app)[-1] == 29, "the last layer")
+
+
+@run_async
+async def test_lens_keys_reach_the_deep_layers(make_engine, tmp_path):
+    """Issue 24, fault 2, in the app at 120x40 and 80x24: tab 8 opens where ' Paris' enters
+    the top 5 (layer 28 of 30 on SmolLM2), and PgUp/PgDn/Home/End scroll the layers."""
+    await _deep_layers_by_keys(make_engine, tmp_path, SIZE)
+    await _deep_layers_by_keys(make_engine, tmp_path, (80, 24))
+
+
+@run_async
+async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
+    """The missing piece: G in tab 8 shows the lens over every position of the context (layers
+    down, positions across, the top-1 and its p), built from the engine's own grid records;
+    a step adds its position; G again goes back to one step."""
+    app = make_app(make_engine, tmp_path, raw=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*CAPITAL, "enter")
+        await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
+        await _to_controls(pilot, app)
+        await pilot.press("G")  # from any tab: the lens goes on, then the grid
+
+        def grid():
+            lens = app.view.lens if app.view is not None else None
+            return lens.grid if lens is not None else None
+
+        n = len(app.controller.engine.tokens)
+        await wait_for(pilot, lambda: grid() is not None and len(grid().columns) == n, "the grid")
+        g = grid()
+        eng = app.controller.engine
+        assert [c.pos for c in g.columns] == list(range(n)) and g.missing == 0
+        last = g.columns[-1]
+        assert (
+            last.pieces[-1] == " Paris"
+            and last.top1[-1] == eng.records[eng.logits_record].top[0].id
+        )
+        assert all(c.max_abs_diff is not None and c.max_abs_diff <= 0.35 for c in g.columns)
+        assert eng.score_prompt  # every prompt row had logits, for the last layer
+        await pilot.pause()
+        head = _text(app.query_one("#lens-summary"))
+        assert f"grid · positions 0–{n - 1} of {n}" in head
+        rows = _text(app.query_one(LensPane)).splitlines()
+        assert len(rows) == eng.info.n_layer and rows[-1].startswith("29 │")
+        assert "␣Par" in rows[-1] and f"{last.p[-1]:.2f}"[1:] in rows[-1]
+
+        await pilot.press("right")  # a step: its position joins the grid
+        await wait_for(pilot, lambda: grid() is not None and len(grid().columns) == n + 1, "a step")
+        await pilot.press("G")
+        await wait_for(pilot, lambda: app.view.lens.grid is None, "one step again")
+        assert not eng.score_prompt  # the surprise map is off: prompts get one row again

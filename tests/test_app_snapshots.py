@@ -75,3 +75,20 @@ def test_compact_step_mode_at_80x24(snap_compare, make_engine):
 
 def test_too_small_says_so(snap_compare, make_engine):
     assert snap_compare(make_app(make_engine), terminal_size=(60, 20))
+
+
+def test_chain_screen_lists_current_values_at_80x24(snap_compare, make_engine):
+    """``:`` at 80x24 in a session started with --mirostat 2 --repeat-penalty 1.3: every flag
+    with its current value, the unused ones dim, the chain as it runs, all on one screen."""
+    settings = SamplerSettings(mirostat=2, repeat_penalty=1.3, seed=7)
+    app = TokenstepApp(
+        make_engine(settings), autosave_dir=None, show_timings=False, close_engine=False
+    )
+
+    async def run_before(pilot) -> None:
+        steady_cursor(app)
+        await pilot.press("escape", "colon")
+        await wait_for(pilot, lambda: bool(app.screen.query("#chain-values")))
+        app.screen.query_one("#chain-set", Input).cursor_blink = False
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

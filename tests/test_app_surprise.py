@@ -90,3 +90,31 @@ async def test_the_tree_pane_jumps_to_a_branch(make_engine, tmp_path):
         await wait_for(pilot, lambda: app.view.action == "jump", "the jump")
         assert app.view.text.tokens == before
         assert app.view.paths.note is not None and "from the KV cache" in app.view.paths.note
+
+
+@run_async
+async def test_a_new_chat_keeps_the_map_it_scores_for(make_engine, tmp_path):
+    """Issue 24, fault 10: ctrl+n used to hide the map (the new chat's state started "off")
+    while the engine went on scoring every prompt. Now the map stays on, the notice says so,
+    and the next chat's prompt is scored and coloured."""
+    app = make_app(make_engine, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(ConversationPane)
+        await pilot.press("escape", "u")
+        await wait_for(pilot, lambda: app.view.text.surprise.scale == "p", "the p scale")
+        await send(pilot, app, MESSAGE)
+        await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 1, "a step")
+        await pilot.press("ctrl+n")
+        await wait_for(pilot, lambda: app.view.action == "new", "the new chat")
+        assert app.view.text.surprise.scale == "p"
+        assert app.controller.engine.score_prompt
+        assert "surprise map stays on (p)" in app.view.notice
+        await send(pilot, app, "Name a fruit.")
+        await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens == 1, "a step")
+        sv = app.view.text.surprise
+        start = app.view.text.reply_start
+        assert start is not None and sv.prompt_scored == start - 1
+        assert "p (raw logits)" in str(pane.border_subtitle)
+        assert any(s is not None for s in pane.token_styles(app.view))

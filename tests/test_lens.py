@@ -68,7 +68,7 @@ def _check_last_layer(out: list, tol: float) -> int:
         for t in last:  # each top logit against llama.cpp's logit for the same token
             assert abs(t["logit"] - float(final[t["id"]])) <= tol
         order = np.argsort(-final)
-        assert last[0]["id"] == int(order[0]) == check["pick"]["id"]
+        assert last[0]["id"] == int(order[0]) == check["top1"]["id"]
         mine, theirs = {t["id"] for t in last}, set(order[:5].tolist())
         same += mine == theirs
         for t in mine ^ theirs:
@@ -87,8 +87,8 @@ def _check_middle(out: list, path: Path, layer: int, softcap: float | None) -> N
         for t in entry["top"]:
             assert t["logit"] == pytest.approx(logits[t["id"]], abs=2e-3)
             assert t["p"] == pytest.approx(np.exp(logits[t["id"]] - logits.max()) / z, abs=1e-4)
-        pick = rec.extras["lens_check"]["pick"]["id"]
-        assert entry["pick_rank"] == int((logits > logits[pick]).sum())
+        top1 = rec.extras["lens_check"]["top1"]["id"]
+        assert entry["top1_rank"] == int((logits > logits[top1]).sum())
 
 
 def test_lens_on_smollm2_matches_llama_cpp_and_numpy(model: Model, model_path: Path) -> None:
@@ -102,8 +102,8 @@ def test_lens_on_smollm2_matches_llama_cpp_and_numpy(model: Model, model_path: P
         assert _check_last_layer(out, SMOL_TOL) >= len(out) // 2
         _check_middle(out, model_path, MIDDLE, None)
         check = out[0][0].extras["lens_check"]
-        assert check["pick"]["piece"] == " Paris"
-        ranks = [e["pick_rank"] for e in out[0][0].extras["lens"]]
+        assert check["top1"]["piece"] == " Paris"
+        ranks = [e["top1_rank"] for e in out[0][0].extras["lens"]]
         first1 = ranks.index(0)
         assert check["top1_layer"] == first1
         assert check["top5_layer"] == next(i for i, r in enumerate(ranks) if r < 5)

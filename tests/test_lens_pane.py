@@ -70,9 +70,9 @@ def test_lens_tab_draws_layers_and_says_what_a_backend_cannot_give() -> None:
             rows = _text(app.query_one(LensPane)).splitlines()
             head = _text(app.query_one("#lens-summary"))
             assert rows[2].startswith("▸ 2") and "␣Paris" in rows[2]
-            assert rows[3].startswith("★ 3") and rows[3].split()[2] == "␣Paris"
+            assert rows[3].startswith("★ 3") and rows[3].split()[3] == "␣Paris"
             assert rows[0].startswith("  0") and "␣Paris" not in rows[0] + rows[1]
-            assert rows[3].split()[3] == ".50"  # p of the layer's top-1
+            assert rows[3].split()[4] == ".50"  # p of the layer's top-1
             assert "max |Δ| 0.232" in head
             assert "top 5 first at layer 2" in head and "top-1 first at layer 3" in head
 
@@ -85,3 +85,90 @@ def test_lens_tab_draws_layers_and_says_what_a_backend_cannot_give() -> None:
             assert not app.query_one("#lens-summary").display
 
     asyncio.run(run())
+
+
+NBSP = 11  # id of the U+00A0 piece in the hand-made deep layers
+
+
+def _deep_view(n_layer: int = 30, enters: int = 28) -> Any:
+    """Widget-test data only: 30 layers; layer 0's second candidate is a U+00A0 piece, and
+    ' Paris' enters the top 5 at ``enters`` and is the top-1 at the last layer."""
+    layers = []
+    for i in range(n_layer):
+        top = [(12, " the"), (NBSP, "\u00a0"), (13, " so"), (14, "."), (15, " not")]
+        if i >= enters:
+            top[2] = (PARIS, " Paris")
+        if i == n_layer - 1:
+            top[0], top[2] = top[2], top[0]
+        layers.append(
+            {
+                "layer": i,
+                "top": [
+                    {"id": t, "piece": p, "logit": 10.0 - j, "p": [0.45, 0.26, 0.12, 0.11, 0.02][j]}
+                    for j, (t, p) in enumerate(top)
+                ],
+            }
+        )
+    first1, first5 = first_layers(layers, PARIS)
+    check = {"max_abs_diff": 0.23245, "head": "RMS norm", "ms": 80}
+    step = LensStep(9, 4, layers, check, PARIS, " Paris", "llama.cpp's top-1", first1, first5)
+    return SimpleNamespace(capabilities=LOCAL_LENS, lens=LensView(True, "preview", step, 30, ""))
+
+
+def _visible_layers(app: Any) -> list[int]:
+    """The layers whose rows are on screen now (the VerticalScroll's window)."""
+    from textual.containers import VerticalScroll
+
+    rows = app.query_one(LensTab).query_one(VerticalScroll)
+    text = _text(app.query_one(LensPane)).splitlines()
+    y = round(rows.scroll_y)
+    return [int(ln[1:3]) for ln in text[y : y + rows.scrollable_content_region.height]]
+
+
+def test_lens_rows_show_every_piece_and_end_each_p() -> None:
+    """Issue 24, fault 9: a U+00A0 piece is drawn as the logits pane draws it (``\\xa0``,
+    not a blank), and each p is followed by a separator, never by the next piece."""
+
+    async def run() -> None:
+        app = Host()
+        async with app.run_test(size=(80, 40)) as pilot:
+            app.query_one(LensTab).show(_deep_view())
+            await pilot.pause()
+            row0 = _text(app.query_one(LensPane)).splitlines()[0]
+            assert "\\xa0" in row0, row0
+            cells = row0[4:].split("│")[1:]
+            assert len(cells) >= 4
+            for cell in cells:
+                piece, p = cell.split()
+                assert p.startswith(".") and len(p) == 3, cell
+
+    asyncio.run(run())
+
+
+def test_lens_opens_where_the_pick_enters_the_top5_and_the_keys_scroll() -> None:
+    """Issue 24, fault 2: the rows open at the layer where the marked token enters the top 5
+    (28 of 30), so 28 and 29 show without a mouse; PgUp/PgDn/Home/End (the tab's
+    ``scroll_tab``, where the app routes them) move through the layers; at an 80x24 app's
+    pane height (7 rows) layer rows still show."""
+
+    async def run(size: tuple[int, int]) -> None:
+        app = Host()
+        async with app.run_test(size=size) as pilot:
+            tab = app.query_one(LensTab)
+            tab.show(_deep_view())
+            await pilot.pause()
+            await pilot.pause()
+            shown = _visible_layers(app)
+            assert 28 in shown and 29 in shown, shown
+            tab.scroll_tab(-2)
+            await pilot.pause()
+            assert _visible_layers(app)[0] == 0
+            tab.scroll_tab(1)
+            await pilot.pause()
+            assert _visible_layers(app)[0] > 0
+            tab.scroll_tab(2)
+            await pilot.pause()
+            assert _visible_layers(app)[-1] == 29
+
+    asyncio.run(run((120, 14)))
+    asyncio.run(run((36, 4)))  # tab 8 at 80x24: 36 columns, 4 rows inside its border

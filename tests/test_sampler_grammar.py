@@ -141,7 +141,7 @@ def test_grammar_marks_are_what_llama_cpps_grammar_sets_to_minus_inf(make_engine
         (("--samplers", "top_k;bogus"), "no sampler 'bogus'"),
         (("--sampling-seq", "kq"), "letter 'q'"),
         (("--grammar", 'root ::= "a'), "does not parse"),
-        (("--grammar", 'foo ::= "a"'), "does not parse"),
+        (("--grammar", 'foo ::= "a"'), "has no root rule"),
         (("-j", '{"type":'), "not valid JSON"),
         (("-l", "99999999+1"), "outside the vocabulary"),
         (("-l", "abc"), "TOKEN_ID(+/-)BIAS"),

@@ -48,7 +48,7 @@ from .widgets.run_chart import RunChart
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
-from .worker import View
+from .worker import View, slash
 from .worker import Worker as Controller
 
 MIN_W, MIN_H = 80, 24
@@ -325,7 +325,8 @@ class TokenstepApp(AppActions):
             bar = self.main.query_one(KeyBar)
         except (NoMatches, IndexError):  # the app is closing
             return
-        bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued))
+        pane = getattr(self.focused, "id", None)  # tab 6, c or w take some keys for themselves
+        bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued), pane)
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
@@ -347,8 +348,15 @@ class TokenstepApp(AppActions):
             self._say("Type a message first.", "bright_yellow")
             return
         event.input.value = ""
+        if text.startswith("/tokenize") and text[9:10] in ("", " "):
+            self.controller.tokenize_text(text[10:])  # its tokens in the notice, not sent
+            return
         if text.startswith("/system") and text[7:8] in ("", " "):
             self.controller.set_system_prompt(text[8:])  # /system TEXT (empty: none)
+            return
+        if slash.parse(text) is not None:  # /force TEXT, /p TEXT: the next step's token
+            worker = self.controller
+            worker.call_soon(lambda: slash.run(worker, text))
             return
         self.controller.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":

@@ -190,11 +190,28 @@ class AppActions(App[int]):
         self.controller.jump_path(event.branch)
 
     def action_scroll_tab(self, direction: int) -> None:
+        """PgUp/PgDn (±1) and Home/End (±2): a tab that scrolls inside (tab 8's layers under
+        its fixed summary) says how with its own ``scroll_tab``."""
         pane = self.main.query_one(f"#{self._tab}")
-        if direction > 0:
+        inner = getattr(pane, "scroll_tab", None)
+        if inner is not None:
+            inner(direction)
+        elif abs(direction) >= 2:
+            (pane.scroll_end if direction > 0 else pane.scroll_home)(animate=False)
+        elif direction > 0:
             pane.scroll_page_down()
         else:
             pane.scroll_page_up()
+
+    def action_zoom_tab(self) -> None:
+        """z: the bottom pane takes the whole window (pipeline, logits and text hidden)."""
+        zoomed = not self.main.has_class("-zoom")
+        self.main.set_class(zoomed, "-zoom")
+        self._say(
+            "Bottom pane enlarged: z again gives the pipeline, logits and text panes back."
+            if zoomed
+            else "Bottom pane back to its size: z enlarges it again."
+        )
 
     def action_verify(self, mode: str = "batched") -> None:
         self.controller.verify(mode)
@@ -213,6 +230,11 @@ class AppActions(App[int]):
         self.controller.lens_cmd("mode")
         if self._tab != "lens":
             self.action_tab("lens")
+
+    def action_lens_grid(self) -> None:
+        if self._tab != "lens":
+            self.action_tab("lens")  # the lens goes on first, then the grid
+        self.controller.lens_cmd("grid")
 
     def action_attention_all(self) -> None:
         self.controller.attention_cmd("all")

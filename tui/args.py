@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .backend_flags import gpu_flags, server_flags
+from .backend_flags import gpu_flags, repack_flags, server_flags
 from .engine.errors import TokenstepError
+from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
 
@@ -30,12 +31,17 @@ class _Parser(argparse.ArgumentParser):
         return self.prog.split()[-1] if " " in self.prog else ""
 
 
-def _model_flags(p: argparse.ArgumentParser) -> None:
+def _model_flags(p: argparse.ArgumentParser, *, server: bool = False) -> None:
+    with_server = (
+        "; with --server, the GGUF the server serves: only its vocabulary is loaded, for DRY "
+        "and grammars"
+    )
     p.add_argument(
         "-m",
         "--model",
         metavar="PATH",
-        help="GGUF model file (default: bundled SmolLM2-135M-Instruct)",
+        help="GGUF model file (default: bundled SmolLM2-135M-Instruct)"
+        + (with_server if server else ""),
     )
 
 
@@ -204,21 +210,14 @@ def _prompt_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _version() -> str:
-    from importlib.metadata import version
-
-    from . import __version__
-
-    return f"tokenstep {__version__} (llama-cpp-python {version('llama_cpp_python')})"
-
-
 def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app = _Parser(prog="tokenstep", description="Step a real llama.cpp model one token at a time.")
-    _model_flags(app)
+    _model_flags(app, server=True)
     _context_flags(app)
     _sampler_flags(app)
     server_flags(app)
     gpu_flags(app)
+    repack_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(
@@ -233,7 +232,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="TEXT",
         help="system message at the start of every chat (in the app: /system TEXT)",
     )
-    app.add_argument("--version", action="version", version=_version())
+    app.add_argument("--version", action=VersionAction)
     app.add_argument(
         "--no-prefix-cache", action="store_true", help="re-decode the whole prompt each turn"
     )
@@ -251,18 +250,19 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "
-        "'tokenstep serve --help'."
+        "'tokenstep tokenize --help', 'tokenstep serve --help'."
     )
 
     trace = _Parser(
         prog="tokenstep trace", description="Print one JSON object per llama_decode call."
     )
-    _model_flags(trace)
+    _model_flags(trace, server=True)
     _context_flags(trace)
     _sampler_flags(trace)
     _prompt_flags(trace)
     server_flags(trace)
     gpu_flags(trace)
+    repack_flags(trace)
     trace.add_argument(
         "-n",
         "--n-predict",
@@ -277,6 +277,13 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         action="store_true",
         help="add the logit lens: each layer's top 5 for the predicted row (l_out projected "
         "by the model's head; costs n_layer x n_vocab x n_embd per step)",
+    )
+    trace.add_argument(
+        "--lens-grid",
+        action="store_true",
+        help="the lens over every position of each decode too (lens_grid: per position and "
+        "layer the top-1 and its p; prompts get logits on every row; as many multiply-adds "
+        "as --lens per position, at most the last 64 positions of a decode)",
     )
 
     info = _Parser(
@@ -293,6 +300,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="context size for the KV sizes (default: n_ctx_train)",
     )
     _swa_flag(info)
+    repack_flags(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 
     verify = _Parser(
@@ -305,6 +313,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     _sampler_flags(verify)
     _prompt_flags(verify)
     gpu_flags(verify)
+    repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     verify.add_argument(
         "-n",
@@ -350,9 +359,11 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
         served, app_argv = parsers["serve"].parse_known_args(list(argv[1:]))
         served.app_argv = app_argv
         return "serve", served
+    from .sampler_flags import parse_with_repeats
+
     if argv and argv[0] in COMMANDS:
-        return argv[0], parsers[argv[0]].parse_args(list(argv[1:]))
-    return "app", parsers["app"].parse_args(list(argv))
+        return argv[0], parse_with_repeats(parsers[argv[0]], list(argv[1:]))
+    return "app", parse_with_repeats(parsers["app"], list(argv))
 
 
 def read_prompt(args: argparse.Namespace) -> str:

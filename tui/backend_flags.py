@@ -37,6 +37,25 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         help="with --server: the server slot to step (id_slot; a server started with -np N has "
         "slots 0 to N-1; default 0)",
     )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --server: the longest one whole request may take, connect to last byte "
+        "(default 60)",
+    )
+
+
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds above 0, at most 86400")
+    return value
 
 
 def _gpu_layers(text: str) -> int:
@@ -96,4 +115,37 @@ def gpu_flags(p: argparse.ArgumentParser) -> None:
         "--no-kv-offload",
         action="store_true",
         help="keep the KV cache in system memory even when layers are on a GPU",
+    )
+
+
+def repack_flags(p: argparse.ArgumentParser) -> None:
+    """Extra buffer types (weight repacking, AMX), with llama.cpp's names. Neither flag: off
+    where this llama.cpp has AMX kernels (they crash on the first decode, llama.cpp #20824),
+    llama.cpp's default (on) elsewhere."""
+    p.add_argument(
+        "--repack",
+        dest="repack",
+        action="store_true",
+        default=None,
+        help="load weights with llama.cpp's extra buffer types (repacked for faster matmuls; "
+        "default on, except where this llama.cpp has AMX kernels, which crash)",
+    )
+    p.add_argument(
+        "-nr",
+        "--no-repack",
+        dest="repack",
+        action="store_false",
+        help="load weights without extra buffer types (llama-server's --no-repack)",
+    )
+
+
+def repack_with_server(args: argparse.Namespace) -> str | None:
+    """--repack / --no-repack with --server: the sentence that refuses it (the server loads its
+    own model, with its own flag), or None."""
+    if getattr(args, "repack", None) is None:
+        return None
+    flag = "--repack" if args.repack else "--no-repack"
+    return (
+        f"{flag} and --server both given: the server loads its own model (pass {flag} to "
+        "llama-server)."
     )

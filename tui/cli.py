@@ -1,5 +1,5 @@
 """Command line: ``tokenstep`` (the app), ``tokenstep trace``, ``tokenstep info``,
-``tokenstep verify``, ``tokenstep serve``.
+``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``.
 
 The top of the package: it parses (:mod:`tui.args`) and hands over to the command or the app.
 Every user mistake ends with one sentence on stderr and a non-zero exit code, never a traceback.
@@ -7,6 +7,7 @@ Every user mistake ends with one sentence on stderr and a non-zero exit code, ne
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from collections.abc import Sequence
 
@@ -17,7 +18,15 @@ from .engine.errors import TokenstepError, one_line
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["tokenize"]:  # the vocabulary only: no engine flags, no context
+            from .tokenize_cli import tokenize_main
+
+            return tokenize_main(argv[1:])
         cmd, args = parse(argv)
+        if cmd in ("trace", "verify", "info") and not faulthandler.is_enabled():
+            # A native crash (in llama.cpp) prints the Python stack on stderr instead of
+            # ending with exit code 139 and nothing said; the app writes it to a file instead.
+            faulthandler.enable(all_threads=True)
         if cmd == "trace":
             from .commands import trace_main
 
@@ -27,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return info_main(args)
         if cmd == "verify":
-            from .commands import verify_main
+            from .verify_cli import verify_main
 
             return verify_main(args)
         if cmd == "serve":

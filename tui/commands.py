@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import sys
 from typing import cast
 
 from .args import read_prompt
+from .backend_flags import repack_with_server
 from .engine import (
     Engine,
     EngineConfig,
@@ -99,7 +99,10 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
     template = getattr(args, "chat_template", None)
     template_text = chat_mod.template_from(template) if template else None  # before loading
-    model = Model(args.model, offload=offload_from_args(args))
+    repack = getattr(args, "repack", None)  # --repack / --no-repack / neither (None)
+    model = Model(args.model, offload=offload_from_args(args), repack_flag=repack)
+    if getattr(args, "lens_grid", False):
+        args.lens = True  # the grid rides on the lens capture
     if getattr(args, "lens", False):
         from .engine.lens import head_problem
 
@@ -108,21 +111,31 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
     engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    if getattr(args, "lens", False):
+        from .engine.lens_capture import find_lens
+
+        cap = find_lens(engine)
+        if cap is not None:  # the one-time head read, before any decode is timed
+            cap.lens_head(engine)
+            if getattr(args, "lens_grid", False):
+                cap.set_grid(True)
+                engine.score_prompt = True  # every prompt row's l_out reaches the last layer
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine
 
 
-def server_conflicts(args: argparse.Namespace) -> None:
-    """Flags that need a local model, refused with --server in one sentence (before connecting)."""
-    from .engine.remote import remote_capabilities
+def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
+    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
+    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
+    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
 
-    caps = remote_capabilities(args.server)
-    if args.model:
-        raise TokenstepError("-m and --server both given: the server has its own model.")
-    for flag, what in (("attention", "attention"), ("graph", "graph"), ("profile", "graph")):
-        if getattr(args, flag, None) not in (None, False):
-            raise TokenstepError(f"--{flag} {caps.missing(what)}.")
+    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
+    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
+    if refused is not None:
+        raise TokenstepError(refused)
+    if (clash := repack_with_server(args)) is not None:
+        raise TokenstepError(clash)
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:
@@ -132,11 +145,19 @@ def server_conflicts(args: argparse.Namespace) -> None:
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+    from .engine.local_vocab import LocalVocab
     from .engine.remote import RemoteBackend
 
-    server_conflicts(args)
+    server_conflicts(args, settings)
+    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
     backend = RemoteBackend(
-        args.server, settings, n_probs=args.n_probs, pick=args.pick, slot=args.slot or 0
+        args.server,
+        settings,
+        n_probs=args.n_probs,
+        pick=args.pick,
+        slot=args.slot or 0,
+        timeout=getattr(args, "timeout", 60.0),
+        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
     )
     return cast(Engine, backend)
 
@@ -191,12 +212,14 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
 def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
     config_from_args(args)
-    settings_from_args(args)
+    settings = settings_from_args(args)
     if getattr(args, "server", None):
         from .engine.remote_http import parse_url
 
-        server_conflicts(args)
+        server_conflicts(args, settings)
         parse_url(args.server)
+        if args.model:
+            probe(args.model)  # the vocabulary --server's DRY and grammars read
         return
     offload_from_args(args)
     probe(args.model)
@@ -214,7 +237,14 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out, n_sampled = sys.stdout, 0
+        lens = None
+        if getattr(args, "lens", False):  # the capture's modules load only with --lens
+            from .engine.lens_capture import find_lens
+
+            lens = find_lens(engine)
         for rec in loop.generate(engine, args.n_predict, toks):
+            if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
+                lens.note_pick(engine, rec)
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
             n_sampled += rec.sampled is not None
@@ -279,12 +309,13 @@ def info_main(args: argparse.Namespace) -> int:
             hdr, f, n_ctx, config.n_ubatch, config.n_seq_max, swa_full=config.swa_full
         )
     ]
+    data |= (built := info.build_facts(args.repack))  # llama.cpp's system info, --repack
     if args.json:
         print(json.dumps(data))
         return 0
     w = max(len(k) for k in data)
     for k, v in data.items():
-        if k in ("kv_cache", "kv_caches", "swa_full"):
+        if k in ("kv_cache", "kv_caches", "swa_full", *built):
             continue
         shown = ", ".join(str(x) for x in v) if isinstance(v, list) else v  # not "[3]"
         print(f"{k:<{w}}  {_safe(shown)}")
@@ -308,6 +339,7 @@ def info_main(args: argparse.Namespace) -> int:
         for c in data["kv_caches"]:
             sizes = "  ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in c["bytes"].items())
             print(f"  {c['kind']:<8} {c['cells']:>7,} cells x {c['layers']:>3} layers  {sizes}")
+    print(f"\nllama.cpp: {built['system_info']}\n{built['repack']['reason']}.")
     return 0
 
 
@@ -315,79 +347,3 @@ def _safe(v: object) -> str:
     """Metadata is written by strangers: show control characters escaped, never interpreted."""
     s = str(v)
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
-
-
-def verify_main(args: argparse.Namespace) -> int:
-    """Generate, and after every step recompute the whole context from scratch in a fresh
-    context. Exit code 3 when a top-1 token disagrees (the cache would then not be exact)."""
-    from .engine.tokens import display_bytes
-
-    if getattr(args, "server", None):
-        from .engine.remote import remote_capabilities
-
-        raise TokenstepError(f"verify {remote_capabilities(args.server).missing('verify')}.")
-    if args.n_predict < 0:
-        raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
-    settings_from_args(args)
-    config_from_args(args)
-    text = read_prompt(args)
-    if not text.strip():
-        raise TokenstepError("the prompt is empty.")
-    engine = engine_from_args(args)
-    out = sys.stdout
-    bad = 0
-    try:
-        toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        # One record with logits per context state: the prompt's, then each fed token's. A
-        # record is yielded before the next token is fed, so verify sees the context it left.
-        states = (
-            r for r in loop.generate(engine, args.n_predict, toks, decode_last=True) if r.has_logits
-        )
-        first = next(states)  # the prefill
-        out.write(
-            f"verify: {len(toks)} prompt tokens, flash attention {engine.flash_attn_resolved}, "
-            f"K {args.cache_type_k} / V {args.cache_type_v}; each row recomputes the whole "
-            "context in one fresh llama_context (cleared, nothing re-used)\n"
-        )
-        out.write(
-            f"{'step':>4} {'ctx':>5} {'next token':<16} {'max|Δ|':>9} {'mean|Δ|':>9} "
-            f"{'top-1':>5} {'top-10':>7} {'ms':>7}\n"
-        )
-        last = None
-        for i, _ in enumerate(itertools.chain([first], states)):
-            res = engine.verify_last("batched")
-            last = res
-            bad += not res.top1_agree
-            nxt = engine.vocab.piece(res.top1_cached)
-            out.write(
-                f"{i:>4} {res.n_tokens:>5} {_safe(display_bytes(nxt))[:16]:<16} "
-                f"{res.max_abs_diff:>9.3g} {res.mean_abs_diff:>9.3g} "
-                f"{'same' if res.top1_agree else 'DIFF':>5} "
-                f"{'same' if res.top10_order_agree else f'{res.top10_same_rank}/10':>7} "
-                f"{res.recompute_ms:>7.1f}\n"
-            )
-            out.flush()
-        if engine.stop_reason is not None:
-            out.write(f"stopped: {engine.stop_reason}\n")
-        if last is not None:
-            out.write(f"\n{last.explain()}\n")
-        if not args.no_replay and engine.n_past:
-            rep = engine.verify_last("replay")
-            out.write(
-                f"replay: the same {rep.n_calls} decode calls the engine made, in a fresh "
-                f"context: max |Δ| {rep.max_abs_diff:.3g}"
-                f"{' (bit-identical)' if rep.exact else ''}; top-1 "
-                f"{'same' if rep.top1_agree else 'DIFFERENT'}.\n"
-            )
-            bad += not rep.top1_agree
-        w = engine.work
-        out.write(
-            f"work: {w.with_cache:,} token-forward passes with the cache, "
-            f"{w.without_cache:,} without one ({w.ratio:.1f}x)\n"
-        )
-    finally:
-        engine.close()
-    if bad:
-        print(f"tokenstep: {bad} check(s) picked a different top-1 token.", file=sys.stderr)
-        return 3
-    return 0

@@ -8,12 +8,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from typing import Any
 
+from . import crash
 from .app import TokenstepApp
 from .commands import engine_from_args
 from .engine.chat import CHATML
 from .engine.errors import TokenstepError
+from .engine.model import system_info
 from .engine.session import Engine
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
@@ -52,6 +55,22 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
     return app
 
 
+def start_notes(app: TokenstepApp, engine: Engine, crashed: str | None) -> None:
+    """The lines start-up owes the user, before the notice already set (the ChatML fallback,
+    a resumed session's): the last run's crash, and extra buffers turned off (or forced on
+    over the AMX kernels), so whoever sees a slower prefill knows why."""
+    choice = getattr(getattr(engine, "model", None), "repack", None)
+    notes = [crashed] if crashed else []
+    if choice is not None and choice.notable:
+        notes.append(choice.reason[0].upper() + choice.reason[1:] + ".")
+    if not notes:
+        return
+    state = app.controller.state
+    warn = crashed is not None or bool(choice and choice.amx and choice.use_extra_bufts)
+    level = "warn" if warn or state.notice_level == "warn" else state.notice_level
+    state.note(" ".join([*notes, state.notice] if state.notice else notes), level)
+
+
 def run_app(args: argparse.Namespace) -> int:
     header = None
     if getattr(args, "resume", None):
@@ -59,6 +78,24 @@ def run_app(args: argparse.Namespace) -> int:
         apply_to_args(args, header)
     if not args.threads:
         args.threads = app_threads()
+    folder = session_store.default_autosave_dir()
+    crashed = crash.previous_crash(folder)  # told once: the file is renamed
+    if crashed:
+        print(f"tokenstep: {crashed}", file=sys.stderr)
+    stack = crash.CrashLog(folder)  # a native crash from here on leaves its stack there
+    stack.install(f"llama.cpp: {system_info()}")
+    guard = crash.TerminalGuard()  # and gives the terminal back
+    guard.start(f"tokenstep: the app crashed; terminal restored; the stack is in {stack.path}")
+    try:
+        return _run(args, header, crashed, guard)
+    finally:
+        guard.release()
+        stack.close()  # reached only without a native crash: the file goes
+
+
+def _run(
+    args: argparse.Namespace, header: dict | None, crashed: str | None, guard: crash.TerminalGuard
+) -> int:
     try:
         engine = engine_from_args(args)
     except TokenstepError as exc:
@@ -72,10 +109,13 @@ def run_app(args: argparse.Namespace) -> int:
         except BaseException:
             engine.close()
             raise
+    start_notes(app, engine, crashed)
+    guard.screen_taken()
     try:
         app.run()
     except KeyboardInterrupt:
         pass
     finally:
+        guard.release()  # the app gave the terminal back (a crash never gets here)
         app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
     return 0

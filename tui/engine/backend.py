@@ -37,6 +37,7 @@ class Capabilities:
     full_vocab: bool = True  # logits for the whole vocabulary (not only the top K)
     context_shift: bool = True
     lens: bool = False  # the logit lens (per-layer projection of l_out)
+    vocab: bool = True  # a llama_vocab for the stages that read token text (DRY, grammars)
 
     def missing(self, what: str) -> str | None:
         """A sentence for a pane that needs ``what`` (a field name), or None if available."""

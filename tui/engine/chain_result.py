@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+MOVES = ("logit_bias", "penalties", "dry")  # stages that change logits in place
+
 
 @dataclass
 class Stage:
@@ -54,6 +56,46 @@ class ChainResult:
         p = np.zeros(self.n_vocab, dtype=np.float64)
         p[self.final_ids] = self.final_p
         return p[np.asarray(tokens, dtype=np.int64)].tolist()  # type: ignore[no-any-return]
+
+    @property
+    def allowed(self) -> np.ndarray | None:
+        """The ids the grammar leaves (None: no grammar)."""
+        st = self.stages[0] if self.stages else None
+        return st.survivors if st is not None and st.key == "grammar" else None
+
+    def shown_counts(self) -> list[int]:
+        """Each stage's survivors that can still be picked. After a grammar a stage's count
+        is its survivors the grammar allows: llama.cpp's top-k keeps its k even when the
+        grammar left fewer (the rest at -inf, which top-p then drops), and without a resample
+        the chain ran on the whole vocabulary and the grammar only checked the pick
+        (``common_sampler_sample``). Both come out as what the grammar left, cut further."""
+        allowed = self.allowed
+        if allowed is None:
+            return [st.n for st in self.stages]
+        member = np.zeros(self.n_vocab, dtype=bool)
+        member[allowed] = True
+        return [st.n if st.key == "grammar" else int(member[st.survivors].sum()) for st in self.stages]
+
+    def handed_on(self, logits: np.ndarray) -> np.ndarray:
+        """The whole row's logits after the stages that move logits in place (logit bias,
+        penalties, DRY), in chain order: what the cutting stages after them saw, read off
+        llama.cpp's own samplers (each stage's before and after). -inf where the grammar
+        forbids a token."""
+        out = np.array(logits, dtype=np.float32, copy=True)
+        for st in self.stages:
+            if st.key in MOVES and st.changed:
+                ids = np.fromiter((c[0] for c in st.changed), dtype=np.int64, count=len(st.changed))
+                out[ids] = np.fromiter((c[2] for c in st.changed), dtype=np.float32, count=ids.size)
+        allowed = self.allowed
+        if allowed is not None:
+            member = np.zeros(self.n_vocab, dtype=bool)
+            member[allowed] = True
+            out[~member] = -np.inf
+        return out
+
+    def moved(self) -> bool:
+        """Whether a stage moved any logit (the pane then shows the logit handed on)."""
+        return any(st.key in MOVES and st.changed for st in self.stages)
 
     def cut_by_many(self, tokens: list[int]) -> list[str | None]:
         """:meth:`cut_by` for several tokens: one membership mask per stage (a scatter over

@@ -24,6 +24,7 @@ from typing import Any
 
 import llama_cpp
 
+from .errors import TokenstepError
 from .sampler_settings import SamplerSettings
 
 MIROSTAT_M = 100  # common_sampler_init's m for mirostat 1
@@ -52,10 +53,12 @@ class StageSpec:
     build: Callable[[SamplerSettings, Env], llama_cpp.llama_sampler_p]
     active: Callable[[SamplerSettings], bool] = lambda _s: True
     kind: str = "stateless"  # or "history" / "rng"
+    needs_vocab: str = ""  # the flag of a stage that reads llama_vocab's pieces (DRY), else ""
 
 
 def _window(n: int, env: Env) -> int:
-    return env.n_ctx if n == -1 else n
+    """A window sees at most the context (and is a ring buffer of that many tokens)."""
+    return env.n_ctx if n == -1 else min(n, env.n_ctx)
 
 
 def _penalties(s: SamplerSettings, env: Env) -> llama_cpp.llama_sampler_p:
@@ -69,6 +72,8 @@ def _penalties(s: SamplerSettings, env: Env) -> llama_cpp.llama_sampler_p:
 
 
 def _dry(s: SamplerSettings, env: Env) -> llama_cpp.llama_sampler_p:
+    if env.vocab is None:  # llama_sampler_init_dry reads the vocabulary: a NULL one segfaults
+        raise TokenstepError(vocab_refusal("DRY (--dry-multiplier)", "this chain has none"))
     raw = [b.encode("utf-8") for b in s.dry_sequence_breakers]
     arr = (ctypes.c_char_p * max(len(raw), 1))(*raw)
     return llama_cpp.llama_sampler_init_dry(
@@ -141,6 +146,7 @@ STAGES: dict[str, StageSpec] = {
             _dry,
             lambda s: s.dry_multiplier > 0 and s.dry_base >= 1 and s.dry_penalty_last_n != 0,
             "history",
+            "DRY (--dry-multiplier)",
         ),
         StageSpec(
             "top_n_sigma",
@@ -235,6 +241,27 @@ def chain_specs(s: SamplerSettings) -> list[StageSpec]:
         if name not in s.off and spec.active(s):
             out.append(spec)
     return out
+
+
+GRAMMAR_FLAGS = "a grammar (--grammar, -j/--json-schema)"
+
+
+def needs_vocab(s: SamplerSettings) -> str | None:
+    """The first part of this chain that reads llama.cpp's vocabulary, or None.
+
+    DRY matches the *text* of tokens (``llama_sampler_init_dry`` tokenizes its sequence
+    breakers and reads every token's piece) and a grammar matches each candidate's piece
+    against its rules (``llama_sampler_init_grammar`` asserts ``grammar.vocab != nullptr``).
+    The other stages read only ids and logits, so they run on any backend's logits."""
+    for spec in chain_specs(s):
+        if spec.needs_vocab:
+            return spec.needs_vocab
+    return GRAMMAR_FLAGS if s.grammar else None
+
+
+def vocab_refusal(what: str, where: str) -> str:
+    """One sentence: ``what`` (a stage and its flag) cannot run where there is no vocabulary."""
+    return f"{what} needs llama.cpp's vocabulary (the text of each token), and {where}."
 
 
 class HistorySampler:

@@ -147,12 +147,13 @@ def chat_tokens(
     tokens: list[int] = []
     spans: list[tuple[int, int]] = []
     text_parts: list[str] = []
-    rest = rendered
+    at = 0  # where the text after the last message starts (slicing ``rest`` was n^2)
     first = True
     for m, mark in zip(messages, marks, strict=True):
-        before, sep, rest = rest.partition(mark)
-        if not sep:
+        found = rendered.find(mark, at)
+        if found < 0:
             raise TemplateError(f"{template_name(template)} dropped a message; it cannot be used.")
+        before, at = rendered[at:found], found + len(mark)
         tokens += vocab.tokenize(before, add_special=first and add_bos, parse_special=True)
         first = False
         start = len(tokens)
@@ -162,6 +163,7 @@ def chat_tokens(
             tokens += vocab.tokenize(m.content, add_special=False, parse_special=False)
         spans.append((start, len(tokens)))
         text_parts += [before, m.content]
+    rest = rendered[at:]
     tokens += vocab.tokenize(rest, add_special=False, parse_special=True)
     text_parts.append(rest)
     return ChatPrompt("".join(text_parts), tokens, spans)

@@ -12,14 +12,62 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import sys
 import tempfile
+import time
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
+from . import llama_log
+from .bounds import check_grammar_size
 from .errors import TokenstepError
+
+# The converter writes minLength/minItems N as N copies of the item rule: minLength 10^8 took
+# 3 GB and 40 s, minItems 10^8 8.3 GB. 4,096 makes a grammar of at most about 70 kB.
+MAX_REPEAT = 4096
+# One application of a grammar to the whole vocabulary, in this thread's CPU time: a rule of
+# 8,000 alternatives took 0.7 to 3.5 s of CPU here, 11,000 4.8 to 5.0 s, a JSON grammar under
+# 0.01 s (and a step applies it at least twice). The first 1,024 tokens go first: a grammar
+# far past the bound is refused from their time, without the whole vocabulary's.
+MAX_APPLY_S = 0.5
+_REPEATS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_BRACES = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+def check_schema_cost(schema: Any) -> None:
+    """The repetition counts a schema asks for, before the converter spells them out."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack += node
+            continue
+        if not isinstance(node, dict):
+            continue
+        stack += node.values()
+        for key in _REPEATS:
+            n = node.get(key)
+            if isinstance(n, int | float) and not isinstance(n, bool) and n > MAX_REPEAT:
+                raise TokenstepError(
+                    f"-j/--json-schema asks for {key} {_count(n)}; tokenstep converts at most "
+                    f"{MAX_REPEAT} repetitions (the grammar spells out each one)."
+                )
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            for m in _BRACES.finditer(pattern):
+                n = max(int(x) for x in m.groups() if x)
+                if n > MAX_REPEAT:
+                    raise TokenstepError(
+                        f"-j/--json-schema's pattern repeats {n} times ({m.group(0)}); "
+                        f"tokenstep converts at most {MAX_REPEAT} repetitions."
+                    )
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if n < 1e30 else f"{n:g}"
 
 
 def schema_to_gbnf(schema_text: str) -> str:
@@ -27,9 +75,12 @@ def schema_to_gbnf(schema_text: str) -> str:
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
     try:
-        json.loads(schema_text)
+        schema = json.loads(schema_text)
+    except RecursionError:
+        raise TokenstepError("-j/--json-schema nests too deeply.") from None
     except ValueError as e:
         raise TokenstepError(f"-j/--json-schema is not valid JSON ({e}).") from None
+    check_schema_cost(schema)
     try:
         return str(json_schema_to_gbnf(schema_text))
     except Exception as e:  # noqa: BLE001 - the converter raises many kinds; one sentence
@@ -40,7 +91,15 @@ def schema_to_gbnf(schema_text: str) -> str:
 
 def init_grammar(vocab: Any, text: str) -> Any:
     """llama.cpp's grammar sampler; its parser prints errors straight to stderr, so that is
-    caught here and its reason put in one sentence."""
+    caught here and its reason put in one sentence. Without a vocabulary llama.cpp aborts
+    the process (``GGML_ASSERT(grammar.vocab != nullptr)``), so that is refused first."""
+    if not vocab:
+        raise TokenstepError(
+            "a grammar (--grammar, -j/--json-schema) needs llama.cpp's vocabulary (the text of "
+            "each token), and there is none here."
+        )
+    check_grammar_size(text, "the grammar")
+    mark = llama_log.mark()
     with tempfile.TemporaryFile() as tmp:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -53,18 +112,63 @@ def init_grammar(vocab: Any, text: str) -> Any:
         tmp.seek(0)
         said = tmp.read().decode("utf-8", "replace")
     if not smpl:
-        why = next((ln for ln in said.splitlines() if ln.strip()), "")
-        why = why.split("error parsing grammar:", 1)[-1].strip().rstrip(".")
-        raise TokenstepError(
-            f"the grammar does not parse ({why or 'llama.cpp refused it'}); "
-            "it needs a root rule in GBNF."
-        )
+        raise TokenstepError(_refusal(said, llama_log.first_error(mark)))
     return smpl
 
 
+def _refusal(said: str, logged: str | None) -> str:
+    """Why llama.cpp refused a grammar: its parser's error (printed to stderr), or the check
+    after parsing (logged: left recursion, an undefined rule, no root rule)."""
+    why = next((ln for ln in said.splitlines() if ln.strip()), "")
+    why = why.split("error parsing grammar:", 1)[-1].strip().rstrip(".")
+    if why:
+        return f"the grammar does not parse ({why})."
+    logged = (logged or "").strip().rstrip(".")
+    if "left recursion" in logged:
+        return (
+            f"the grammar is left-recursive (llama.cpp: {logged}): a rule may not begin with "
+            'itself, as in root ::= root "a" | "a"; write the repetition as root ::= "a"+.'
+        )
+    if "does not contain" in logged:
+        return 'the grammar has no root rule: llama.cpp starts from "root ::= ...".'
+    return f"llama.cpp refused the grammar ({logged or 'it gave no reason'})."
+
+
 def check_grammar(vocab: Any, text: str) -> None:
-    """Parse ``text`` with llama.cpp (one sentence if it does not)."""
-    llama_cpp.llama_sampler_free(init_grammar(vocab, text))
+    """Parse ``text`` with llama.cpp and apply it once to the whole vocabulary, as the first
+    step will (one sentence if it does not parse, or if that one application takes longer than
+    a step may)."""
+    smpl = init_grammar(vocab, text)
+    try:
+        n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+        part = min(n_vocab, _SAMPLE)
+        took = _apply_time(smpl, part) * n_vocab / part
+        if took <= 4 * MAX_APPLY_S and part < n_vocab:
+            took = _apply_time(smpl, n_vocab)
+    finally:
+        llama_cpp.llama_sampler_free(smpl)
+    if took > MAX_APPLY_S:
+        raise TokenstepError(
+            f"the grammar takes about {took:.1f} s of CPU to check the vocabulary once (at most "
+            f"{MAX_APPLY_S:g} s; every step does it): write it with fewer alternatives."
+        )
+
+
+def _apply_time(smpl: Any, n: int) -> float:
+    """CPU seconds of this thread (less inflated by a busy machine than the wall clock) for
+    one application of ``smpl`` to the first ``n`` token ids."""
+    cand = np.zeros(n, dtype=_TOKEN_DATA)
+    cand["id"] = np.arange(n)
+    arr = llama_cpp.llama_token_data_array()
+    arr.data = ctypes.cast(cand.ctypes.data, llama_cpp.llama_token_data_p)  # type: ignore[assignment]
+    arr.size, arr.selected, arr.sorted = n, -1, False
+    t0 = time.thread_time()
+    llama_cpp.llama_sampler_apply(smpl, ctypes.byref(arr))
+    return time.thread_time() - t0
+
+
+_SAMPLE = 1024
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 
 
 class GrammarState:
@@ -75,9 +179,7 @@ class GrammarState:
         self.text = ""
         self.smpl: Any = None
         self.seen: list[int] = []
-        self._one = np.zeros(
-            1, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
-        )
+        self._one = np.zeros(1, dtype=_TOKEN_DATA)
         self._arr = llama_cpp.llama_token_data_array()
         self._arr.data = ctypes.cast(self._one.ctypes.data, llama_cpp.llama_token_data_p)  # type: ignore[assignment]
 

@@ -1,12 +1,14 @@
-"""Model facts and KV-cache sizes read from the GGUF header alone (no weights loaded)."""
+"""Model facts and KV-cache sizes read from the GGUF header alone (no weights loaded), and
+what this llama.cpp was built with (its system info, and the extra-buffer choice it implies)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from . import ggml
+from . import ggml, repack
 from .gguf_header import GGUFHeader
+from .model import system_info
 
 CALC_TYPES = ("f16", "q8_0", "q4_0")
 
@@ -154,3 +156,14 @@ def cache_plan(
         plan("non-SWA", n_ctx_cells, [i for i, s in enumerate(swa) if not s]),
         plan("SWA", n_swa_cells, [i for i, s in enumerate(swa) if s]),
     ]
+
+
+def build_facts(repack_flag: bool | None = None) -> dict[str, Any]:
+    """llama.cpp's system info line and the extra-buffer choice a model load would make with
+    ``--repack``/``--no-repack`` (``repack_flag``), for ``info`` and bug reports."""
+    line = system_info()
+    choice = repack.decide(line, flag=repack_flag)
+    return {
+        "system_info": line,
+        "repack": {"use_extra_bufts": choice.use_extra_bufts, "reason": choice.reason},
+    }

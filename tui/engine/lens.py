@@ -139,27 +139,49 @@ def load_head(path: str) -> LensHead:
     )
 
 
+def layer_logits(head: LensHead, rows: np.ndarray, n_vocab: int) -> np.ndarray:
+    """(n_layer, n_embd) rows of ``l_out`` -> (n_layer, n_vocab) lens logits."""
+    return head.project(rows)[:, :n_vocab]
+
+
+def token_ranks(logits: np.ndarray, token: int) -> tuple[list[int], list[float]]:
+    """Per layer the 0-based rank of ``token`` (how many tokens have a higher logit: 0 is the
+    layer's top-1) and its p at temperature 1."""
+    m = logits.max(axis=1, keepdims=True)
+    z = np.exp(logits - m, dtype=np.float32).sum(axis=1, dtype=np.float64)
+    own = logits[:, token]
+    rank = (logits > own[:, None]).sum(axis=1)
+    p = np.exp(own.astype(np.float64) - m[:, 0].astype(np.float64)) / z
+    return [int(r) for r in rank], [float(x) for x in p]
+
+
+def first_layers(ranks: list[int]) -> tuple[int | None, int | None]:
+    """The first layer where a rank is 0 (the top-1) and the first where it is under 5."""
+    first1 = next((i for i, r in enumerate(ranks) if r == 0), None)
+    first5 = next((i for i, r in enumerate(ranks) if r < LENS_TOP), None)
+    return first1, first5
+
+
 def lens_figures(
     head: LensHead,
     rows: np.ndarray,
     final: np.ndarray,
     vocab: Vocab,
     k: int = LENS_TOP,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Per layer the top ``k`` (id, piece, logit, p at temperature 1) and the rank and p of
-    the final pick (llama.cpp's own top-1); and the summary: the layers where the pick first
-    enters the top-1 and the top-5, and the last layer's max |Δ| against ``final``
-    (llama.cpp's logits) over the vocabulary."""
-    logits = head.project(rows)
-    n_vocab = min(logits.shape[1], final.shape[0])
-    logits = logits[:, :n_vocab]
+) -> tuple[list[dict[str, Any]], dict[str, Any], np.ndarray]:
+    """Per layer the top ``k`` (id, piece, logit, p at temperature 1) and the 0-based rank and
+    p of llama.cpp's own top-1 (``top1_rank``, ``top1_p``); the summary: that token
+    (``top1``), the layers where it first enters the top-1 and the top-5, and the last
+    layer's max |Δ| against ``final`` (llama.cpp's logits) over the vocabulary; and the lens
+    logits themselves (for the sampled token's ranks once it is known, :func:`pick_figures`)."""
+    n_vocab = min(head.out.shape[0], final.shape[0])
+    logits = layer_logits(head, rows, n_vocab)
     final = final[:n_vocab]
-    pick = int(np.argmax(final))
+    top1 = int(np.argmax(final))
     top = np.argpartition(-logits, k - 1, axis=1)[:, :k]
     m = logits.max(axis=1, keepdims=True)
     z = np.exp(logits - m, dtype=np.float32).sum(axis=1, dtype=np.float64)
-    pick_logit = logits[:, pick]
-    rank = (logits > pick_logit[:, None]).sum(axis=1)
+    rank, p_top1 = token_ranks(logits, top1)
     layers: list[dict[str, Any]] = []
     piece = vocab.piece
     for i in range(logits.shape[0]):
@@ -177,17 +199,39 @@ def lens_figures(
                     }
                     for t, pt in zip(ids, p.tolist(), strict=True)
                 ],
-                "pick_rank": int(rank[i]),
-                "pick_p": round(float(np.exp(float(pick_logit[i]) - float(m[i, 0])) / z[i]), 6),
+                "top1_rank": rank[i],
+                "top1_p": round(p_top1[i], 6),
             }
         )
-    first1 = next((i for i in range(len(rank)) if rank[i] == 0), None)
-    first5 = next((i for i in range(len(rank)) if rank[i] < LENS_TOP), None)
+    first1, first5 = first_layers(rank)
     summary = {
-        "pick": {"id": pick, "piece": display_bytes(piece(pick))},
+        "top1": {"id": top1, "piece": display_bytes(piece(top1))},
         "top1_layer": first1,
         "top5_layer": first5,
+        "ranks": "0-based: rank 0 is a layer's own top-1",
         "max_abs_diff": round(float(np.abs(logits[-1] - final).max()), 5),
         "head": head.describe(),
     }
-    return layers, summary
+    return layers, summary, logits
+
+
+def pick_figures(
+    logits: np.ndarray,
+    layers: list[dict[str, Any]],
+    summary: dict[str, Any],
+    token: int,
+    piece: str,
+    *,
+    forced: bool,
+) -> None:
+    """Add the token generated from these logits (sampled, or forced) to a lens: per layer
+    its 0-based rank and p (``pick_rank``, ``pick_p``), and in the summary the token
+    (``pick``) and the layers where it first enters the top-1 and the top-5."""
+    rank, p = token_ranks(logits, token)
+    for entry, r, pt in zip(layers, rank, p, strict=True):
+        entry["pick_rank"] = r
+        entry["pick_p"] = round(pt, 6)
+    first1, first5 = first_layers(rank)
+    summary["pick"] = {"id": token, "piece": piece, "forced": forced}
+    summary["pick_top1_layer"] = first1
+    summary["pick_top5_layer"] = first5

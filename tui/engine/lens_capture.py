@@ -23,13 +23,16 @@ import numpy as np
 
 from .attention_capture import AttentionCapture
 from .graph_tap import GraphTap
-from .lens import LensHead, lens_figures, load_head
+from .lens import LensHead, lens_figures, load_head, pick_figures
+from .lens_grid import grid_figures
 from .logits import read_row
-from .tensor import read_last_row
+from .tensor import read_last_row, read_tensor
+from .tokens import display_bytes
 
 if TYPE_CHECKING:
     from .batch import DecodeCall
     from .session import Engine
+    from .step import StepRecord
 
 LOUT_NODE = "l_out-{}"
 
@@ -54,6 +57,11 @@ class LensCapture(GraphTap):
         self.lens_on = False
         self._rows: dict[int, tuple[int, np.ndarray]] = {}
         self._lens_head: LensHead | None = None
+        self.head_load_ms: float | None = None  # the one-time head read (None: not read yet)
+        self._load_reported = False
+        self._last: tuple[DecodeCall, np.ndarray] | None = None  # the newest decode's lens logits
+        self.grid_on = False  # copy each l_out whole: the position x layer grid (lens_grid.py)
+        self._grid: dict[int, dict[int, np.ndarray]] = {}  # layer -> ubatch -> (rows, n_embd)
         self.lens_errors: list[str] = []
         self.set_lens(lens)
 
@@ -66,21 +74,56 @@ class LensCapture(GraphTap):
         self._wanted_base = set(names)
         self._wanted_all = self._wanted_base | self._lens_wanted
 
+    def set_grid(self, on: bool) -> None:
+        """The grid over every position of each decode (it turns the lens on with it)."""
+        self.grid_on = on
+        if on:
+            self.set_lens(True)
+
     def set_lens(self, on: bool) -> None:
         self.lens_on = on
         self._lens_wanted = frozenset(self._lout) if on else frozenset()
         self.wanted = self._wanted_base
 
     def lens_head(self, engine: Engine) -> LensHead:
-        """The model's head as float32 (read from the GGUF file on first use)."""
+        """The model's head as float32, read from the GGUF file on first use and dequantized
+        (SmolLM2's 49,152 x 576 Q8_0 matrix: 113 MB as float32, about 1 s here). ``trace``
+        reads it before the first decode; :attr:`head_load_ms` says how long it took, and the
+        first lens record reports it as ``lens_check["head_load_ms"]``, apart from every
+        ``decode_ms`` and projection ``ms``."""
         if self._lens_head is None:
+            t0 = time.perf_counter()
             self._lens_head = load_head(str(engine.model.path))
+            self.head_load_ms = (time.perf_counter() - t0) * 1000.0
         return self._lens_head
 
     # -- GraphTap hooks --------------------------------------------------------------------------
     def before_decode(self, engine: Engine, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._rows = {}
+        self._grid = {}
+        self._last = None
+
+    def note_pick(self, engine: Engine, rec: StepRecord) -> bool:
+        """Once the token generated from ``rec``'s logits is known (sampled or forced), add
+        its per-layer rank and p to ``rec``'s lens (:func:`tui.engine.lens.pick_figures`).
+        Only for the newest decode, whose lens logits are kept until the next one (one
+        n_layer x n_vocab float32 array: 5.9 MB on SmolLM2); False when that is not ``rec``."""
+        last = self._last
+        if last is None or last[0] is not rec.call or rec.sampled is None:
+            return False
+        if "lens" not in rec.extras:
+            return False
+        piece = display_bytes(engine.vocab.piece(rec.sampled))
+        pick_figures(
+            last[1],
+            rec.extras["lens"],
+            rec.extras["lens_check"],
+            rec.sampled,
+            piece,
+            forced=rec.forced,
+        )
+        return True
 
     def on_data(self, name: bytes, ptr: int, graph: int) -> None:
         layer = self._lout.get(name) if self.lens_on else None
@@ -88,12 +131,21 @@ class LensCapture(GraphTap):
             super().on_data(name, ptr, graph)
         if layer is None:
             return
+        if self.grid_on:
+            whole = read_tensor(ptr)
+            whole = whole.reshape(-1, whole.shape[-1])
+            self._grid.setdefault(layer, {})[graph] = whole
+            if whole.shape[0]:
+                self._rows[layer] = (graph, whole[-1].copy())
+            return
         row = read_last_row(ptr)
         if row is not None:  # a later ubatch's row replaces an earlier one's
             self._rows[layer] = (graph, row)
 
     def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
+        if self.grid_on and call.tokens:
+            self._add_grid(engine, call, extras)
         if not self.lens_on or not call.tokens or not call.tokens[-1].logits:
             return
         problem = self._problem(call)
@@ -104,11 +156,32 @@ class LensCapture(GraphTap):
         head = self.lens_head(engine)  # read once; not part of the projection's time
         t0 = time.perf_counter()
         final = read_row(engine.ctx, -1, engine.info.n_vocab)
-        layers, summary = lens_figures(head, rows, final, engine.vocab)
+        layers, summary, logits = lens_figures(head, rows, final, engine.vocab)
+        self._last = (call, logits)  # until the next decode: for the pick (note_pick)
         summary["ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
         summary["pos"] = call.tokens[-1].pos
+        if not self._load_reported and self.head_load_ms is not None:
+            summary["head_load_ms"] = round(self.head_load_ms, 3)
+            self._load_reported = True
         extras["lens"] = layers
         extras["lens_check"] = summary
+
+    def _add_grid(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+        if self._skipped:
+            extras["lens_problems"] = [
+                "lens grid not captured: it would exceed the capture memory limit"
+            ]
+            return
+        if len({s for t in call.tokens for s in t.seq_ids}) > 1:
+            extras["lens_problems"] = [
+                "the lens grid follows one sequence; this decode had several"
+            ]
+            return
+        head = self.lens_head(engine)
+        extras["lens_grid"] = grid_figures(
+            head, call, self._grid, self.n_layer, engine.ctx, engine.vocab
+        )
+        self._grid = {}
 
     def _problem(self, call: DecodeCall) -> str | None:
         """Why this decode's rows cannot be projected, or None."""

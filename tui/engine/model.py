@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from . import gguf_header, llama_log
+from . import gguf_header, llama_log, repack
 from .errors import ModelError, one_line
 from .offload import Offload
 
@@ -110,6 +110,7 @@ class Model:
         *,
         n_gpu_layers: int = 0,
         offload: Offload | None = None,
+        repack_flag: bool | None = None,
     ) -> None:
         llama_log.install()
         llama_cpp.llama_backend_init()
@@ -120,9 +121,23 @@ class Model:
         self.offload.validate()
         params = llama_cpp.llama_model_default_params()
         self.offload.apply(params)
+        # Extra buffers (--repack): off where this llama.cpp has the AMX kernels that crash on
+        # the first decode, llama.cpp's default (on) elsewhere.
+        self.repack = repack.decide(system_info(), flag=repack_flag)
+        params.use_extra_bufts = self.repack.use_extra_bufts
         mark = llama_log.mark()
         self.ptr: llama_cpp.llama_model_p = _load(self.header, params)
         self.load_log = llama_log.since(mark)  # "offloaded N/M layers to GPU", buffers
+        if params.use_extra_bufts and repack_flag is None:
+            # The system info did not say AMX, but the load log names an AMX buffer: load the
+            # weights again without extra buffers, before any decode touches them.
+            seen = repack.decide(system_info(), self.load_log, repack_flag)
+            if not seen.use_extra_bufts:
+                llama_cpp.llama_model_free(self.ptr)
+                self.repack, params.use_extra_bufts = seen, False
+                mark = llama_log.mark()
+                self.ptr = _load(self.header, params)
+                self.load_log = llama_log.since(mark)
         self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
         self.info = self._describe()
 
@@ -196,6 +211,13 @@ def _load(
             reason = f"unknown model architecture: '{hdr.arch}'."
         raise ModelError(f"llama.cpp cannot load {p}: {reason}")
     return ptr
+
+
+def system_info() -> str:
+    """``llama_print_system_info()``: each backend's compiled-in features, e.g. "CPU : SSE3 = 1
+    | AVX2 = 1 | AVX512 = 1 | ... | REPACK = 1 |" (what a bug report needs)."""
+    raw = llama_cpp.llama_print_system_info()
+    return (raw or b"").decode("utf-8", errors="replace").strip()
 
 
 def probe(path: str | Path | None = None) -> gguf_header.GGUFHeader:

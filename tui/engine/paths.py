@@ -45,6 +45,27 @@ class Restored:
     seq: int | None  # the parked sequence the cells came from
 
 
+def holds(engine: Engine, seq: int | None, tokens: Sequence[int]) -> bool:
+    """Does llama.cpp still hold ``tokens`` (a whole context, from position 0) in the cells of
+    parked sequence ``seq``? Asked of llama.cpp itself: ``llama_memory_seq_pos_min`` and
+    ``llama_memory_seq_pos_max`` of ``seq`` must span the positions those tokens were decoded
+    at, and the parked record must be of these tokens (a seq_id freed and parked again holds
+    another path). A branch is shown as cached, and :func:`restore` takes its cells, only then.
+    """
+    if seq is None or not tokens:
+        return False
+    parked = engine.parked.get(seq)
+    if parked is None or parked.tokens[: len(tokens)] != list(tokens):
+        return False
+    pos = engine.kv.positions(seq)
+    if len(pos) < len(tokens) or engine.kv.tokens(seq)[: len(tokens)] != list(tokens):
+        return False
+    mem = llama_cpp.llama_get_memory(engine.ctx)
+    lo = llama_cpp.llama_memory_seq_pos_min(mem, seq)
+    hi = llama_cpp.llama_memory_seq_pos_max(mem, seq)
+    return 0 <= lo <= pos[0] and hi >= pos[len(tokens) - 1]
+
+
 def free_seqs(engine: Engine) -> list[int]:
     """seq_ids neither forked nor parked."""
     used = set(engine.branches) | set(engine.parked)
@@ -118,9 +139,7 @@ def restore(
         raise TokenstepError("drop the forked sequences first: a path replaces sequence 0.")
     if not tokens:
         raise TokenstepError("a path needs at least one token.")
-    parked = engine.parked.get(seq) if seq is not None else None
-    if parked is not None and parked.tokens[: len(tokens)] != tokens:
-        parked = None
+    parked = engine.parked.get(seq) if seq is not None and holds(engine, seq, tokens) else None
     common = min(common_prefix(engine.tokens, tokens), len(tokens) - 1)
     if parked is not None:
         got = _from_parked(engine, parked, tokens, common)

@@ -16,23 +16,27 @@ Two picks: tokenstep's own llama.cpp chain and seeded RNG on the server's top K 
 or the server's own pick from the same request (its RNG restarts at every request).
 
 Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
-:attr:`RemoteBackend.capabilities` and say why they are empty.
+:attr:`RemoteBackend.capabilities` and say why they are empty. DRY and grammars need the
+vocabulary's text, which the server never sends: ``-m PATH`` loads the same GGUF's vocabulary
+alone (``remote_chain``); without it they are refused in one sentence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from .backend import Capabilities
 from .batch import BatchToken, DecodeCall
 from .context import EngineConfig
 from .errors import ContextFullError, TokenstepError
 from .kvcache import KVLayout, KVMirror
 from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
+from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
+from .remote_reply import read_slots
 from .remote_step import PICKS, chain_exactness, fill_row, read_reply, request_body
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
@@ -43,12 +47,12 @@ from .work import WorkCounter
 
 if TYPE_CHECKING:
     from .backend import Backend
-    from .verify import VerifyResult
+    from .local_vocab import LocalVocab
 
 DEFAULT_N_PROBS = 100
 
 
-class RemoteBackend:
+class RemoteBackend(NoLocalContext):
     """llama-server, stepped one request per token. Not thread-safe (one worker owns it)."""
 
     def __init__(
@@ -60,7 +64,10 @@ class RemoteBackend:
         pick: str = "tokenstep",
         slot: int = 0,
         timeout: float = DEFAULT_TIMEOUT_S,
+        local_vocab: LocalVocab | None = None,
     ) -> None:
+        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned)."""
+        self.local_vocab = local_vocab
         if n_probs < 1:
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
         if pick not in PICKS:
@@ -71,18 +78,19 @@ class RemoteBackend:
         self.settings.validate()
         self.n_probs, self.pick, self.slot = n_probs, pick, slot
         self._capabilities = remote_capabilities(self.url)
+        self.chain: SamplerChain | None = None
         self.props = handshake(self.client, slot)
         meta = model_meta(self.client)
-        dgs = self.props.get("default_generation_settings") or {}
-        self.n_ctx = int(dgs.get("n_ctx") or meta.get("n_ctx") or 0)
-        self.vocab = RemoteVocab(self.client, int(meta.get("n_vocab") or 0))
+        self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])  # checked: >= 1
+        self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))  # checked: 1..MAX_VOCAB
         self.info = model_info(self.url, self.props, meta, self.vocab)
-        if self.info.n_vocab <= 0 or self.n_ctx <= 0:
-            raise ServerError(f"{self.url} did not say its vocabulary or context size.")
-        self.vocab.n_vocab = self.info.n_vocab
         self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
         self.flash_attn_resolved = "unknown (the server's -fa)"
-        self.chain = SamplerChain(self.info.n_vocab, self.settings.seed)
+        self.chain, self._capabilities = chain_for(
+            self.url, self.info.n_vocab, self.n_ctx, self.settings, self.vocab, local_vocab
+        )
+        self.info = dataclasses.replace(self.info, eog_ids=sorted(self.vocab.eog_ids))
+        self.gen_start = 0  # where this turn's generated tokens begin (the grammar sees those)
         self.kv = KVMirror(self.n_ctx)  # the tokens the server's slot should hold (no cells)
         self.layout = KVLayout(0, 0, 0, 1, 1)  # nothing known: no cells here
         self.kv_reports: list[Any] = []
@@ -105,10 +113,6 @@ class RemoteBackend:
 
     # -- state -----------------------------------------------------------------------------------
     @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
-
-    @property
     def tokens(self) -> list[int]:
         return self.kv.tokens(0)
 
@@ -125,15 +129,13 @@ class RemoteBackend:
         return self.logits_memory.record
 
     @property
-    def flash_attn_note(self) -> str | None:
-        return None
-
-    @property
-    def seq_ids(self) -> list[int]:
-        return [0]
-
-    def keep_count(self) -> int:
-        return 0
+    def unsent_pick(self) -> int | None:
+        """The token picked at this position whose request failed (the next step sends it
+        again, so the seeded RNG does not advance twice); None when nothing is waiting."""
+        pending = self._pending
+        if pending is None or pending[:2] != (self.n_past, self.logits_record):
+            return None
+        return pending[2]
 
     def exactness(self, settings: SamplerSettings | None = None) -> str | None:
         """Why tokenstep's pick on the current top K may differ from the full vocabulary."""
@@ -142,6 +144,20 @@ class RemoteBackend:
             return None
         probs = [c.p for c in self._top_all(rec)]
         return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
+
+    @property
+    def generated(self) -> list[int]:
+        """The tokens generated (or forced) in this turn: what the grammar has accepted."""
+        toks = self.tokens
+        return toks[min(self.gen_start, len(toks)) :]
+
+    def _run(self, settings: SamplerSettings, *, commit: bool) -> ChainResult:
+        """The chain on the filled top-K row, with the history penalties and DRY see and the
+        turn's tokens the grammar has accepted, as the local engine runs it."""
+        assert self.chain is not None and self.logits is not None
+        return self.chain.run(
+            self.logits, settings, commit=commit, history=self.tokens, generated=self.generated
+        )
 
     # -- one request -----------------------------------------------------------------------------
     def _request(
@@ -172,7 +188,7 @@ class RemoteBackend:
             if busy:
                 raise ServerError(
                     f"slot {self.slot} of llama-server at {self.url} is busy with another "
-                    f"client's request (tokenstep waited {self.client.timeout:.0f} s).",
+                    f"client's request (tokenstep waited {self.client.timeout:g} s).",
                     retry=True,
                 ) from exc
             raise
@@ -181,16 +197,22 @@ class RemoteBackend:
             self._sent[expected] == prompt[expected]
         ):
             expected += 1
-        step, top = read_reply(self.url, reply, self.settings, self.n_probs, self.info.n_vocab)
+        step, top = read_reply(
+            self.url, reply, self.settings, self.n_probs, self.info.n_vocab, len(prompt)
+        )
+        for tok, piece in top:
+            self.vocab.learn(tok, piece)
+        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
+        _top, p_top, entropy = top_stats(row, TOP_N)  # entropy: an upper bound (even rest)
+        candidates = [  # every piece known before the context changes (a piece may ask again)
+            Candidate(i, self.vocab.piece(i), float(row[i]), p)
+            for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
+        ]
         self._sent = prompt
         step.slot = step.slot if step.slot >= 0 else self.slot
         step.pick = self.pick
-        step.prompt_tokens = len(prompt)
         step.cache_lost = reuse and step.cache_n < expected
         cache_n = step.cache_n
-        for c in top:
-            self.vocab.learn(int(c["id"]), c.get("bytes") or c.get("token", ""))
-        row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
         index = len(self.records)
         self._truncate(n_keep)
         start = self.kv.last_pos(0) + 1
@@ -211,11 +233,7 @@ class RemoteBackend:
             kv_used=self.kv.used,
             server=step,
         )
-        _top, p_top, rec.entropy = top_stats(row, TOP_N)  # entropy: an upper bound (even rest)
-        rec.top = [
-            Candidate(i, self.vocab.piece(i), float(row[i]), p)
-            for i, p in zip(_top.tolist(), p_top.tolist(), strict=True)
-        ]
+        rec.entropy, rec.top = entropy, candidates
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
@@ -233,13 +251,11 @@ class RemoteBackend:
         """``GET /slots``: is our slot processing someone else's request?"""
         saved, self.client.timeout = self.client.timeout, 5.0
         try:
-            slots = self.client.get("/slots").body
+            return read_slots(self.url, self.client.get("/slots").body, self.slot)
         except ServerError:
             return False
         finally:
             self.client.timeout = saved
-        mine = [s for s in slots if isinstance(s, dict) and s.get("id") == self.slot]
-        return bool(mine and mine[0].get("is_processing"))
 
     # -- the loop --------------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
@@ -248,7 +264,9 @@ class RemoteBackend:
         if self.n_past == 0:
             self.n_prompt = len(tokens)
         phase = "prefill" if len(tokens) > 1 else "decode"
-        return [self._request(list(tokens), phase=phase, reused_hint=reused)]
+        recs = [self._request(list(tokens), phase=phase, reused_hint=reused)]
+        self.gen_start = self.n_past
+        return recs
 
     def sync_prompt(self, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
         common = 0
@@ -268,6 +286,7 @@ class RemoteBackend:
                 records=(rec.index, rec.index + 1),
             )
         )
+        self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
         return [rec]
 
     def _truncate(self, n_keep: int) -> None:
@@ -289,7 +308,7 @@ class RemoteBackend:
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         if self.logits is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")
-        return self.chain.run(self.logits, settings or self.settings, commit=False)
+        return self._run(settings or self.settings, commit=False)
 
     def sample(self, force: int | None = None) -> Sampled:
         """Stages 5 and 6: tokenstep's chain on the top K (or the server's own pick)."""
@@ -308,25 +327,27 @@ class RemoteBackend:
         if force is not None:
             if not 0 <= force < self.info.n_vocab:
                 raise TokenstepError(f"token id {force} is outside the vocabulary.")
-            token, result = force, self.chain.run(logits, settings, commit=False)
+            token, result = force, self._run(settings, commit=False)
         elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
             # The last feed failed (the server was unreachable): retry the same pick, so a
             # fault does not advance the seeded RNG twice.
-            token, result = pending[2], self.chain.run(logits, settings, commit=False)
+            token, result = pending[2], self._run(settings, commit=False)
         elif self.pick == "server" and rec is not None and rec.server is not None:
-            result = self.chain.run(logits, settings, commit=False)
+            result = self._run(settings, commit=False)
             token = (
                 rec.server.server_pick if rec.server.server_pick is not None else result.selected
             )
         else:
-            result = self.chain.run(logits, settings, commit=True)
+            result = self._run(settings, commit=True)
             token = result.selected
         eog = self.vocab.is_eog(token)
         if rec is not None:
             rec.note_pick(0, token, result, eog, forced=force is not None, settings=settings)
             if rec.server is not None:
                 rec.server.pick = "forced" if force is not None else self.pick
-                rec.server.approx = self.exactness(settings)
+                rec.server.approx = self.exactness(settings) or pick_exactness(
+                    settings, rec.server.top_ids, result, token
+                )
         if eog:
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)
@@ -351,41 +372,28 @@ class RemoteBackend:
         n = max(0, min(n, self.n_past - 1))
         if n:
             self._truncate(self.n_past - n)
+            self.gen_start = min(self.gen_start, self.n_past)
             self.stop_reason = None
         return n
 
     def reset(self) -> None:
         self.kv.clear()
         self.logits_memory.clear()
-        self.chain.reseed(self.settings.seed)
+        if self.chain is not None:
+            self.chain.reseed(self.settings.seed)
+        self.gen_start = 0
         self.stop_reason = None
         self.work.reset()
-
-    # -- what a server cannot do -----------------------------------------------------------------
-    def _refuse(self, what: str) -> TokenstepError:
-        return TokenstepError(f"{what} {self.capabilities.missing(what)}.")
-
-    def fork(self, src: int = 0) -> int:
-        raise self._refuse("fork")
-
-    def drop_seq(self, seq: int) -> None:
-        raise self._refuse("fork")
-
-    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None:
-        raise self._refuse("fork")
-
-    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
-        raise self._refuse("verify")
-
-    def context_shift(self) -> None:
-        return None
 
     def close(self) -> None:
         self.client.close()
         chain = getattr(self, "chain", None)
         if chain is not None:
             chain.free()
-            self.chain = None  # type: ignore[assignment]
+            self.chain = None
+        if self.local_vocab is not None:
+            self.local_vocab.close()
+            self.local_vocab = None
 
     def __enter__(self) -> RemoteBackend:
         return self

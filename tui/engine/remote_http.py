@@ -4,12 +4,18 @@ Standard library only (``http.client`` and ``json``), so the engine needs no HTT
 fault a user can meet (nothing listening, a wrong address, something that is not llama-server,
 a model still loading, a slot another client holds, a timeout) becomes a :class:`ServerError`
 whose message is one sentence and says which key retries.
+
+Two bounds hold for every request. Its whole time (connect, send, every read) is at most the
+client's ``timeout`` (``--timeout``): a socket timeout alone applies to each read, so a server
+that sends one byte a second would never time out. And at most :data:`MAX_REPLY_BYTES` of a
+reply are read. What the JSON says is checked field by field in :mod:`~tui.engine.remote_reply`.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import socket
 import time
 import urllib.parse
@@ -19,6 +25,57 @@ from typing import Any
 from .errors import TokenstepError
 
 DEFAULT_TIMEOUT_S = 60.0
+# Measured on the bundled model's llama-server: /completion with n_probs 100 is 11.1 kB,
+# /props 2.3 kB (its chat template included), /v1/models 0.9 kB, /tokenize with pieces 26 B a
+# token (7.5 B per character of text: a 200 kB paste is 1.5 MB). Unchecked, a 5 MB eos_token
+# in /props cost a 1.29 GB peak and 22 s.
+MAX_REPLY_BYTES = 16 * 2**20
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every send and receive waits only until one ``deadline`` (monotonic
+    seconds) for the whole request, however the bytes trickle in."""
+
+    deadline = math.inf
+
+    def _left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        self.settimeout(min(left, 1e6))
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._left()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self._left()
+        return super().recv(bufsize, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._left()
+        super().sendall(data, flags)  # since Python 3.5 the timeout bounds the whole sendall
+
+
+class _Connection(http.client.HTTPConnection):
+    """http.client's connection on a :class:`_DeadlineSocket`."""
+
+    deadline = math.inf
+
+    def connect(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        raw = socket.create_connection((self.host, self.port), left)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = _DeadlineSocket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+        sock.deadline = self.deadline
+        self.sock = sock
+
+    def set_deadline(self, deadline: float) -> None:
+        self.deadline = deadline
+        if isinstance(self.sock, _DeadlineSocket):
+            self.sock.deadline = deadline
 
 
 class ServerError(TokenstepError):
@@ -64,7 +121,7 @@ class ServerClient:
         self.host, self.port, self.prefix = parse_url(url)
         self.url = f"http://{self.host}:{self.port}{self.prefix}"
         self.timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: _Connection | None = None
 
     def get(self, path: str) -> Reply:
         return self.request("GET", path)
@@ -73,14 +130,17 @@ class ServerClient:
         return self.request("POST", path, body)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Reply:
+        """One whole request within ``timeout`` seconds, its reply parsed as JSON (the fields
+        are the caller's to check, through :mod:`~tui.engine.remote_reply`)."""
         t0 = time.perf_counter()
+        deadline = time.monotonic() + self.timeout
         data = json.dumps(body).encode() if body is not None else None
         json_ms = (time.perf_counter() - t0) * 1000.0
-        status, raw = self._exchange(method, path, data)
+        status, raw = self._exchange(method, path, data, deadline)
         t1 = time.perf_counter()
         try:
             parsed = json.loads(raw) if raw else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: [[[[... nested too deeply
             parsed = None
         t2 = time.perf_counter()
         json_ms += (t2 - t1) * 1000.0
@@ -96,20 +156,25 @@ class ServerClient:
             )
         return Reply(parsed, (t2 - t0) * 1000.0, json_ms)
 
-    def _exchange(self, method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
-        """Send and read one request; a dropped keep-alive connection is retried once."""
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, deadline: float
+    ) -> tuple[int, bytes]:
+        """Send and read one request by ``deadline``; a dropped keep-alive connection is
+        retried once (within the same deadline)."""
         for attempt in (0, 1):
             conn = self._connection()
+            conn.set_deadline(deadline)
             try:
                 headers = {"Content-Type": "application/json"} if data is not None else {}
                 conn.request(method, self.prefix + path, body=data, headers=headers)
                 resp = conn.getresponse()
-                return resp.status, resp.read()
+                return resp.status, self._body(resp, path)
             except TimeoutError as exc:
                 self.close()
                 raise ServerError(
                     f"the llama-server at {self.url} did not answer {path} within "
-                    f"{self.timeout:.0f} s (busy with another client's request, or slow).",
+                    f"{self.timeout:g} s (--timeout bounds each whole request; the server is "
+                    "busy with another client's request, or slow).",
                     retry=True,
                 ) from exc
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
@@ -138,14 +203,36 @@ class ServerClient:
                 raise ServerError(f"cannot reach {self.url}: {reason}.", retry=True) from exc
         raise AssertionError("unreachable")
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _body(self, resp: http.client.HTTPResponse, path: str) -> bytes:
+        """At most :data:`MAX_REPLY_BYTES` of a reply; past that, one sentence (and the
+        connection, with the rest unread, is closed)."""
+        length = resp.getheader("Content-Length")
+        too_long = length is not None and length.strip().isdigit() and int(length) > MAX_REPLY_BYTES
+        raw = b"" if too_long else resp.read(MAX_REPLY_BYTES + 1)
+        if too_long or len(raw) > MAX_REPLY_BYTES:
+            self.close()
+            raise ServerError(
+                f"the llama-server at {self.url} sent a {path} reply longer than "
+                f"{MAX_REPLY_BYTES // 2**20} MiB, more than tokenstep reads of one reply.",
+                retry=True,
+            )
+        if not resp.isclosed():  # read(n) stops at n: finish the exchange for keep-alive
+            raw += resp.read()  # the chunked tail's end, zero bytes of body
+        return raw
+
+    def _connection(self) -> _Connection:
         if self._conn is None:
-            self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self._conn = _Connection(self.host, self.port, timeout=self.timeout)
         return self._conn
 
     def _refusal(self, status: int, path: str, body: dict[str, Any]) -> str:
         err = body.get("error")
         message = err.get("message") if isinstance(err, dict) else None
+        if not isinstance(message, str):
+            message = None
+        else:  # quoted inside one sentence: one line, short
+            message = " ".join(message.split())
+            message = message if len(message) <= 300 else message[:300] + "…"
         if status == 503:
             return f"the llama-server at {self.url} is still loading its model ({message or 'HTTP 503'})."
         if status == 404:

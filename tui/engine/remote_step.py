@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from .remote_http import Reply, ServerError
+from .remote_http import Reply
+from .remote_reply import read_completion
 from .sampling import SamplerSettings
 
 # Token texts llama.cpp itself treats as end of generation (llama-vocab.cpp's EOG names).
@@ -116,7 +117,9 @@ def fill_row(ids: list[int], logprobs: list[float], n_vocab: int) -> tuple[np.nd
     floor = float(lp.min()) if lp.size else 0.0
     if n_rest > 0 and rest > 0:
         fill = min(math.log(rest / n_rest), floor)
-        fill = float(np.nextafter(np.float32(fill), np.float32(-np.inf))) if fill >= floor else fill
+        if fill >= floor:  # one float32 step below; below llama.cpp's log(0) (the lowest) is -inf
+            with np.errstate(over="ignore"):
+                fill = float(np.nextafter(np.float32(fill), np.float32(-np.inf)))
     else:
         fill = -math.inf
     row = np.full(n_vocab, fill, dtype=np.float32)
@@ -180,37 +183,34 @@ def request_body(
 
 
 def read_reply(
-    url: str, reply: Reply, settings: SamplerSettings, n_probs: int, n_vocab: int
-) -> tuple[ServerStep, list[dict[str, Any]]]:
-    """The ServerStep of a ``/completion`` answer, and its raw top_logprobs entries."""
-    body = reply.body if isinstance(reply.body, dict) else {}
-    probs = body.get("completion_probabilities") or []
-    top = (probs[0].get("top_logprobs") if probs else None) or []
-    if not top:
-        raise ServerError(
-            f"{url} sent no top_logprobs for n_probs {n_probs}; it does not look like llama-server."
-        )
-    t = body.get("timings") or {}
-    cache_n = int(t.get("cache_n", 0))
-    picks = body.get("tokens") or []
+    url: str,
+    reply: Reply,
+    settings: SamplerSettings,
+    n_probs: int,
+    n_vocab: int,
+    n_prompt: int,
+) -> tuple[ServerStep, list[tuple[int, bytes]]]:
+    """The ServerStep of a ``/completion`` answer, every field checked first
+    (:func:`~tui.engine.remote_reply.read_completion`), and each candidate's (id, bytes)."""
+    c = read_completion(url, reply.body, n_probs, n_vocab, n_prompt)
     step = ServerStep(
         url=url,
-        slot=int(body.get("id_slot", -1)),
+        slot=c.slot,
         n_probs=n_probs,
-        n_top=len(top),
+        n_top=len(c.top),
         n_vocab=n_vocab,
         mass=0.0,
-        prompt_tokens=0,
-        prompt_n=int(t.get("prompt_n", 0)),
-        cache_n=cache_n,
-        tokens_cached=int(body.get("tokens_cached", 0)),
-        prompt_ms=float(t.get("prompt_ms", 0.0)),
-        predicted_ms=float(t.get("predicted_ms", 0.0)),
+        prompt_tokens=n_prompt,
+        prompt_n=c.prompt_n,
+        cache_n=c.cache_n,
+        tokens_cached=c.tokens_cached,
+        prompt_ms=c.prompt_ms,
+        predicted_ms=c.predicted_ms,
         round_trip_ms=reply.round_trip_ms,
         json_ms=reply.json_ms,
-        server_pick=int(picks[0]) if picks else None,
+        server_pick=c.server_pick,
         pick_settings=settings.to_dict(),
-        top_ids=[int(c["id"]) for c in top],
-        top_logprobs=[float(c["logprob"]) for c in top],
+        top_ids=[t.id for t in c.top],
+        top_logprobs=[t.logprob for t in c.top],
     )
-    return step, top
+    return step, [(t.id, t.piece) for t in c.top]

@@ -14,7 +14,8 @@ from typing import Any
 from .backend import Capabilities
 from .errors import TokenstepError, one_line
 from .model import ModelInfo
-from .remote_http import ServerClient, ServerError
+from .remote_http import ServerClient
+from .remote_reply import read_detokenized, read_health, read_models, read_props, read_tokens
 from .remote_step import EOG_NAMES
 
 
@@ -52,21 +53,17 @@ class RemoteVocab:
             "parse_special": parse_special,
             "with_pieces": True,
         }
-        out: list[int] = []
-        for item in self.client.post("/tokenize", body).body.get("tokens", []):
-            tok, piece = int(item["id"]), item.get("piece", "")
-            self.learn(tok, piece)
-            out.append(tok)
-        return out
+        reply = self.client.post("/tokenize", body)
+        n_bytes = len(text.encode("utf-8", "surrogatepass"))
+        tokens = read_tokens(self.client.url, reply.body, self.n_vocab, n_bytes)
+        for tok, piece in tokens:
+            if piece is not None:
+                self.learn(tok, piece)
+        return [tok for tok, _ in tokens]
 
-    def learn(self, token: int, piece: str | list[int] | bytes) -> None:
-        """Remember a token's bytes: the server sends text, or a list of bytes when the piece
-        is not valid UTF-8 on its own."""
-        if isinstance(piece, str):
-            data = piece.encode("utf-8")
-        else:
-            data = bytes(piece)
-        self._pieces[token] = data
+    def learn(self, token: int, piece: bytes) -> None:
+        """Remember a token's bytes (checked by :mod:`~tui.engine.remote_reply`)."""
+        self._pieces[token] = piece
 
     def piece(self, token: int) -> bytes:
         cached = self._pieces.get(token)
@@ -76,8 +73,8 @@ class RemoteVocab:
             raise TokenstepError(
                 f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})."
             )
-        text = self.client.post("/detokenize", {"tokens": [token]}).body.get("content", "")
-        self._pieces[token] = str(text).encode("utf-8")
+        reply = self.client.post("/detokenize", {"tokens": [token]})
+        self._pieces[token] = read_detokenized(self.client.url, reply.body)
         return self._pieces[token]
 
     def text(self, tokens: list[int]) -> str:
@@ -90,6 +87,8 @@ class RemoteVocab:
 def model_info(
     url: str, props: dict[str, Any], meta: dict[str, Any], vocab: RemoteVocab
 ) -> ModelInfo:
+    """The model's facts from the checked ``/props`` and ``/v1/models`` (see
+    :func:`~tui.engine.remote_reply.read_props`, :func:`~tui.engine.remote_reply.read_models`)."""
     path = str(props.get("model_path") or props.get("model_alias") or url)
     eos_text = props.get("eos_token") or ""
     bos_text = props.get("bos_token") or ""
@@ -131,30 +130,10 @@ def model_info(
 def handshake(client: ServerClient, slot: int = 0) -> dict[str, Any]:
     """``GET /health`` (503 while the model loads), then ``GET /props``, which also says how
     many slots the server has (``total_slots``, its ``-np``): ``slot`` must be one of them."""
-    url = client.url
-    health = client.get("/health").body
-    if not isinstance(health, dict) or health.get("status") != "ok":
-        raise ServerError(f"{url} answered /health without status ok: is it llama-server?")
-    props = client.get("/props").body
-    if not isinstance(props, dict) or "default_generation_settings" not in props:
-        raise ServerError(
-            f"{url} answered /props without default_generation_settings: it does not look "
-            "like llama-server."
-        )
-    total = int(props.get("total_slots") or 0)
-    if total and not 0 <= slot < total:
-        raise ServerError(
-            f"--slot {slot}: llama-server at {url} has {total} slot(s), 0 to {total - 1} "
-            "(start it with a larger -np for more)."
-        )
-    return props
+    read_health(client.url, client.get("/health").body)
+    return read_props(client.url, client.get("/props").body, slot)
 
 
 def model_meta(client: ServerClient) -> dict[str, Any]:
-    """``GET /v1/models``: n_vocab, n_ctx_train, size (one model per server)."""
-    try:
-        data = client.get("/v1/models").body.get("data") or []
-    except (ServerError, AttributeError):
-        return {}
-    meta = data[0].get("meta") if data and isinstance(data[0], dict) else None
-    return meta if isinstance(meta, dict) else {}
+    """``GET /v1/models``: n_vocab (required), n_ctx_train, size (one model per server)."""
+    return read_models(client.url, client.get("/v1/models").body)

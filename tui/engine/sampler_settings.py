@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import checks
+from .bounds import check_sizes
 from .checks import Namer
 from .errors import TokenstepError
 
@@ -175,6 +176,7 @@ class SamplerSettings:
         (the one validator the two share)."""
         n = name or FLAGS.__getitem__
         self._check_types(n)
+        check_sizes(self, n)
 
         def need(ok: bool, msg: str) -> None:
             if not ok:
@@ -262,7 +264,9 @@ class SamplerSettings:
                 checks.text(v, what)
             elif kind.startswith("list[str]"):
                 if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
-                    raise TokenstepError(f"{what} must be a list of strings, not {checks.shown(v)}.")
+                    raise TokenstepError(
+                        f"{what} must be a list of strings, not {checks.shown(v)}."
+                    )
 
     def check_vocab(self, n_vocab: int) -> None:
         for tok, _ in self.logit_bias:

@@ -33,6 +33,8 @@ from .chain_stages import (
     chain_specs,
     mirostat_mu,
     mirostat_sampler,
+    needs_vocab,
+    vocab_refusal,
 )
 from .errors import TokenstepError
 from .grammar import GrammarState
@@ -111,13 +113,23 @@ def top_stats(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float
 class SamplerChain:
     """Owns the token-data buffer and the samplers with state for one sequence: the seeded
     ``dist``, penalties and DRY (kept in step with the history), XTC and mirostat (their state
-    before each pick kept for rewinds) and the grammar."""
+    before each pick kept for rewinds) and the grammar.
+
+    Without a ``vocab`` (a backend that sends only ids and logprobs), DRY and grammars are
+    refused in one sentence; ``no_vocab`` says why there is none and how to give one."""
 
     def __init__(
-        self, n_vocab: int, seed: int = DEFAULT_SEED, vocab: Any = None, n_ctx: int = 4096
+        self,
+        n_vocab: int,
+        seed: int = DEFAULT_SEED,
+        vocab: Any = None,
+        n_ctx: int = 4096,
+        *,
+        no_vocab: str = "this chain has none",
     ) -> None:
         self.n_vocab = n_vocab
         self.env = Env(n_vocab, vocab, n_ctx)
+        self.no_vocab = no_vocab
         self.buf = np.zeros(n_vocab, dtype=TOKEN_DATA)
         self._ids = np.arange(n_vocab, dtype=np.int32)
         self.arr = llama_cpp.llama_token_data_array()
@@ -134,6 +146,13 @@ class SamplerChain:
             mirostat_sampler, lambda s: (s.seed, s.mirostat, s.mirostat_tau, s.mirostat_eta)
         )
         self.grammar = GrammarState(vocab)
+
+    def refusal(self, settings: SamplerSettings) -> str | None:
+        """One sentence if ``settings`` need a vocabulary this chain does not have, else None.
+        Checked before any llama.cpp sampler is built: DRY with a NULL vocabulary segfaults
+        and a grammar aborts the process (GGML_ASSERT), so neither may be reached."""
+        what = needs_vocab(settings) if self.env.vocab is None else None
+        return vocab_refusal(what, self.no_vocab) if what else None
 
     def reseed(self, seed: int) -> None:
         """A fresh RNG: the same seed replays the same picks from here."""
@@ -179,6 +198,9 @@ class SamplerChain:
         without it clones are used (a preview that shows the same pick). ``history`` is what
         penalties and DRY have seen (llama-server: the prompt, then each generated token);
         ``generated`` what the grammar has (this turn's generated tokens)."""
+        refused = self.refusal(settings)
+        if refused is not None:
+            raise TokenstepError(refused)
         if settings.seed != self.seed:
             self.reseed(settings.seed)
         hist = history or []

@@ -22,6 +22,7 @@ from .sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
 from .surprise import Surprise
+from .tokens import quoted
 
 if TYPE_CHECKING:
     from .session import Engine
@@ -51,7 +52,10 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
         token = force
         result = chain.run(logits, settings, commit=False, history=history, generated=generated)
         if settings.grammar and not chain.grammar.allows(force):
-            raise TokenstepError(f"token {force} breaks the grammar here, so it cannot be forced.")
+            raise TokenstepError(
+                f"token {quoted(engine.vocab.piece(force), force)} breaks the grammar here, "
+                "so it cannot be forced."
+            )
     else:
         result = chain.run(logits, settings, commit=True, history=history, generated=generated)
         token = result.selected

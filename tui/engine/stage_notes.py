@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .chain_result import MOVES
+
 if TYPE_CHECKING:
     from .chain_result import Stage
     from .sampler_settings import SamplerSettings
 
-MOVES = ("logit_bias", "penalties", "dry")  # stages that change logits in place
+__all__ = ["MOVES", "describe"]
 
 
 def describe(

@@ -131,3 +131,15 @@ class Vocab:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.ptr, token))
+
+
+_SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}  # as the panes draw a piece
+
+
+def quoted(piece: bytes, token: int) -> str:
+    """A token for a sentence: its piece, visible and quoted, with the id beside it
+    (``'␣Paris' (id 6342)``), where an id alone would mean nothing to the reader."""
+    shown = "".join(
+        _SHOWN.get(ch, ch if ch.isprintable() else repr(ch)[1:-1]) for ch in display_bytes(piece)
+    )
+    return f"'{shown or '∅'}' (id {token})"

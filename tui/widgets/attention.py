@@ -59,6 +59,7 @@ from .heatmap import (
     row_cells,
 )
 from .heatmap_rows import HeatmapRows
+from .keys import pane_bindings
 from .lru import LRU
 
 TOP_K = 5
@@ -72,20 +73,7 @@ class AttentionPane(ScrollView, can_focus=True):
     AttentionPane { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
     """
 
-    BINDINGS = [
-        Binding("up,k", "cursor(-1)", "query ↑", show=False),
-        Binding("down,j", "cursor(1)", "query ↓", show=False),
-        Binding("pageup", "cursor(-10)", show=False),
-        Binding("pagedown", "cursor(10)", show=False),
-        Binding("home", "cursor_to(0)", show=False),
-        Binding("end", "cursor_to(-1)", show=False),
-        Binding("left", "head(-1)", "head"),
-        Binding("right", "head(1)", "head", show=False),
-        Binding("m", "mean", "mean of heads"),
-        Binding("left_square_bracket", "layer(-1)", "layer"),
-        Binding("right_square_bracket", "layer(1)", "layer", show=False),
-        Binding("s", "scale", "colour scale"),
-    ]
+    BINDINGS = [Binding(k, a, d, show=False) for k, a, d in pane_bindings("attention")]
 
     class LayerRequested(Message):
         """The user asked for another layer; capture it and call ``update_from`` again."""

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.binding import Binding
+
 from .anatomy import AnatomyPane
 from .attention import AttentionPane
+from .keys import pane_bindings
 
 
 class AttentionTab(AttentionPane):
@@ -46,6 +49,8 @@ class AttentionTab(AttentionPane):
 
 class AnatomyTab(AnatomyPane):
     """embedding → layers → norm → lm_head with the model's sizes and the last graph census."""
+
+    BINDINGS = [Binding(k, a, d, show=False) for k, a, d in pane_bindings("anatomy")]
 
     def show(self, view: Any) -> None:
         missing = view.capabilities.missing("graph")

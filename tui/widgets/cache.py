@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from ..engine.memory import MemoryReport
 from ..engine.step import ShiftEvent
+from ..engine.tokens import quoted
 from ..engine.verify import VerifyResult
 from ..worker.views import View
 from .common import literal
@@ -57,12 +58,19 @@ class MemoryTab(VerticalScroll):
             self.border_subtitle = pane.border_subtitle
 
 
-def render_verify(res: VerifyResult) -> RenderableType:
+def render_verify(
+    res: VerifyResult, pieces: tuple[bytes, bytes] | None = None
+) -> RenderableType:
     ok, bad = Style(color="green", bold=True), Style(color="red", bold=True)
+    cached, fresh = (
+        (quoted(pieces[0], res.top1_cached), quoted(pieces[1], res.top1_fresh))
+        if pieces is not None
+        else (str(res.top1_cached), str(res.top1_fresh))
+    )
     top1 = Text.assemble(
         "top-1 ",
         ("agrees" if res.top1_agree else "DISAGREES", ok if res.top1_agree else bad),
-        f" (cached {res.top1_cached}, fresh {res.top1_fresh})",
+        f" (cached {literal(cached)}, fresh {literal(fresh)})",
     )
     top10 = Text.assemble(
         "top-10 order ",
@@ -189,7 +197,7 @@ class CacheTab(VerticalScroll):
                 Text(f"Verify {cannot_verify}.", style="grey62 italic")
             )
         elif view.cache.verify is not None:
-            self.query_one("#c-verify", Static).update(render_verify(view.cache.verify))
+            self.query_one("#c-verify", Static).update(render_verify(view.cache.verify, view.cache.verify_pieces))
         self.query_one("#c-shift", Static).update(render_shifts(view, view.cache.shifts))
         self.query_one("#c-turns", Static).update(render_turns(view))
         if view.cache.work is not None:

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..worker.stages import STAGES
-from .keys import CHAT_KEYS, KEYS
+from .keys import CHAT_KEYS, KEYS, PANE_KEYS, PANE_TITLES
 from .pipeline import EXPLAIN
 
 H = Style(bold=True, color="bright_white")
@@ -115,6 +115,11 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
         for k in KEYS:
             if k.group == g and k.label:
                 t.row(k.label, k.help)
+    t.append("In a bottom pane (it has the focus; the key bar shows these there)\n", H)
+    for pane, keys in PANE_KEYS.items():
+        rows = [k for k in keys if k.label]
+        key, name = PANE_TITLES[pane].split(" ", 1)
+        t.row(key, f"{name}: " + " · ".join(f"{k.label} {k.help}" for k in rows))
     t.append("Chat box\n", H)
     for label, what in CHAT_KEYS:
         t.row(label, what)
@@ -124,6 +129,12 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
     )
     t.row("/system", "/system TEXT sets the system prompt (the chat's first message; -sys at "
           "start-up); /system alone removes it.")
+    t.row("/force", "/force TEXT forces the one token TEXT is (the text after one space, as typed: "
+          "'/force  Paris' is ' Paris'), any of the vocabulary, not only the listed rows; "
+          "/force #ID forces an id. Text of two or more tokens is refused with its pieces.")
+    t.row("/p", "/p TEXT (or /p #ID): where that token stands at this step: its rank, logit and "
+          "p in the full logits row, and its p′ after the chain or the stage that cut it "
+          "(over --server: its rank in the top K, or that it is outside them).")
     t.append("\nThe seven stages of the loop\n", H)
     for i, (name, (call, body)) in enumerate(zip(STAGES, EXPLAIN, strict=True)):
         t.append(f"  {i + 1} {name} ", K)

@@ -1,5 +1,9 @@
 """The footer: the keys that work right now. Clicking a key runs it.
 
+A bottom pane with the focus (tab 6, the run chart, the paths tree) takes some keys for itself
+(``keys.PANE_KEYS``): there the bar shows what they do in that pane (← → head, chart cursor),
+and a global chip keeps only the keys the pane left it (``→ step`` becomes ``n step``).
+
 On narrow terminals the labels get shorter, and if the keys still do not fit in two lines
 the view keys drop out first (the help screen, ``?``, always lists everything)."""
 
@@ -10,11 +14,28 @@ from rich.text import Text
 from textual.widget import Widget
 
 from .common import DIM
-from .keys import CHAT_KEYS, KEYS
+from .keys import CHAT_KEYS, KEYS, PANE_KEYS, Key
 
 KEY = Style(color="black", bgcolor="bright_cyan", bold=True)
-GROUP = {"step": "bright_yellow", "sampler": "bright_green", "view": "grey70", "app": "grey70"}
-ORDER = {"step": 0, "sampler": 1, "app": 2, "view": 3}
+GROUP = {
+    "pane": "bright_magenta",
+    "step": "bright_yellow",
+    "sampler": "bright_green",
+    "view": "grey70",
+    "app": "grey70",
+}
+ORDER = {"pane": -1, "step": 0, "sampler": 1, "app": 2, "view": 3}
+GLYPH = {
+    "left": "←",
+    "right": "→",
+    "up": "↑",
+    "down": "↓",
+    "enter": "⏎",
+    "backspace": "⌫",
+    "space": "space",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+}
 SHORTER = {
     "run/pause": "play",
     "rewind": "back",
@@ -32,6 +53,48 @@ ESSENTIAL = ("?", "^q")  # always on the key bar
 Item = tuple[str, str, str | None, str]  # key label, what it does, click action, group
 
 
+def _names(k: Key) -> list[str]:
+    return [n.strip() for n in k.keys.split(",")]
+
+
+def families(keys: tuple[Key, ...]) -> list[tuple[Key, list[str], list[Key]]]:
+    """Each labelled key with its own key names and the unlabelled keys listed after it (the
+    table writes ``t/T`` once, then ``T`` without a label)."""
+    out: list[tuple[Key, list[str], list[Key]]] = []
+    for k in keys:
+        if k.label:
+            out.append((k, _names(k), [k]))
+        elif out:
+            out[-1][2].append(k)
+    return out
+
+
+def bar_items(pane: str | None) -> list[tuple[Item, tuple[tuple[str, str], ...]]]:
+    """The chips for the controls with ``pane`` focused: each item with the (key name,
+    action) pairs it stands for, pane actions unprefixed, app actions as ``app.NAME``."""
+    mine = tuple(k for k in PANE_KEYS.get(pane or "", ()) if not k.action.startswith("app."))
+    taken = {n: k for k in mine for n in _names(k)}  # an "app." pane key keeps the app's chip
+    out: list[tuple[Item, tuple[tuple[str, str], ...]]] = []
+    for k, own, members in families(mine):
+        pairs = tuple((n, m.action) for m in members for n in _names(m))
+        out.append(((k.label, k.short, f"app.simulate_key('{own[0]}')", "pane"), pairs))
+    for k, own, members in sorted(families(KEYS), key=lambda f: ORDER[f[0].group]):
+        pairs = tuple(
+            (n, f"app.{m.action}") for m in members for n in _names(m) if n not in taken
+        )
+        if not pairs:
+            continue  # the pane took all its keys
+        label = k.label
+        left = [n for n in own if n not in taken]
+        if len(left) < len(own):  # the pane took some of its own keys: name the rest
+            if not left:
+                left = [n for n, _ in pairs[:1]]
+            label = "/".join(GLYPH.get(n, n) for n in left)
+        action = f"app.{k.action}" if own[0] not in taken else pairs[0][1]
+        out.append(((label, k.short, action, k.group), pairs))
+    return out
+
+
 class KeyBar(Widget):
     DEFAULT_CSS = """
     KeyBar { height: 2; dock: bottom; background: $panel; }
@@ -41,11 +104,22 @@ class KeyBar(Widget):
         super().__init__(id=id)
         self.chat_focused = True
         self.queued = False
+        self.pane: str | None = None  # the focused bottom pane, when it takes keys
 
-    def set_context(self, chat_focused: bool, queued: bool = False) -> None:
-        if (chat_focused, queued) != (self.chat_focused, self.queued):
-            self.chat_focused, self.queued = chat_focused, queued
+    def set_context(self, chat_focused: bool, queued: bool = False, pane: str | None = None) -> None:
+        pane = pane if pane in PANE_KEYS else None
+        if (chat_focused, queued, pane) != (self.chat_focused, self.queued, self.pane):
+            self.chat_focused, self.queued, self.pane = chat_focused, queued, pane
             self.refresh()
+
+    def meaning(self, key: str) -> tuple[str, str, str] | None:
+        """What the bar says ``key`` (a Textual key name) does on the controls now: (chip
+        label, its words, the action the chip stands for)."""
+        for (label, what, _, _), pairs in bar_items(self.pane):
+            for name, action in pairs:
+                if name == key:
+                    return label, what, action
+        return None
 
     def items(self) -> list[Item]:
         if self.chat_focused:
@@ -60,8 +134,7 @@ class KeyBar(Widget):
                     )
                 )
             return out
-        keys = sorted((k for k in KEYS if k.label), key=lambda k: ORDER[k.group])
-        return [(k.label, k.short, f"app.{k.action}", k.group) for k in keys]
+        return [item for item, _ in bar_items(self.pane)]
 
     def layout_lines(self, items: list[Item], width: int, short: bool) -> list[Text]:
         lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]

@@ -95,10 +95,12 @@ KEYS: tuple[Key, ...] = (
         "8/L",
         "lens",
         "Logit lens: what each layer would predict (its l_out through the model's head), "
-        "computed only while tab 8 shows; L switches between the preview and the last step.",
+        "computed only while tab 8 shows; L switches between the preview and the last step; "
+        "G shows the grid over every position of the context (top-1 and p per layer).",
         "view",
     ),
     Key("L", "lens_mode", "", "", "", "view"),
+    Key("G", "lens_grid", "", "", "", "view"),
     Key(
         "a",
         "attention",
@@ -130,10 +132,22 @@ KEYS: tuple[Key, ...] = (
         "scroll_tab(1)",
         "PgUp/PgDn",
         "scroll tab",
-        "Scroll the bottom tab (9 and 0 are longer than the pane).",
+        "Scroll the bottom tab (8's layers, 9 and 0 are longer than the pane); Home/End go "
+        "to its top and its end.",
         "view",
     ),
     Key("pageup", "scroll_tab(-1)", "", "", "", "view"),
+    Key("home", "scroll_tab(-2)", "", "", "", "view"),
+    Key("end", "scroll_tab(2)", "", "", "", "view"),
+    Key(
+        "z",
+        "zoom_tab",
+        "z",
+        "zoom",
+        "Enlarge the bottom pane to the whole window, and back (the chart, the lens, the "
+        "cache tab get every row; the other panes come back with z).",
+        "view",
+    ),
     Key(
         "v",
         "verify('batched')",
@@ -223,4 +237,62 @@ CHAT_KEYS: tuple[tuple[str, str], ...] = (
     ("^q", "quit"),
 )
 
+# Keys a bottom pane takes while it has the focus (its own bindings, built from here): in
+# those tabs the same arrows mean something else, and the key bar and help say what.
+PANE_KEYS: dict[str, tuple[Key, ...]] = {
+    "attention": (
+        Key("left", "head(-1)", "←→", "head", "The previous/next head (mean, 0 … n_head-1).", "pane"),
+        Key("right", "head(1)", "", "", "", "pane"),
+        Key("up,k", "cursor(-1)", "↑↓", "query", "The query row whose keys are ranked.", "pane"),
+        Key("down,j", "cursor(1)", "", "", "", "pane"),
+        Key("pageup", "cursor(-10)", "", "", "", "pane"),
+        Key("pagedown", "cursor(10)", "", "", "", "pane"),
+        Key("home", "cursor_to(0)", "", "", "", "pane"),
+        Key("end", "cursor_to(-1)", "", "", "", "pane"),
+        Key("left_square_bracket", "layer(-1)", "[ ]", "layer", "The previous/next layer.", "pane"),
+        Key("right_square_bracket", "layer(1)", "", "", "", "pane"),
+        Key("m", "mean", "m", "mean", "The mean over heads.", "pane"),
+        Key("s", "scale", "s", "scale", "Colour scale: per row or absolute.", "pane"),
+    ),
+    "anatomy": (
+        # a scrolling pane: its own ← → would scroll sideways (nothing: it is not wider), so
+        # here they stay the app's rewind and step
+        Key("up", "scroll_up", "↑↓", "scroll", "Scroll the anatomy (← → stay rewind, step).", "pane"),
+        Key("down", "scroll_down", "", "", "", "pane"),
+        Key("left", "app.rewind", "", "", "", "pane"),
+        Key("right", "app.step", "", "", "", "pane"),
+    ),
+    "run": (
+        Key("left", "move(-1)", "←→", "cursor", "Move the token cursor one step.", "pane"),
+        Key("right", "move(1)", "", "", "", "pane"),
+        Key("home", "move_to(0)", "", "", "", "pane"),
+        Key("end", "move_to(-1)", "", "", "", "pane"),
+        Key(
+            "up",
+            "plot(-1)",
+            "↑↓",
+            "plot",
+            "Entropy or p of the pick (both at once when the pane is tall: z).",
+            "pane",
+        ),
+        Key("down", "plot(1)", "", "", "", "pane"),
+    ),
+    "paths": (
+        Key("up", "cursor(-1)", "↑↓", "branch", "Move through the branches.", "pane"),
+        Key("down", "cursor(1)", "", "", "", "pane"),
+        Key("enter", "jump", "⏎", "jump", "Jump to the branch (its end).", "pane"),
+    ),
+}
+PANE_TITLES = {
+    "attention": "6 attention",
+    "anatomy": "7 anatomy",
+    "run": "c run chart",
+    "paths": "w paths",
+}
+
 STAGE_KEY_NAMES = frozenset(k for key in KEYS for k in key.keys.split(","))
+
+
+def pane_bindings(pane: str) -> list[tuple[str, str, str]]:
+    """(keys, action, description) for a pane's own BINDINGS."""
+    return [(k.keys, k.action, k.short or k.action) for k in PANE_KEYS[pane]]

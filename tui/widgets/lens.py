@@ -7,6 +7,12 @@ where it first enters the top 5 and the top 1 flagged. The header shows the chec
 method: the last layer's max |Δ| against llama.cpp's own logits. Draws a
 :class:`~tui.worker.lens.LensView` built on the decode thread; a backend without the lens gets
 the sentence ``Capabilities.missing`` gives.
+
+The layers scroll with PgUp/PgDn (Home/End for the first and the last layer), and each new
+step opens where the marked token first enters the top 5: on SmolLM2 that is layer 20 to 28
+of 30, below what a 10-row pane shows. Pieces are drawn by the logits pane's rules
+(:func:`tui.widgets.common.visible`: ``␣`` for a space, U+00A0 spelled ``\\xa0``), and a ``│``
+ends each piece's p.
 """
 
 from __future__ import annotations
@@ -21,17 +27,17 @@ from textual.widgets import Static
 
 from ..engine.tokens import escape_controls
 from ..worker.lens import LensStep, LensView
+from .common import visible
+from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
 MARK = "bold bright_cyan"
-
-
-# Invisible characters get the stand-ins the other panes use (tui.widgets.common).
-VISIBLE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+SEP = "│"
+NARROW = 48  # below this width the summary is one line
 
 
 def _piece(text: str, width: int) -> str:
-    shown = escape_controls(text).translate(VISIBLE)
+    shown = visible(escape_controls(text)) or "∅"
     return shown if len(shown) <= width else shown[: width - 1] + "…"
 
 
@@ -40,9 +46,20 @@ def _p(p: float) -> str:
     return "1.0" if p >= 0.995 else f"{p:.2f}"[1:]
 
 
+def cell_layout(full: int) -> tuple[int, int]:
+    """(cells, piece width) for a row ``full`` columns wide: the flag and layer (4), then per
+    cell a separator, a space, the piece, a space, p (3) and a space. Five cells while pieces
+    get 5 columns or more, else as many as fit (at least one)."""
+    for n in range(5, 0, -1):
+        width = (full - 4) // n - 7
+        if width >= 5 or n == 1:
+            return n, max(3, min(14, width))
+    return 1, 3
+
+
 class LensRows:
     """One line per layer: a flag, the layer, then the top 5 as piece and p. The pieces get
-    whatever width the pane has (4 to 14 characters)."""
+    whatever width the pane has (5 to 14 characters; fewer cells on a narrow pane)."""
 
     def __init__(self, step: LensStep) -> None:
         self.step = step
@@ -50,8 +67,7 @@ class LensRows:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         step = self.step
         full = options.max_width
-        width = max(4, min(14, (full - 4) // 5 - 4))  # a cell: piece, space, p (3)
-        sep = " " if 4 + 5 * (width + 4) + 4 <= full else ""
+        n, width = cell_layout(full)
         for entry in step.layers:
             layer = entry["layer"]
             t = Text(no_wrap=True, overflow="ellipsis")
@@ -62,38 +78,63 @@ class LensRows:
             else:
                 t.append(" ")
             t.append(f"{layer:>2} ", "grey62")
-            for i, c in enumerate(entry["top"][:5]):
+            for c in entry["top"][:n]:
                 style = MARK if c["id"] == step.mark else ""
-                t.append(sep if i else "")
+                t.append(SEP, "grey30")
+                t.append(" ")
                 t.append(f"{_piece(c['piece'], width):<{width}}", style)
-                t.append(" " + _p(c["p"]), "grey50")
+                t.append(" " + _p(c["p"]) + " ", "grey50")
             t.truncate(full)
             yield t
 
 
-def summary(step: LensStep, mode: str) -> RenderableType:
-    """The header: what is shown, the marked token's first layers, the check against llama.cpp."""
-    check = step.check
-    first5 = f"layer {step.first_top5}" if step.first_top5 is not None else "no layer"
-    first1 = f"layer {step.first_top1}" if step.first_top1 is not None else "no layer"
-    return Group(
-        Text.assemble(
-            (f"{MODE_NAMES.get(mode, mode)} ", "bold"),
+class Summary:
+    """The header: what is shown, the marked token's first layers, the check against
+    llama.cpp; on two lines, or one short line below :data:`NARROW` columns."""
+
+    def __init__(self, step: LensStep, mode: str) -> None:
+        self.step, self.mode = step, mode
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        step, check = self.step, self.step.check
+        mark = visible(escape_controls(step.mark_piece))
+        if options.max_width < NARROW:
+            f5 = step.first_top5 if step.first_top5 is not None else "–"
+            f1 = step.first_top1 if step.first_top1 is not None else "–"
+            t = Text.assemble(
+                (mark, MARK),
+                (f" pos {step.pos} ", "grey70"),
+                ("▸", "bold yellow"),
+                f"{f5} ",
+                ("★", "bold green"),
+                f"{f1} · |Δ| {check['max_abs_diff']:.3f}",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+            yield t
+            return
+        first5 = f"layer {step.first_top5}" if step.first_top5 is not None else "no layer"
+        first1 = f"layer {step.first_top1}" if step.first_top1 is not None else "no layer"
+        yield Text.assemble(
+            (f"{MODE_NAMES.get(self.mode, self.mode)} ", "bold"),
             (f"· position {step.pos} · ", "grey70"),
-            (repr(step.mark_piece), MARK),
+            (mark, MARK),
             (f" ({step.mark_what})", "grey70"),
-        ),
-        Text.assemble(
+        )
+        yield Text.assemble(
             ("▸", "bold yellow"),
             f" top 5 first at {first5} · ",
             ("★", "bold green"),
             f" top-1 first at {first1}",
-        ),
-        Text.assemble(
+        )
+        yield Text.assemble(
             "last layer vs llama.cpp's logits: ",
             (f"max |Δ| {check['max_abs_diff']:.3f}", "bold"),
-        ),
-    )
+        )
+
+
+def summary(step: LensStep, mode: str) -> RenderableType:
+    return Summary(step, mode)
 
 
 class LensPane(Static):
@@ -118,6 +159,8 @@ class LensTab(Vertical):
     LensTab LensPane { height: auto; }
     """
 
+    _opened: tuple[int, int, str] | None = None  # the step the rows were last opened at
+
     def compose(self) -> ComposeResult:
         yield Static(id="lens-summary")
         with VerticalScroll():
@@ -128,22 +171,57 @@ class LensTab(Vertical):
         rows = self.query_one(VerticalScroll)
         self.call_after_refresh(rows.scroll_to, y=max(0, layer), animate=False)
 
+    def scroll_tab(self, direction: int) -> None:
+        """PgDn/PgUp (±1) page the layers; Home/End (±2) go to the first or the last."""
+        rows = self.query_one(VerticalScroll)
+        if direction >= 2:
+            rows.scroll_end(animate=False)
+        elif direction <= -2:
+            rows.scroll_home(animate=False)
+        elif direction > 0:
+            rows.scroll_page_down(animate=False)
+        else:
+            rows.scroll_page_up(animate=False)
+
     def show(self, view: Any) -> None:
         lv: LensView | None = getattr(view, "lens", None)
         missing = view.capabilities.missing("lens")
         note = None if missing is None else f"the logit lens {missing}"
-        self.query_one(LensPane).show_lens(lv, note)
         head = self.query_one("#lens-summary", Static)
+        if note is None and lv is not None and lv.grid is not None:
+            width = self.content_size.width or 60
+            n = fitting(lv.grid, width - 2)  # less the scrollbar
+            self.query_one(LensPane).update(GridRows(lv.grid, n))
+            rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
+            if lv.status:
+                rows.append(Text(lv.status, "bright_yellow"))
+            head.update(Group(*rows))
+            head.display = True
+            key = (-1, lv.grid.n_tokens, "grid")
+            if key != self._opened:  # the deep layers first, where the answers form
+                self._opened = key
+                self.scroll_to_layer(lv.grid.n_layer)
+            self.border_title = "logit lens · every position (G: one step)"
+            cols = lv.grid.columns[-n:]
+            shown = f"{cols[0].pos}–{cols[-1].pos} of {lv.grid.n_tokens} · " if cols else ""
+            self.border_subtitle = f"grid {shown}PgUp/PgDn"
+            return
+        self.query_one(LensPane).show_lens(lv, note)
         if note is None and lv is not None and lv.step is not None:
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
             head.update(Group(*parts))
             head.display = True
+            key = (lv.step.record, lv.step.mark, lv.mode)
+            if key != self._opened:  # a new step: open where the mark enters the top 5
+                self._opened = key
+                first = lv.step.first_top5
+                self.scroll_to_layer(first if first is not None else len(lv.step.layers))
         else:
             head.update("")
             head.display = False
         self.border_title = "logit lens · what each layer would predict"
         mode = lv.mode if lv is not None else "preview"
         ms = f" · {lv.step.check['ms']:.0f} ms" if lv is not None and lv.step is not None else ""
-        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches"
+        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches · PgUp/PgDn"

@@ -3,11 +3,15 @@ sampler stage kept or cut, and which token the next step will pick (a preview on
 logits, using a clone of the seeded RNG, so it is exactly the token the step takes).
 
 Columns: p is the softmax of the raw logits over the whole vocabulary (temperature 1);
-p' is the probability after the chain, the one the pick draws from."""
+logit′ (shown when logit bias, penalties or DRY moved a logit) is the logit those stages handed
+on, read off llama.cpp's own samplers: the value top-k, top-p and min-p cut by, so a row above
+the ★ can be "cut by top-k" (--repeat-penalty 1.3 takes ' The' from 32.97 to 25.36); p′ is the
+probability after the chain, the one the pick draws from."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -17,6 +21,7 @@ from textual.message import Message
 
 from ..worker.views import CandidateRow, View
 from .common import DIM, Pane, fmt_p, is_special, piece_text
+from .logits_lines import chain_lines, did_lines, settings_lines
 from .lru import LRU
 
 CURSOR = Style(bgcolor="grey30")
@@ -25,6 +30,7 @@ NEXT = Style(color="bright_green", bold=True)
 CUT = Style(color="red")
 BAR = Style(color="bright_green")
 BAR_RAW = Style(color="grey42")
+MOVED = Style(color="bright_yellow")  # a logit a stage moved
 
 
 class LogitsPane(Pane):
@@ -109,7 +115,8 @@ class LogitsPane(Pane):
         at = event.get_content_offset(self)
         if at is None or self.view is None:
             return
-        row = at.y - 3  # under the settings, the chain and the column titles
+        # under the settings, the chain, what its stages did and the column titles
+        row = at.y - len(self.info_lines(self.view, self.size.width or 50)) - 1
         if 0 <= row < len(self.view.logits.candidates):
             self.cursor = row
             self.refresh()
@@ -127,73 +134,20 @@ class LogitsPane(Pane):
             return None
         return self.view.logits.candidates[self.cursor]
 
-    def settings_line(self, v: View) -> Text:
-        s = v.settings
-        t = Text(no_wrap=True, overflow="ellipsis")
-        if s.is_greedy:
-            t.append("greedy", NEXT)
-            t.append(" (argmax)   ", DIM)
-            t.append(
-                f"temp {s.temp:.2f} · top-k {s.top_k} · top-p {s.top_p:.2f} · "
-                f"min-p {s.min_p:.2f} unused",
-                DIM,
-            )
-            return t
-        parts = [
-            ("temp", f"{s.temp:.2f}"),
-            ("top-k", "off" if s.top_k == 0 else str(s.top_k)),
-            ("top-p", f"{s.top_p:.2f}"),
-            ("min-p", f"{s.min_p:.2f}"),
-            ("seed", str(s.seed)),
+    def info_lines(self, v: View, width: int) -> list[Text]:
+        """The settings, the chain and what its stages did (each up to two lines)."""
+        height = self.size.height or 20
+        most = 2 if height >= 20 else 1  # a short pane keeps its rows
+        return [
+            *settings_lines(v, width, most),
+            *chain_lines(v, width, _picked(v)),
+            *did_lines(v, width, most + (height >= 30)),
         ]
-        for i, (k, val) in enumerate(parts):
-            if i:
-                t.append("  ")
-            t.append(f"{k} ", DIM)
-            t.append(val, Style(bold=True, color="bright_cyan"))
-        return t
 
-    def chain_line(self, v: View) -> Text:
-        """The stages row: every stage in order with the count after it; the picked stage
-        (``[``/``]``) underlined, stages turned off (``x``) shown as off."""
-        t = Text(no_wrap=True, overflow="ellipsis")
-        if v.logits.chain is None:
-            return t
-        rv = v.logits.remote
-        t.append(f"top {rv.n_top} of {v.text.n_vocab:,}" if rv else f"{v.text.n_vocab:,}")
-        picked = _picked(v)
-        for st in v.logits.chain.stages:
-            mark = Style(underline=True) if st.key and st.key == picked else Style()
-            t.append(f" →{st.name} ", DIM + mark)
-            t.append(f"{st.n:,}", Style(bold=True) + mark)
-        s = v.settings
-        for name in s.off:
-            t.append(f" ({name} off)", CUT + (Style(underline=True) if name == picked else Style()))
-        if (
-            picked
-            and v.action == "settings"  # just after a chain key: say where the cursor is
-            and picked not in s.off
-            and not any(st.key == picked for st in v.logits.chain.stages)
-        ):
-            t.append(f" ({picked}: neutral)", DIM + Style(underline=True))
-        return t
-
-    def did_line(self, v: View) -> Text | None:
-        """What each stage did, when one did something worth a word."""
-        chain = v.logits.chain
-        if chain is None:
-            return None
-        t = Text(no_wrap=True, overflow="ellipsis")
-        for st in chain.stages:
-            what = st.note
-            if st.changed and not what:
-                first = st.changed[0]
-                why = st.why.get(first[0], "")
-                what = f"{len(st.changed)} moved, e.g. {first[1]:.2f}→{first[2]:.2f} {why}".rstrip()
-            if what:
-                t.append(f"{st.name}: ", DIM)
-                t.append(what + "  ")
-        return t if t.plain else None
+    def _rows_room(self, v: View, n_info: int) -> int:
+        """Candidate rows that fit under the info lines and the column titles, above the two
+        pick lines (and the two lines of what crossed HTTP)."""
+        return max((self.size.height or 20) - n_info - 3 - 2 * (v.logits.remote is not None), 3)
 
     def render(self) -> Text:
         v = self.view
@@ -201,52 +155,39 @@ class LogitsPane(Pane):
         if v is None:
             return t
         width = self.size.width or 50
-        t.append_text(self.settings_line(v))
-        t.append("\n")
         if not v.logits.candidates:
+            for line in settings_lines(v, width):
+                t.append_text(line)
+                t.append("\n")
             hint = (
                 "No logits yet. Send a message: its prefill ends in one score per "
                 "vocabulary entry, and the top candidates appear here with what each "
                 "sampler stage keeps or cuts."
             )
             t.append("\n")
-            for line in textwrap.wrap(hint, max(width - 1, 20)):
-                t.append(line + "\n", DIM)
+            for words in textwrap.wrap(hint, max(width - 1, 20)):
+                t.append(words + "\n", DIM)
             return t
-        t.append_text(self.chain_line(v))
-        t.append("\n")
-        did = self.did_line(v)
-        if did is not None:
-            t.append_text(did)
+        info = self.info_lines(v, width)
+        for line in info:
+            t.append_text(line)
             t.append("\n")
-        show_id, show_logit, piece_w, bar_w = self._columns(width)
+        cols = self._columns(width, v)
         t.append_text(self._head(width, v))
         t.append("\n")
-        rows_room = max(
-            (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
-        )
+        rows_room = self._rows_room(v, len(info))
         cells = self._p_cells(v.logits.candidates)
-        for i, c in enumerate(v.logits.candidates[:rows_room]):
+        for i in _shown(v, rows_room):
+            c = v.logits.candidates[i]
             row = Text(no_wrap=True)
             is_next = c.id == v.logits.next_pick
-            marker = "▶" if i == self.cursor else " "
-            row.append(marker, MARKER)
+            row.append("▶" if i == self.cursor else " ", MARKER)
             row.append("★" if is_next else " ", NEXT)
-            pt = _piece_cell(c, piece_w, is_next)
+            pt = _piece_cell(c, cols.piece_w, is_next)
             row.append_text(pt)
-            row.append(" " * (piece_w - pt.cell_len))
-            if show_id:
-                row.append(f"{c.id:>6}", DIM)
-            if show_logit:
-                row.append(f"{c.logit:>7.2f}")
-            row.append(f"{cells[i][0]:>7}")
-            row.append(f"{cells[i][1]:>7} ", NEXT if is_next else Style())
-            filled = round(c.p_final * bar_w)
-            raw = round(c.p * bar_w)
-            row.append("█" * filled, BAR)
-            row.append("░" * max(0, raw - filled), BAR_RAW)
-            row.append(" " * max(0, bar_w - max(filled, raw)))
-            row.append(f" {c.cut_by}" if c.cut_by else "", CUT)
+            row.append(" " * (cols.piece_w - pt.cell_len))
+            for text, style in _row_cells(c, cells[i], cols, is_next):
+                row.append(text, style or Style())
             if i == self.cursor and self.has_focus:
                 row.stylize(CURSOR)
             t.append_text(row)
@@ -266,36 +207,22 @@ class LogitsPane(Pane):
             t.truncate(width, overflow="ellipsis")
             return [s for s in t.render(console) if s.text != "\n"]
 
-        rows = [line(self.settings_line(v)), line(self.chain_line(v))]
-        did = self.did_line(v)
-        if did is not None:
-            rows.append(line(did))
-        show_id, show_logit, piece_w, bar_w = self._columns(self.size.width or 50)
-        rows.append(line(self._head(self.size.width or 50, v)))
-        rows_room = max(
-            (self.size.height or 20) - 5 - 2 * (v.logits.remote is not None) - (did is not None), 3
-        )
+        pane_w = self.size.width or 50
+        info = self.info_lines(v, pane_w)
+        rows = [line(t) for t in info]
+        cols = self._columns(pane_w, v)
+        rows.append(line(self._head(pane_w, v)))
+        rows_room = self._rows_room(v, len(info))
         cells = self._p_cells(v.logits.candidates)
-        for i, c in enumerate(v.logits.candidates[:rows_room]):
+        for i in _shown(v, rows_room):
+            c = v.logits.candidates[i]
             is_next = c.id == v.logits.next_pick
             segs = [
                 Segment("▶" if i == self.cursor else " ", MARKER),
                 Segment("★" if is_next else " ", NEXT),
             ]
-            segs += self._piece_segments(c, piece_w, is_next)
-            if show_id:
-                segs.append(Segment(f"{c.id:>6}", DIM))
-            if show_logit:
-                segs.append(Segment(f"{c.logit:>7.2f}"))
-            segs.append(Segment(f"{cells[i][0]:>7}"))
-            segs.append(Segment(f"{cells[i][1]:>7} ", NEXT if is_next else None))
-            filled = round(c.p_final * bar_w)
-            raw = round(c.p * bar_w)
-            segs.append(Segment("█" * filled, BAR))
-            segs.append(Segment("░" * max(0, raw - filled), BAR_RAW))
-            segs.append(Segment(" " * max(0, bar_w - max(filled, raw))))
-            if c.cut_by:
-                segs.append(Segment(f" {c.cut_by}", CUT))
+            segs += self._piece_segments(c, cols.piece_w, is_next)
+            segs += [Segment(text, style) for text, style in _row_cells(c, cells[i], cols, is_next)]
             if i == self.cursor and self.has_focus:
                 segs = list(Segment.apply_style(segs, post_style=CURSOR))
             rows.append(segs)
@@ -318,33 +245,50 @@ class LogitsPane(Pane):
         """The column titles over the candidates. Over llama-server the scores are logprobs:
         the logits up to a constant, which is never shown as if it were the raw logit."""
         score = "log p" if v is not None and v.logits.remote is not None else "logit"
-        show_id, show_logit, piece_w, bar_w = self._columns(width)
+        cols = self._columns(width, v)
         head = Text(no_wrap=True)
-        head.append(f"  {'piece':<{piece_w}}", DIM)
-        if show_id:
+        head.append(f"  {'piece':<{cols.piece_w}}", DIM)
+        if cols.show_id:
             head.append(f"{'id':>6}", DIM)
-        if show_logit:
+        if cols.show_logit:
             head.append(f"{score:>7}", DIM)
+        if cols.show_moved:
+            head.append(f"{score + '′':>7}", DIM)  # over llama-server: log p moved
         a, b = ("p|k", "Σp|k") if self.seen else ("p", "p′")
-        head.append(f"{a:>7}{b:>7} ", DIM)
-        head.append(f"{'':<{bar_w}} cut by", DIM)
+        head.append(f"{a:>{cols.p_w}}{b:>{cols.p_w}} ", DIM)
+        cut = " cut by" if width - head.cell_len - cols.bar_w >= 7 else " cut"
+        head.append(f"{'':<{cols.bar_w}}{cut}", DIM)
         return head
 
-    def _columns(self, width: int) -> tuple[bool, bool, int, int]:
-        """Which columns fit: id, logit, the piece's width and the bar's."""
-        show_id = width >= 44
-        show_logit = width >= 52
-        piece_w = 12 if width >= 50 else 9
-        fixed = 2 + piece_w + 6 * show_id + 7 * show_logit + 14 + 1 + 7
-        return show_id, show_logit, piece_w, max(3, min(12, width - fixed))
+    def _columns(self, width: int, v: View | None = None) -> Columns:
+        """Which columns fit: id, logit, the logit handed on (when a stage moved logits), the
+        piece's width, the bar's, and the cut-by column (as wide as its longest stage name,
+        never cut short)."""
+        rows = v.logits.candidates if v is not None else ()
+        moved = any(c.logit_moved is not None for c in rows)
+        cut_w = max([len(c.cut_by) + 1 for c in rows if c.cut_by] + [6])
+        piece_w, p_w = (12, 7) if width >= 50 else (9, 6)
+        room = width - (2 + piece_w + 2 * p_w + 1 + cut_w) - 1  # the bar keeps a cell at least
+        show_moved = moved and room >= 7
+        room -= 7 * show_moved
+        show_logit = width >= 52 and room >= 7
+        room -= 7 * show_logit
+        show_id = width >= 44 and room >= 6
+        room -= 6 * show_id
+        return Columns(show_id, show_logit, show_moved, piece_w, max(1, min(12, 1 + room)), p_w)
 
     def pick_lines(self, v: View) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         if v.logits.next_pick is not None and v.activity == "generating":
-            nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
+            piece = v.logits.next_piece
+            if piece is None:
+                nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
+                piece = nxt.piece if nxt else b""
             t.append("next ", DIM)
-            t.append_text(piece_text(nxt.piece if nxt else b"", NEXT))
-            how = "greedy" if v.settings.is_greedy else f"dist seed {v.settings.seed}"
+            t.append_text(piece_text(piece, NEXT))
+            s = v.settings
+            picker = f"mirostat {s.mirostat}" if s.mirostat else "dist"
+            how = "greedy" if s.is_greedy else f"{picker} seed {s.seed}"
             if v.logits.remote is not None and v.logits.remote.pick == "server":
                 how = "the server's pick"
             t.append(f" ← the next step picks this ({how})", DIM)
@@ -366,6 +310,43 @@ class LogitsPane(Pane):
         return t
 
 
+@dataclass(frozen=True)
+class Columns:
+    show_id: bool
+    show_logit: bool
+    show_moved: bool  # the logit past bias, penalties and DRY
+    piece_w: int
+    bar_w: int
+    p_w: int = 7  # each p column
+
+
+def _row_cells(
+    c: CandidateRow, p_cells: tuple[str, str], cols: Columns, is_next: bool
+) -> list[tuple[str, Style | None]]:
+    """A candidate's cells after its piece: id, logit, logit′, p, p′, the bar, cut by."""
+    out: list[tuple[str, Style | None]] = []
+    if cols.show_id:
+        out.append((f"{c.id:>6}", DIM))
+    if cols.show_logit:
+        out.append((f"{c.logit:>7.2f}", None))
+    if cols.show_moved:
+        moved = c.logit_moved
+        changed = moved is not None and moved != c.logit
+        out.append(
+            (f"{moved:>7.2f}" if moved is not None else f"{'':>7}", MOVED if changed else DIM)
+        )
+    out.append((f"{p_cells[0]:>{cols.p_w}}", None))
+    out.append((f"{p_cells[1]:>{cols.p_w}} ", NEXT if is_next else None))
+    filled = round(c.p_final * cols.bar_w)
+    raw = round(c.p * cols.bar_w)
+    out.append(("█" * filled, BAR))
+    out.append(("░" * max(0, raw - filled), BAR_RAW))
+    out.append((" " * max(0, cols.bar_w - max(filled, raw)), None))
+    if c.cut_by:
+        out.append((f" {c.cut_by}", CUT))
+    return out
+
+
 def _piece_cell(c: CandidateRow, piece_w: int, is_next: bool) -> Text:
     """A candidate's piece, cut to its column: the next pick bright, cut ones dim."""
     pt = piece_text(c.piece, special=is_special(c.piece))
@@ -375,6 +356,17 @@ def _piece_cell(c: CandidateRow, piece_w: int, is_next: bool) -> Text:
     elif c.cut_by:
         pt.stylize(DIM)
     return pt
+
+
+def _shown(v: View, rows_room: int) -> list[int]:
+    """The rows that fit, the ★ among them: when the pick sits below the fold (a row the
+    chain's survivors added at the end), it takes the last place shown."""
+    rows = v.logits.candidates
+    shown = list(range(min(rows_room, len(rows))))
+    at = next((i for i, c in enumerate(rows) if c.id == v.logits.next_pick), None)
+    if at is not None and shown and at > shown[-1]:
+        shown[-1] = at
+    return shown
 
 
 def _picked(v: View) -> str | None:

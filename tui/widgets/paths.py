@@ -18,6 +18,7 @@ from textual.widget import Widget
 from ..worker.paths import PathRow, PathsView
 from ..worker.views import View
 from .common import DIM, fmt_p, literal
+from .keys import pane_bindings
 
 LIVE = Style(color="bright_green", bold=True)
 CURSOR = Style(bgcolor="grey23")
@@ -34,11 +35,7 @@ class PathsPane(Widget, can_focus=True):
     DEFAULT_CSS = """
     PathsPane { height: 1fr; }
     """
-    BINDINGS = [
-        Binding("up", "cursor(-1)", "path ↑", show=False),
-        Binding("down", "cursor(1)", "path ↓", show=False),
-        Binding("enter", "jump", "jump", show=False),
-    ]
+    BINDINGS = [Binding(k, a, d, show=False) for k, a, d in pane_bindings("paths")]
 
     class Jump(Message):
         def __init__(self, branch: int) -> None:

@@ -165,13 +165,19 @@ class PipelinePane(Pane):
                 out[4] = f"this step, pos {v.text.n_past - 1} · " + out[4]
         if v.action == "settings" and v.logits.next_pick is not None and v.logits.chain is not None:
             nxt = next((c for c in v.logits.candidates if c.id == v.logits.next_pick), None)
-            chain = " → ".join(f"{st.name} {st.n:,}" for st in v.logits.chain.stages)
+            ch = v.logits.chain
+            chain = " → ".join(
+                f"{st.name} {n:,}" for st, n in zip(ch.stages, ch.shown_counts(), strict=True)
+            )
+            piece = v.logits.next_piece
+            if piece is None and nxt is not None:
+                piece = nxt.piece
             out[4] = (
                 f"preview, same logits, no decode: {chain}; next pick "
-                f"{_plain(nxt.piece) if nxt else v.logits.next_pick}"
+                f"{_plain(piece) if piece is not None else v.logits.next_pick}"
                 + (f" p' {fmt_p(nxt.p_final)}" if nxt else "")
             )
-        if v.logits.remote is not None and v.batch.last_records:
+        if v.logits.remote is not None and v.text.tokens:
             _over_http(v, out)
         return out
 
@@ -256,20 +262,38 @@ def _plain(piece: bytes) -> str:
 
 def _over_http(v: View, out: list[str]) -> None:
     """Over llama-server: decode, logits and feed back happen on the server; say what crossed
-    HTTP (never cells or raw logits, which only a local context has)."""
+    HTTP (never cells or raw logits, which only a local context has), what a rewind kept (the
+    top K, not n_vocab scores) and what a failed request did not send."""
     rv = v.logits.remote
     assert rv is not None
-    out[2] = (
-        f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache · "
-        f"server {rv.server_ms:.1f} ms, round trip {rv.round_trip_ms:.1f} ms"
-    )
-    out[3] = f"{rv.top_of} as logprobs"
+    known = f"{rv.top_of} as logprobs"
     if v.logits.candidates and v.logits.entropy is not None:
         top = v.logits.candidates[0]
-        out[3] += f" · top {_plain(top.piece)} {top.logit:.2f} · H ≤ {v.logits.entropy:.2f} bits"
-    if v.action == "rewind":
-        out[6] = "rewound: the next request sends the shorter prefix; its logprobs kept from before"
-    else:
+        known += f" · top {_plain(top.piece)} {top.logit:.2f} · H ≤ {v.logits.entropy:.2f} bits"
+    if rv.unsent is not None:  # the last request failed: nothing of it reached the server
+        shown = f"{_plain(rv.unsent_piece)} (id {rv.unsent})"
+        out[1] = f"not sent: {shown} waits for the server; → sends it again"
+        out[2] = "on the server: no answer to the last request; nothing changed here"
+        out[3] = known + " · from before"
         out[6] = (
-            f"fed back: the next request sends {v.text.n_past} token ids; the server caches them"
+            f"not fed back: → sends {v.text.n_past + 1} token ids, the {v.text.n_past} kept "
+            f"and {shown}"
         )
+        return
+    if v.action == "rewind":
+        out[3] = known.replace(" as logprobs", " kept from before (logprobs)")
+        then = "and its pick" if v.logits.candidates else "to ask for their logprobs again"
+        out[6] = (
+            f"rewound: nothing sent; → sends the {v.text.n_past} kept ids {then} "
+            f"(the slot held {rv.slot_cached})"
+        )
+        return
+    if not v.batch.last_records:
+        return
+    lost = " (lost)" if rv.cache_lost else ""  # it re-evaluated tokens it held before
+    out[2] = (
+        f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache{lost} · "
+        f"server {rv.server_ms:.1f} ms, round trip {rv.round_trip_ms:.1f} ms"
+    )
+    out[3] = known
+    out[6] = f"fed back: the request sent all {rv.sent} token ids; the server caches them"

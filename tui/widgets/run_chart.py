@@ -1,7 +1,10 @@
 """The run over time (key ``c``): the reply's entropy and its picks' p, one point per step,
 drawn with textual-plot's ``PlotWidget``; the prompt's perplexity above them.
 
-Keys when focused: ←/→ move the cursor one step, Home/End to the first and newest step.
+Keys when focused (from the key table, ``keys.PANE_KEYS["run"]``): ←/→ move the cursor one
+step, Home/End to the first and newest step, ↑/↓ switch the plot. A plot needs about ten rows
+to be read (a tab 15 rows high gave each of two plots three rows of points), so below
+``BOTH_ROWS`` rows the chart draws one plot at a time; ``z`` (the whole window) fits both.
 The cursor's token is marked in the text pane (the app hears :class:`RunChart.Moved`) and the
 footer gives its piece, p, p′ and entropy. The figures are the surprise map's (the engine's
 step records), not recomputed.
@@ -21,6 +24,12 @@ from textual_plot import HiResMode, PlotWidget
 from ..worker.surprise import SurpriseView
 from ..worker.views import View
 from .common import DIM, literal
+from .keys import pane_bindings
+
+PLOTS = {"entropy": "#run-entropy", "p": "#run-p"}
+NAMES = {"entropy": "entropy", "p": "p of the pick", "both": "both"}
+BOTH_ROWS = 24  # the chart's height from which both plots show at once (10 rows of points)
+MIN_ROWS = 9  # below this a plot has fewer than four rows of points: say z instead
 
 
 class RunChart(Vertical, can_focus=True):
@@ -28,13 +37,9 @@ class RunChart(Vertical, can_focus=True):
     RunChart { height: 1fr; }
     RunChart > PlotWidget { height: 1fr; }
     RunChart > Static { height: 1; }
+    RunChart > #run-small { height: 1fr; }
     """
-    BINDINGS = [
-        Binding("left", "move(-1)", "step ←", show=False),
-        Binding("right", "move(1)", "step →", show=False),
-        Binding("home", "move_to(0)", show=False),
-        Binding("end", "move_to(-1)", show=False),
-    ]
+    BINDINGS = [Binding(k, a, d, show=False) for k, a, d in pane_bindings("run")]
 
     class Moved(Message):
         """The cursor is on context token ``index`` (None: no reply yet)."""
@@ -53,11 +58,39 @@ class RunChart(Vertical, can_focus=True):
         self._start = 0
         self._key: tuple[object, ...] | None = None
         self._sv: SurpriseView | None = None
+        self.which: str | None = None  # "entropy", "p" or "both"; None: both if tall enough
+
+    @property
+    def tall(self) -> bool:
+        return self.size.height >= BOTH_ROWS
+
+    @property
+    def small(self) -> bool:
+        return 0 < self.size.height < MIN_ROWS
+
+    def modes(self) -> tuple[str, ...]:
+        return ("both", "entropy", "p") if self.tall else ("entropy", "p")
+
+    @property
+    def showing(self) -> str:
+        """The plot(s) on screen."""
+        modes = self.modes()
+        if self.which in modes:
+            return self.which
+        return modes[0] if self.which is None else "entropy"
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-head")
         yield PlotWidget(id="run-entropy", allow_pan_and_zoom=False)
         yield PlotWidget(id="run-p", allow_pan_and_zoom=False)
+        yield Static(
+            Text(
+                f"Too short to draw a plot (it needs {MIN_ROWS} rows): z enlarges the bottom "
+                "pane. ←/→ move the cursor; its step's figures are below.",
+                DIM,
+            ),
+            id="run-small",
+        )
         yield Static(id="run-foot")
 
     def on_mount(self) -> None:
@@ -71,6 +104,29 @@ class RunChart(Vertical, can_focus=True):
         p = self.query_one("#run-p", PlotWidget)
         p.margin_top, p.margin_bottom = 1, 1
         p.set_ylabel("p of the pick")
+        self._layout_plots()
+
+    def on_resize(self) -> None:
+        self._layout_plots()
+
+    def _layout_plots(self) -> None:
+        """One plot, or both when the chart is tall; the lowest one draws the x axis."""
+        showing = self.showing
+        h = self.query_one("#run-entropy", PlotWidget)
+        p = self.query_one("#run-p", PlotWidget)
+        small = self.small
+        h.display = not small and showing in ("entropy", "both")
+        p.display = not small and showing in ("p", "both")
+        self.query_one("#run-small", Static).display = small
+        h.margin_bottom = 0 if showing == "both" else 1
+        self._head()
+
+    def action_plot(self, delta: int) -> None:
+        modes = self.modes()
+        i = modes.index(self.showing) if self.showing in modes else 0
+        self.which = modes[(i + delta) % len(modes)]
+        self._layout_plots()
+        self._foot()
 
     def show(self, view: View) -> None:
         self.show_run(view.text.surprise, view.text.reply_start, view.text.pieces)
@@ -116,13 +172,19 @@ class RunChart(Vertical, can_focus=True):
     def _head(self) -> None:
         sv = self._sv
         t = Text(no_wrap=True, overflow="ellipsis")
+        if self.small:
+            t.append("run chart", Style(bold=True))
+            t.append(" (z to draw it)", DIM)
+        else:
+            t.append(NAMES[self.showing], Style(bold=True))
+            t.append(" (↑↓ other plot" + (")" if self.tall else ", z both)"), DIM)
+        t.append(f" · reply {len(self._p)} step(s) · ", DIM)
         if sv is not None and sv.prompt_ppl is not None:
-            t.append(f"prefill: prompt perplexity {sv.prompt_ppl:.2f}", Style(bold=True))
+            t.append(f"prompt perplexity {sv.prompt_ppl:.2f}", Style(bold=True))
             t.append(f" over {sv.prompt_scored} of {sv.prompt_tokens} prompt tokens", DIM)
         else:
-            t.append("prefill: perplexity not measured ", DIM)
+            t.append("prompt perplexity not measured ", DIM)
             t.append("(press u: the next prompt is decoded with logits on every row)", DIM)
-        t.append(f"   reply: {len(self._p)} step(s)", DIM)
         self.query_one("#run-head", Static).update(t)
 
     def _foot(self) -> None:

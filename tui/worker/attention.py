@@ -127,17 +127,26 @@ class AttentionControl:
     def toggle(self) -> None:
         self.w.require("attention")
         cap = self.capture
-        self.w.state.dirty_since_save = True
         if self.on:
             self.on = False
+            self.w.state.dirty_since_save = True
             if cap is not None:
                 cap.set_layers([])
-            self.w.state.note(
-                "Attention capture off: the eval callback stays installed but copies nothing "
-                "(flash attention stays off in this context)."
+            fa = self.engine.flash_attn_resolved
+            how = (
+                "the eval callback stays installed but copies nothing (flash attention stays "
+                "off in this context)"
+                if cap is not None
+                else f"nothing was being copied (flash attention {fa} in this context)"
             )
+            self.w.state.note(f"Attention capture off: {how}.")
             return
-        self.on = True
+        # Refuse before changing anything: a refused toggle leaves pane, notice and header as
+        # they were (capture off, the context and its flash-attention setting untouched).
+        self._no_forks()
+        if cap is None:
+            self._no_quantized_v()
+        self.w.state.dirty_since_save = True
         n_tok = len(self.engine.tokens)
         if cap is None:
             with self.w.busy(
@@ -145,6 +154,7 @@ class AttentionControl:
                 f"callback, then prefilling its {n_tok} tokens again"
             ):
                 n = self._rebuild()
+            self.on = True  # only now: a view sent during the rebuild still shows it off
             again = f", and its {n} tokens were prefilled again" if n else ""
             self.w.state.note(
                 f"Attention on (layer {self.layer}): a new context was created with flash "
@@ -154,7 +164,12 @@ class AttentionControl:
             return
         cap.set_layers([self.layer])
         with self.w.busy(f"Attention on: prefilling the {n_tok} tokens in the cache again"):
-            n = self._reprefill()
+            try:
+                n = self._reprefill()
+            except Exception:
+                cap.set_layers([])
+                raise
+        self.on = True
         again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
         self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
 
@@ -165,21 +180,30 @@ class AttentionControl:
         everything = list(range(n_layer))
         cap = self.capture
         n_tok = len(self.engine.tokens)
+        self._no_forks()  # refused before anything changes
         if cap is None:
             self._layers = everything
             self.on = False
-            self.toggle()
+            try:
+                self.toggle()
+            finally:
+                self._layers = None
             if self.on:
                 self.w.state.note(
                     f"All {n_layer} layers captured in one prefill (a new context with flash "
                     "attention off); [ and ] now switch layers without another."
                 )
             return
-        self.on = True
+        before = list(cap.layers)
         cap.set_layers(everything)
         self.w.state.dirty_since_save = True
         with self.w.busy(f"Capturing all {n_layer} layers: prefilling the {n_tok} tokens again"):
-            n = self._reprefill()
+            try:
+                n = self._reprefill()
+            except Exception:
+                cap.set_layers(before)
+                raise
+        self.on = True
         self.w.state.note(
             f"All {n_layer} layers captured in one prefill of {n} tokens; [ and ] now switch "
             "layers without another. Decoding is slower while every layer is copied."
@@ -196,9 +220,11 @@ class AttentionControl:
             later = self.w.take_queued(AttentionLayer)
         n_layer = self.engine.info.n_layer
         layer %= n_layer
+        cap = self.capture
+        if self.on and cap is not None and layer not in cap.layers:
+            self._no_forks()  # a refused layer leaves the captured one as it was
         self.layer = layer
         self.w.state.dirty_since_save = True
-        cap = self.capture
         if not self.on or cap is None:
             self.w.state.note(f"Layer {layer} selected; press a to turn attention capture on.")
             return
@@ -223,6 +249,14 @@ class AttentionControl:
                 "to drop the fork first."
             )
 
+    def _no_quantized_v(self) -> None:
+        type_v = self.engine.config.cache_type_v
+        if type_v not in ("f16", "f32"):
+            raise TokenstepError(
+                f"attention needs flash attention off, and a {type_v} V cache needs it on; "
+                "start with -ctv f16."
+            )
+
     def _reprefill(self) -> int:
         """Decode the context's tokens again so the capture sees every row."""
         self._no_forks()
@@ -240,12 +274,6 @@ class AttentionControl:
         """A new context with the capture installed; the cache's tokens are prefilled again."""
         self._no_forks()
         old = self.engine
-        if old.config.cache_type_v not in ("f16", "f32"):
-            self.on = False
-            raise TokenstepError(
-                f"attention needs flash attention off, and a {old.config.cache_type_v} V cache "
-                "needs it on; start with -ctv f16."
-            )
         config = dataclasses.replace(old.config, flash_attn="off")
         layers = self._layers or [self.layer]
         self._layers = None

@@ -15,6 +15,7 @@ from ..engine.memory import memory_report
 from ..engine.sampling import ChainResult, top_stats
 from ..engine.work import WorkSnapshot
 from .caches import Memo
+from .candidate_rows import moved_logits, with_survivors
 from .chat import merge, messages_now, spans_now
 from .paths import paths_view
 from .remote_view import remote_view, where_it_runs
@@ -178,6 +179,7 @@ class ViewBuilder:
             next_pick=None if self.w.lane.in_decode else next_pick,
             remote=remote_view(self.w.engine),
             chain_cursor=self.w.state.chain_cursor,
+            next_piece=None if next_pick is None else self.w.engine.vocab.piece(next_pick),
         )
 
     def cache(self) -> CacheView:
@@ -195,6 +197,9 @@ class ViewBuilder:
             ),
             context_full=eng.config.context_full,
             n_keep=eng.keep_count(),
+            verify_pieces=None
+            if s.verify is None
+            else (eng.vocab.piece(s.verify.top1_cached), eng.vocab.piece(s.verify.top1_fresh)),
         )
 
     def seq_views(self) -> tuple[SeqView, ...]:
@@ -253,16 +258,19 @@ class ViewBuilder:
         # Over llama-server only the top K are real candidates (the rest of the row stands in).
         n_rows = TOP_ROWS if eng.capabilities.full_vocab else min(TOP_ROWS, _n_top(eng))
         top, p_top, entropy = top_stats(logits, n_rows)  # one exp pass, no full softmax
-        ids = top.tolist()
-        seen = _seen_by_top_p(logits, chain, ids)
+        ids, p_rows = top.tolist(), p_top.tolist()
+        if eng.capabilities.full_vocab:  # the ★ always on a row, with the chain's best
+            ids, p_rows = with_survivors(logits, chain, ids, p_rows)
+        seen = _seen_by_top_p(chain.handed_on(logits), chain, ids)
         rows = tuple(
-            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut, ps)
-            for t, pt, pf, cut, ps in zip(
+            CandidateRow(t, eng.vocab.piece(t), float(logits[t]), pt, pf, cut, ps, mv)
+            for t, pt, pf, cut, ps, mv in zip(
                 ids,
-                p_top.tolist(),
+                p_rows,
                 chain.p_final_many(ids),
                 chain.cut_by_many(ids),
                 seen,
+                moved_logits(logits, chain, ids),
                 strict=True,
             )
         )
@@ -277,7 +285,8 @@ def _n_top(eng: Any) -> int:
 
 def _seen_by_top_p(logits: Any, chain: Any, ids: list[int]) -> list[float | None]:
     """Each candidate's probability in the distribution the top-p stage sorted and summed:
-    llama.cpp's top-p takes the softmax of what the stages before it left (top-k's survivors)."""
+    llama.cpp's top-p takes the softmax of what the stages before it left (top-k's survivors),
+    on the logits penalties, DRY and logit bias handed on."""
     import numpy as np
 
     names = [st.name for st in chain.stages]

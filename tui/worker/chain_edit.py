@@ -17,50 +17,15 @@ from ..engine.sampler_settings import (
     parse_sampling_seq,
 )
 from .sampler_keys import settings_changed
+from .sampler_listing import DEFAULTS, FLAGS, closest, stage_report, value_of
 
 if TYPE_CHECKING:
     from .thread import Worker
 
-# llama.cpp's flag name → the setting it sets (the app's ": name value" line takes these).
-FLAGS: dict[str, str] = {
-    "temp": "temp",
-    "top-k": "top_k",
-    "top-p": "top_p",
-    "min-p": "min_p",
-    "seed": "seed",
-    "repeat-penalty": "repeat_penalty",
-    "repeat-last-n": "repeat_last_n",
-    "presence-penalty": "presence_penalty",
-    "frequency-penalty": "frequency_penalty",
-    "dry-multiplier": "dry_multiplier",
-    "dry-base": "dry_base",
-    "dry-allowed-length": "dry_allowed_length",
-    "dry-penalty-last-n": "dry_penalty_last_n",
-    "dry-sequence-breaker": "dry_sequence_breakers",
-    "top-nsigma": "top_n_sigma",
-    "typical": "typical_p",
-    "xtc-probability": "xtc_probability",
-    "xtc-threshold": "xtc_threshold",
-    "dynatemp-range": "dynatemp_range",
-    "dynatemp-exp": "dynatemp_exponent",
-    "mirostat": "mirostat",
-    "mirostat-lr": "mirostat_eta",
-    "mirostat-ent": "mirostat_tau",
-    "logit-bias": "logit_bias",
-    "samplers": "samplers",
-    "sampling-seq": "samplers",
-    "grammar": "grammar",
-    "json-schema": "grammar",
-}
-DEFAULTS = SamplerSettings()
-
 
 def default_of(flag: str) -> str:
-    """llama.cpp's default for ``flag``, as the sampler screen shows it beside the name."""
-    v = getattr(DEFAULTS, FLAGS[flag])
-    if isinstance(v, list):
-        return ";".join(map(str, v)) if flag == "samplers" else repr(v)
-    return str(v) if v != "" else "none"
+    """llama.cpp's default for ``flag``, in llama.cpp's notation."""
+    return value_of(DEFAULTS, flag)
 
 
 def move_cursor(w: Worker, delta: int) -> None:
@@ -68,7 +33,13 @@ def move_cursor(w: Worker, delta: int) -> None:
     w.state.chain_cursor = (w.state.chain_cursor + delta) % max(len(st.samplers), 1)
     name = st.samplers[w.state.chain_cursor] if st.samplers else "none"
     w.state.action = "settings"
-    w.state.note(f"Stage {w.state.chain_cursor + 1}: {_label(name)}{_off(st, name)}.")
+    did = ""
+    if w.engine.logits is not None and not _off(st, name):
+        try:
+            did = stage_report(w.engine.preview(), name, w.engine.vocab.piece)
+        except TokenstepError:
+            did = ""
+    w.state.note(f"Stage {w.state.chain_cursor + 1}: {_label(name)}{_off(st, name)}{did}.")
 
 
 def move_stage(w: Worker, delta: int) -> None:
@@ -92,6 +63,9 @@ def toggle_stage(w: Worker) -> None:
         return
     name = st.samplers[w.state.chain_cursor]
     if name in st.off:
+        trial = st.copy()
+        trial.off.remove(name)
+        refuse_unbuildable(w, trial)
         st.off.remove(name)
         settings_changed(w, f"{_label(name)} on")
     else:
@@ -106,7 +80,8 @@ def set_param(w: Worker, line: str) -> None:
     raw = raw.strip()
     if name not in FLAGS:
         raise TokenstepError(
-            f"llama.cpp has no sampler flag --{name}; try one of: " + ", ".join(sorted(FLAGS)) + "."
+            f"--{name}: llama.cpp has no sampler flag of that name; closest: "
+            f"{', '.join(closest(name, 3))} (: lists all)."
         )
     st = w.engine.settings
     trial = st.copy()
@@ -114,6 +89,7 @@ def set_param(w: Worker, line: str) -> None:
     setattr(trial, field, _parse(w, name, field, raw, trial))
     trial.validate()
     trial.check_vocab(w.engine.info.n_vocab)
+    refuse_unbuildable(w, trial)
     if field == "samplers":
         w.state.chain_cursor = min(w.state.chain_cursor, max(len(trial.samplers) - 1, 0))
     for f in fields(SamplerSettings):
@@ -134,13 +110,24 @@ def _parse(w: Worker, name: str, field: str, raw: str, s: SamplerSettings) -> An
         if raw in ("", "none"):
             return ""
         text = schema_to_gbnf(raw) if name == "json-schema" else raw
-        check_grammar(w.engine.model.vocab, text)
+        probe = s.copy()
+        probe.grammar = text
+        refuse_unbuildable(w, probe)  # no vocabulary (a server without -m): before parsing
+        check_grammar(w.engine.chain.env.vocab, text)
         return text
     kind = type(getattr(s, field))
     try:
         return kind(int(raw)) if kind is int else kind(float(raw))
     except ValueError:
         raise TokenstepError(f"--{name} wants a number, not {raw!r}.") from None
+
+
+def refuse_unbuildable(w: Worker, trial: SamplerSettings) -> None:
+    """One sentence, and nothing changes, when the backend cannot build a stage ``trial``
+    turns on (DRY or a grammar without a vocabulary: llama.cpp would end the process)."""
+    refused = w.engine.chain.refusal(trial)
+    if refused is not None:
+        raise TokenstepError(refused)
 
 
 def _label(name: str) -> str:
@@ -150,6 +137,8 @@ def _label(name: str) -> str:
 def _off(st: SamplerSettings, name: str) -> str:
     if name in st.off:
         return " (off)"
+    if st.mirostat:
+        return f" (not in the chain: mirostat {st.mirostat} replaces it)" * (name != "temperature")
     return "" if STAGES[name].active(st) else " (neutral at these settings: it changes nothing)"
 
 

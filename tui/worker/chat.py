@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from ..engine.chat import Message, chat_tokens
 from ..engine.errors import ContextFullError, TokenstepError
 from . import paths
+from .remote_view import lost_cache_note, prefill_note
 from .stages import BATCH, DECODE, LOGITS, TOKENIZE
 from .state import Tokenized
 
@@ -269,8 +270,10 @@ def send_now(w: Worker, text: str) -> None:
     s.tokenized = Tokenized(len(text), text_tokens, len(tokens), records[0].reused)
     s.last_pick = None
     s.dirty_since_save = True
-    note = f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
-    if records[0].reused:
+    note = prefill_note(records[0]) or (
+        f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
+    )
+    if records[0].reused and records[0].server is None:
         note += f", {records[0].reused} reused from the KV cache"
     cut_at = records[0].reused
     if w.prefix_cache and cut_at < min(len(held), len(tokens)) and held[cut_at] != tokens[cut_at]:
@@ -283,5 +286,6 @@ def send_now(w: Worker, text: str) -> None:
     if was_cut:
         note += "; the previous reply was cut where it stood"
     tail = ". Space pauses." if s.mode == "autoplay" else ". → steps one token, space plays."
-    s.note(note + tail)
+    lost = lost_cache_note(records[-1])
+    s.note(note + tail + lost, "warn" if lost else "info")
     w.autosave()

@@ -21,8 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.attention_capture import find_capture
 from ..engine.lens_capture import AttentionLensCapture, LensCapture, find_lens
+from ..engine.lens_grid import GRID_MAX
 from ..engine.session import Engine
 from ..engine.tokens import display_bytes
+from . import surprise
+from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
     from ..engine.step import StepRecord
@@ -55,6 +58,7 @@ class LensView:
     step: LensStep | None
     n_layer: int
     status: str
+    grid: GridView | None = None  # G: the position x layer grid instead of one step
 
 
 def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, int | None]:
@@ -72,6 +76,7 @@ class LensControl:
         self.visible = False
         self.mode = "preview"
         self.note: str | None = None
+        self.grid = False  # G: the grid over every position (l_out copied whole)
 
     @property
     def engine(self) -> Engine:
@@ -86,6 +91,7 @@ class LensControl:
         cap = find_lens(self.engine)
         if not visible:
             if cap is not None:
+                cap.set_grid(False)
                 cap.set_lens(False)
             return
         if self.engine.branches:
@@ -101,9 +107,40 @@ class LensControl:
             )
             return
         cap.set_lens(True)
+        cap.set_grid(self.grid)
         self._fill_current()
 
+    def toggle_grid(self) -> None:
+        """G: the grid over every position of the context, or back to one step. Turning it on
+        decodes the context again with each ``l_out`` copied whole and logits on every row
+        (llama.cpp keeps only rows with logits before the last layer): one lens projection
+        per position, each about as long as one step's."""
+        eng = self.engine
+        cap = find_lens(eng)
+        if eng.capabilities.missing("lens") is not None or cap is None or self.note:
+            self.w.state.note("The lens grid needs the lens on first (tab 8).")
+            return
+        self.grid = not self.grid
+        cap.set_grid(self.grid)
+        surprise.keep(self.w)  # the grid asks for logits on every prompt row while it is on
+        if not self.grid:
+            self.w.state.note("Lens: one step again (G shows the grid over every position).")
+            return
+        tokens, stop = eng.tokens, eng.stop_reason
+        if tokens:
+            eng.sync_prompt(tokens, reuse=False)
+            eng.stop_reason = stop
+            self._noted(eng)
+        n = min(len(tokens), GRID_MAX)
+        self.w.state.note(
+            f"Lens grid: the context's {len(tokens)} tokens were decoded again with every "
+            f"l_out copied whole and logits on every row; {n} positions x "
+            f"{eng.info.n_layer} layers projected through the head. G goes back to one step."
+        )
+
     def toggle_mode(self) -> None:
+        if not self.engine.capabilities.graph:  # no local context (llama-server): as --lens
+            self.w.require("lens")
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
 
     def _rebuild(self) -> int:
@@ -121,6 +158,7 @@ class LensControl:
         new.adopt_history(old)
         tokens, stop = old.tokens, old.stop_reason
         self.w.replace_engine(new)
+        surprise.keep(self.w)  # the new context scores prompts as the old one did
         if tokens:
             new.sync_prompt(tokens, reuse=False)
             self._noted(new)
@@ -174,7 +212,7 @@ class LensControl:
             mark, what = rec.sampled, "the token sampled"
             piece = display_bytes(self.engine.vocab.piece(mark))
         else:
-            mark, piece, what = check["pick"]["id"], check["pick"]["piece"], "llama.cpp's top-1"
+            mark, piece, what = check["top1"]["id"], check["top1"]["piece"], "llama.cpp's top-1"
         first1, first5 = first_layers(layers, mark)
         return LensStep(rec.index, check["pos"], layers, check, mark, piece, what, first1, first5)
 
@@ -200,4 +238,5 @@ class LensControl:
             )
         else:
             status = ""
-        return LensView(True, self.mode, step, n_layer, status)
+        grid = grid_view(eng) if self.grid else None
+        return LensView(True, self.mode, step, n_layer, status, grid)

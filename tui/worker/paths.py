@@ -62,30 +62,35 @@ def _add(
     s.path_next += 1
 
 
-def _park(w: Worker) -> int | None:
-    """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken. Only
-    while the tree pane is showing: otherwise a rewind frees its cells as it always did, and
-    a jump decodes the path again."""
+def _park(w: Worker, keep: int | None = None) -> int | None:
+    """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken (never
+    those of ``keep``, the parked path a jump is about to take back: with no other seq_id the
+    live reply is left without cells and is decoded again if it is wanted later). Only while
+    the tree pane is showing: otherwise a rewind frees its cells as it always did, and a jump
+    decodes the path again."""
     eng = w.engine
     if not w.state.paths_shown:
         return None
     if not paths.free_seqs(eng):
         for b in w.state.paths:
-            if b.seq is not None:
+            if b.seq is not None and b.seq != keep:
                 paths.drop(eng, b.seq)
                 b.seq = None
                 break
+    if not paths.free_seqs(eng):
+        return None
     return paths.park(eng)
 
 
-def leave_live(w: Worker, how: str) -> None:
-    """The live reply becomes a branch (before a rewind or a jump), its cells parked."""
+def leave_live(w: Worker, how: str, keep: int | None = None) -> None:
+    """The live reply becomes a branch (before a rewind or a jump), its cells parked (in a
+    seq_id other than ``keep``)."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return
     start, tokens = _reply(w)
     if not tokens or any(b.tokens[: len(tokens)] == tuple(tokens) for b in w.state.paths):
         return
-    seq = _park(w)
+    seq = _park(w, keep)
     values = w.engine.surprise.along(w.engine.tokens)[start:]
     _add(w, tokens, values, how, seq)
 
@@ -144,7 +149,7 @@ def jump(w: Worker, branch_id: int) -> None:
     start, _ = _reply(w)
     if eng.branches:
         leave_forks(w)
-    leave_live(w, "jump")
+    leave_live(w, "jump", keep=b.seq)
     s.paths.remove(b)
     full = eng.tokens[:start] + list(b.tokens)
     got = paths.restore(eng, full, b.seq, [None] * start + list(b.values))
@@ -226,7 +231,7 @@ class PathRow:
     p: float | None  # p of its token at ``at`` (None: not known)
     p_final: float | None
     n_tokens: int  # its length after reply_start
-    cached: bool  # llama.cpp still holds its cells (a parked sequence)
+    cached: bool  # llama.cpp holds its cells: asked of llama.cpp (paths.holds), not remembered
     seq: int | None
 
 
@@ -240,6 +245,7 @@ class PathsView:
 
 def _row(
     w: Worker,
+    start: int,
     id: int,
     how: str,
     tokens: tuple[int, ...],
@@ -254,6 +260,7 @@ def _row(
         if n > at or (n == at and oid == 0):
             at, parent = n, oid
     v = values[at] if at < len(values) else None
+    held = paths.holds(w.engine, seq, w.engine.tokens[:start] + list(tokens))
     return PathRow(
         id,
         how,
@@ -263,8 +270,8 @@ def _row(
         None if v is None else v.p,
         None if v is None else v.p_final,
         len(tokens),
-        seq is not None and seq in w.engine.parked,
-        seq,
+        held,
+        seq if held else None,
     )
 
 
@@ -282,7 +289,7 @@ def paths_view(w: Worker) -> PathsView:
     ]
     known = [(0, live)]
     for b in sorted(branches, key=lambda b: b.id):
-        rows.append(_row(w, b.id, b.how, b.tokens, b.values, known, b.seq))
+        rows.append(_row(w, start, b.id, b.how, b.tokens, b.values, known, b.seq))
         known.append((b.id, b.tokens))
     rows[1:] = sorted(rows[1:], key=lambda r: (r.at, r.id))
     return PathsView(tuple(rows), s.path_note, s.paths_shown, len(paths.free_seqs(eng)))

@@ -3,6 +3,10 @@
 Built on the worker thread from the newest record's :class:`~tui.engine.remote_step.ServerStep`:
 how many candidates crossed HTTP, who picks and how exact that pick is, the server's own time
 beside the round trip, and what its cache reused.
+
+Over HTTP only the top K of a row are known, the server's slot holds tokens but no cells tokenstep
+can see, and a request that failed sent nothing: the wording here (rewind, a pick not sent, a lost
+cache) says so, never the local engine's "scores kept" or "KV cells".
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ class RemoteView:
     cached: int  # tokens the server found in its slot's cache
     evaluated: int  # tokens it evaluated
     cache_lost: bool  # it had lost tokens it held before (restarted, or another client)
+    slot_cached: int = 0  # tokens the slot held after the newest answered request
+    sent: int = 0  # token ids the request behind the shown row sent (the whole context)
+    unsent: int | None = None  # a pick whose request failed: the next step sends it again
+    unsent_piece: bytes = b""
 
     def lines(self) -> tuple[str, str]:
         """Two short lines for the logits pane: what crossed HTTP, and how exact the pick is."""
@@ -53,6 +61,8 @@ def remote_view(engine: Any) -> RemoteView | None:
     if step is None:
         return None
     note = engine.exactness() if pick == "tokenstep" else SERVER_PICK_NOTE
+    newest = engine.records[-1].server
+    unsent = getattr(engine, "unsent_pick", None)
     return RemoteView(
         url=step.url,
         pick=pick,
@@ -65,6 +75,58 @@ def remote_view(engine: Any) -> RemoteView | None:
         cached=step.cache_n,
         evaluated=step.prompt_n,
         cache_lost=step.cache_lost,
+        slot_cached=newest.tokens_cached if newest is not None else step.tokens_cached,
+        sent=step.prompt_tokens,
+        unsent=unsent,
+        unsent_piece=engine.vocab.piece(unsent) if unsent is not None else b"",
+    )
+
+
+def lost_cache_note(rec: Any) -> str:
+    """One sentence when llama-server re-evaluated tokens its slot held before (it restarted,
+    or another client used the slot); "" otherwise. The pane's "55 evaluated, 0 from its cache"
+    alone does not say that anything was lost."""
+    step = getattr(rec, "server", None)
+    if step is None or not step.cache_lost:
+        return ""
+    return (
+        f" The server had lost its cache (restarted, or another client used slot {step.slot}): "
+        f"it evaluated {step.prompt_n} of the {step.prompt_tokens} tokens again, "
+        f"{step.cache_n} from its cache."
+    )
+
+
+def prefill_note(rec: Any) -> str | None:
+    """A message's prefill over HTTP (None for a local context): what was sent and what the
+    server evaluated or found in its slot's cache, as its own timings say."""
+    step = getattr(rec, "server", None)
+    if step is None:
+        return None
+    return (
+        f"Prefill on the server: {step.prompt_tokens} token ids sent, {step.prompt_n} evaluated, "
+        f"{step.cache_n} from its slot's cache"
+    )
+
+
+def rewind_note(engine: Any, removed: int) -> str | None:
+    """The rewind notice over HTTP (None for a local context, whose notice counts KV cells):
+    nothing is sent, the slot keeps its cache, and the next request sends the shorter prefix."""
+    if engine.capabilities.kv_cells:
+        return None
+    newest = engine.records[-1].server if engine.records else None
+    held = newest.tokens_cached if newest is not None else 0
+    if engine.logits is not None:
+        then = "and its pick"
+        how = (
+            f"the top {newest.n_top if newest else engine.n_probs} logprobs for the new last "
+            "token came from memory"
+        )
+    else:
+        then = "to ask for their logprobs again"
+        how = "its logprobs were not kept"
+    return (
+        f"Rewound {removed} token: nothing sent; → sends the {engine.n_past} kept ids {then} "
+        f"(the server's slot held {held} and reuses the common prefix); {how}."
     )
 
 

@@ -33,6 +33,11 @@ ROLES = ("system", "user", "assistant")
 SETTINGS_KEYS = ("temp", "top_k", "top_p", "min_p", "seed", "greedy")
 CONFIG_KEYS = ("n_ctx", "n_batch", "n_ubatch", "context_full", "n_keep")
 CONFIG_OPTIONAL = ("flash_attn", "cache_type_k", "cache_type_v", "n_seq_max")
+# Resuming renders the whole conversation through the chat template and tokenizes each
+# message: 100,000 messages took 35 s before the screen opened (10,000: 1.6 s).
+MAX_MESSAGES = 10_000
+MAX_BRANCHES = 1_000  # paths not taken; a session keeps those of one turn
+HOWS = ("rewind", "force", "fork", "jump")
 
 
 def load_header(path: str | Path) -> dict[str, Any]:
@@ -59,6 +64,7 @@ def load_header(path: str | Path) -> dict[str, Any]:
     if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python
         raise TokenstepError(f"{path} is not a tokenstep session file.")
     try:
+        check_utf8(header)
         check_header(header)
     except TokenstepError as exc:
         raise TokenstepError(f"the session file {path} cannot be resumed: {exc}") from None
@@ -91,10 +97,7 @@ def saved_settings(h: dict[str, Any]) -> SamplerSettings:
     bias = kw.get("logit_bias")
     if bias is not None:
         pairs = isinstance(bias, list) and all(
-            isinstance(x, list)
-            and len(x) == 2
-            and type(x[0]) is int
-            and type(x[1]) in (int, float)
+            isinstance(x, list) and len(x) == 2 and type(x[0]) is int and type(x[1]) in (int, float)
             for x in bias
         )
         if not pairs:
@@ -110,12 +113,83 @@ def saved_config(h: dict[str, Any]) -> EngineConfig:
     return EngineConfig(**fields)
 
 
+def check_utf8(h: Any) -> None:
+    """JSON's ``\\ud800`` is a lone surrogate, which has no UTF-8 form: the first string of
+    the file that llama.cpp would be handed and could not be (a UnicodeEncodeError in the
+    tokenizer, or DRY's breakers on the worker thread, where the app stayed at "loading…")."""
+    stack: list[tuple[str, Any]] = [("", h)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            stack += [(f"{where}.{k}" if where else str(k), x) for k, x in v.items()]
+            stack += [(f"{where} (a key)", k) for k in v]
+        elif isinstance(v, list):
+            stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+        elif isinstance(v, str) and not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise TokenstepError(
+                    f"{where} is not UTF-8 text (character {e.start} is a lone surrogate, "
+                    f"U+{ord(v[e.start]):04X})."
+                ) from None
+
+
+def check_paths(data: Any) -> None:
+    """The paths not taken as :func:`tui.worker.paths.to_json` writes them (the ids are
+    checked against the vocabulary when the model is known, in ``from_json``)."""
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise TokenstepError(f"paths must be an object, not {checks.shown(data)}.")
+    start = data.get("reply_start")
+    if start is not None:
+        checks.whole(start, "paths.reply_start")
+    branches = data.get("branches", [])
+    if not isinstance(branches, list):
+        raise TokenstepError(f"paths.branches must be a list, not {checks.shown(branches)}.")
+    if len(branches) > MAX_BRANCHES:
+        raise TokenstepError(
+            f"paths.branches holds {len(branches)} paths (at most {MAX_BRANCHES})."
+        )
+    for i, b in enumerate(branches):
+        at = f"paths.branches[{i}]"
+        if not isinstance(b, dict):
+            raise TokenstepError(f"{at} must be an object, not {checks.shown(b)}.")
+        toks = b.get("tokens", [])
+        if not isinstance(toks, list) or not all(type(t) is int and t >= 0 for t in toks):
+            raise TokenstepError(f"{at}.tokens must be a list of token ids.")
+        values = b.get("values", [])
+        if not isinstance(values, list) or len(values) > len(toks):
+            raise TokenstepError(f"{at}.values must be a list, one entry per token at most.")
+        for j, v in enumerate(values):
+            ok = v is None or (
+                isinstance(v, list)
+                and len(v) == 3
+                and all(type(x) in (int, float) for x in (v[0], v[2]))
+                and (v[1] is None or type(v[1]) in (int, float))
+            )
+            if not ok:
+                raise TokenstepError(f"{at}.values[{j}] must be null or [p, p', entropy].")
+            for x in v or ():
+                if x is not None:
+                    checks.finite(x, f"{at}.values[{j}]")
+        how = b.get("how", "rewind")
+        if how not in HOWS:
+            raise TokenstepError(f"{at}.how must be one of {', '.join(HOWS)}.")
+
+
 def check_header(h: dict[str, Any]) -> None:
     """Every field resuming reads, by the same validators the command line's flags go
     through (:meth:`SamplerSettings.validate`, :meth:`EngineConfig.validate`)."""
     conv = h.get("conversation")
     if not isinstance(conv, list):
         raise TokenstepError(f"conversation must be a list, not {checks.shown(conv)}.")
+    if len(conv) > MAX_MESSAGES:
+        raise TokenstepError(
+            f"conversation holds {len(conv):,} messages; tokenstep resumes at most "
+            f"{MAX_MESSAGES:,}."
+        )
     for i, m in enumerate(conv):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise TokenstepError(f"conversation[{i}] must have a role of {', '.join(ROLES)}.")
@@ -145,6 +219,7 @@ def check_header(h: dict[str, Any]) -> None:
     for key in ("layer", "head"):
         if att.get(key) is not None:
             checks.whole(att[key], f"attention.{key}")
+    check_paths(h.get("paths"))
 
 
 def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .stages import SAMPLE
 
 if TYPE_CHECKING:
+    from ..engine.sampler_settings import SamplerSettings
     from .thread import Worker
 
 # Ladders for the sampler keys: each press moves one rung.
@@ -64,7 +65,28 @@ def adjust(w: Worker, name: str, direction: int) -> None:
     else:
         new = next_rung(LADDERS[name], value, direction)
     setattr(st, name, int(new) if name == "top_k" else new)
-    settings_changed(w, f"{LABELS[name]} {format_setting(name, getattr(st, name))}")
+    what = f"{LABELS[name]} {format_setting(name, getattr(st, name))}"
+    why = not_in_chain(st, "temperature" if name == "temp" else name)
+    if why:  # the value is kept for later, but this chain has no such stage to re-run
+        w.state.action = "settings"
+        w.state.dirty_since_save = True
+        w.state.note(f"{what[:1].upper()}{what[1:]}: {why}, so nothing re-ran.")
+        return
+    settings_changed(w, what)
+
+
+def not_in_chain(st: SamplerSettings, stage: str) -> str:
+    """Why ``stage`` (llama.cpp's name) is not in the chain at these settings ("" if it is)."""
+    label = LABELS.get(stage, stage.replace("_", "-"))
+    if stage == "temperature":
+        return ""  # mirostat keeps temperature; temp 0 means greedy, which the key turns off
+    if st.mirostat:
+        return f"{label} is not in the chain (mirostat {st.mirostat} replaces it)"
+    if stage not in st.samplers:
+        return f"{label} is not in --samplers ({';'.join(st.samplers) or 'none'})"
+    if stage in st.off:
+        return f"{label} is off (x on it in the chain turns it on)"
+    return ""
 
 
 def toggle_greedy(w: Worker) -> None:

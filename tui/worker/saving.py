@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine.errors import TokenstepError
-from . import paths, session_store
+from . import paths, session_store, surprise
 from .chat import messages_now
 from .state import State
 
@@ -77,8 +77,9 @@ def new_chat(w: Worker) -> None:
         records_from=len(eng.records),
         turns_from=len(eng.turns),
         shifts_from=len(eng.shifts),
+        surprise_scale=old.surprise_scale,
     )
     w.state.action = "new"
     path = w.autosave_path
     where = f" Autosave: {path}." if path else ""
-    w.state.note(f"New chat: the KV cache is empty.{where}")
+    w.state.note(f"New chat: the KV cache is empty.{where}{surprise.keep(w)}")

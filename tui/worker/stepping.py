@@ -14,8 +14,10 @@ import numpy as np
 from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
+from ..engine.tokens import quoted
 from . import chat, paths, saving
 from .chat import clip, cut
+from .remote_view import lost_cache_note, rewind_note
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 from .state import Pick
 
@@ -70,10 +72,16 @@ def step(w: Worker, forced: int | None) -> None:
         return
     if stepped(w, rec, before):
         return  # the notice says what the shift forgot
+    lost = lost_cache_note(rec)
     if forced is not None:
-        s.note(f"Forced token {forced}; it was decoded like any sampled token.")
-    elif s.mode == "step":
-        s.note("Stepped one token: sample, detokenize, feed back, decode.")
+        s.note(
+            f"Forced token {quoted(eng.vocab.piece(forced), forced)}; "
+            "it was decoded like any sampled token." + lost
+        )
+    elif s.mode == "step" or lost:
+        s.note("Stepped one token: sample, detokenize, feed back, decode." + lost)
+    if lost:
+        s.notice_level = "warn"
 
 
 def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
@@ -229,7 +237,8 @@ def rewind(w: Worker, n: int) -> None:
     kept = next((b.seq for b in s.paths if b.seq is not None and b.how == "rewind"), None)
     if kept is not None and eng.kv.used == before:
         how += f"; the cells stay for the path not taken (sequence {kept})"
-    s.note(f"Rewound {removed} token: KV cells {before} → {eng.kv.used}; {how}.")
+    over_http = rewind_note(eng, removed)  # a server's slot: no cells to count
+    s.note(over_http or f"Rewound {removed} token: KV cells {before} → {eng.kv.used}; {how}.")
 
 
 def fork(w: Worker) -> None:

@@ -25,12 +25,30 @@ WHAT = {
 }
 
 
+def keep(w: Worker) -> str:
+    """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
+    the engine scores prompts exactly while the map shows a scale. Returns a sentence for
+    the notice saying the map is still on (empty when it is off)."""
+    w.engine.score_prompt = w.state.surprise_scale != "off" or w.lens.grid  # the grid too
+    if w.state.surprise_scale == "off":
+        return ""
+    return (
+        f" The surprise map stays on ({WHAT[w.state.surprise_scale].split(':')[0]}): the next "
+        "prompt is scored; u cycles it, then off."
+    )
+
+
 def cycle(w: Worker) -> None:
     s, eng = w.state, w.engine
     s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
-    eng.score_prompt = s.surprise_scale != "off"
+    eng.score_prompt = s.surprise_scale != "off" or w.lens.grid
     if s.surprise_scale == "off":
-        s.note("Surprise map off; prompts are decoded with one logits row again.")
+        rows = (
+            "the lens grid still decodes prompts with logits on every row"
+            if w.lens.grid
+            else "prompts are decoded with one logits row again"
+        )
+        s.note(f"Surprise map off; {rows}.")
         return
     scored = sum(1 for v in eng.surprise.along(eng.tokens) if v is not None and v.prompt)
     tail = (

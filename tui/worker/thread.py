@@ -213,8 +213,16 @@ class Worker:
             self.put(cmd_types.LensTab(bool(args[0])))
         elif name == "mode":
             self.put(cmd_types.LensMode())
+        elif name == "grid":  # G: the position x layer grid
+            self.put(cmd_types.Call(self.lens.toggle_grid))
         else:
             raise ValueError(name)
+
+    def tokenize_text(self, text: str) -> None:
+        """/tokenize TEXT: its tokens in the notice, nothing sent."""
+        from .tokenize import tokenize_note
+
+        self.put(cmd_types.Call(lambda: tokenize_note(self, text)))
 
     def verify(self, mode: str = "batched") -> None:
         """Recompute the context from scratch in a fresh context and compare the logits."""

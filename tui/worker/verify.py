@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..engine.tokens import quoted
+
 if TYPE_CHECKING:
     from .thread import Worker
 
@@ -21,7 +23,8 @@ def verify(w: Worker, mode: str) -> None:
     s.verify = res
     s.action = "verify"
     s.lit = ()
-    agree = "agrees" if res.top1_agree else "DISAGREES"
+    top1 = quoted(w.engine.vocab.piece(res.top1_cached), res.top1_cached)
+    agree = f"agrees ({top1})" if res.top1_agree else f"DISAGREES (cached {top1})"
     s.note(
         f"Verify ({mode}): recomputed {res.n_tokens} tokens from scratch in "
         f"{res.recompute_ms:.0f} ms; max |Δ| {res.max_abs_diff:.3g}, top-1 {agree}. "

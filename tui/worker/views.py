@@ -40,6 +40,9 @@ class CandidateRow:
     # Its probability in the distribution top-p saw: the softmax (temperature 1) over what the
     # stages before it left; None if it was cut before top-p or top-p did not run.
     p_seen: float | None = None
+    # The logit past logit bias, penalties and DRY (what the cutting stages saw); None when no
+    # stage moved a logit.
+    logit_moved: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class LogitsView:
     next_pick: int | None
     remote: RemoteView | None = None  # over llama-server: top K of N, logprobs, who picks
     chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
+    next_piece: bytes | None = None  # the next pick's piece (it may be on no row)
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,7 @@ class CacheView:
     shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
     context_full: str = "stop"
     n_keep: int = 0
+    verify_pieces: tuple[bytes, bytes] | None = None  # the cached and fresh top-1's pieces
 
 
 @dataclass(frozen=True)

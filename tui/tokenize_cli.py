@@ -1,0 +1,119 @@
+"""``tokenstep tokenize``: text to token ids and pieces, with the vocabulary only.
+
+Like llama.cpp's ``llama-tokenize``: the model is loaded with ``vocab_only`` (no weights, no
+context), the text is tokenized with the model's own BOS rule (``--no-bos`` drops it) and
+special-token text stays plain unless ``--parse-special``. One line per token,
+``    id -> 'piece'`` (invalid UTF-8 as ``<0xNN>``, a newline or other unprintable character
+escaped as ``\\n``); ``--ids``
+prints only the ids as ``[1, 2, 3]``, ``--pieces`` only the pieces as a JSON list, and
+``--show-count`` adds the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .engine.errors import TokenstepError
+from .engine.tokens import display_bytes
+
+
+def tokenize_parser() -> argparse.ArgumentParser:
+    from .args import _Parser
+
+    p = _Parser(
+        prog="tokenstep tokenize",
+        description="Tokenize a text with the model's vocabulary only (like llama-tokenize): "
+        "ids and pieces, nothing decoded.",
+    )
+    p.add_argument("text", nargs="?", metavar="TEXT", help="the text to tokenize")
+    p.add_argument("-m", "--model", metavar="PATH", help="GGUF model file (default: bundled)")
+    p.add_argument("-p", "--prompt", metavar="TEXT", help="the text (as TEXT)")
+    p.add_argument("-f", "--file", metavar="PATH", help="read the text from a file, verbatim")
+    p.add_argument("--stdin", action="store_true", help="read the text from standard input")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--ids", action="store_true", help="print only the ids: [1, 2, 3]")
+    out.add_argument("--pieces", action="store_true", help="print only the pieces (JSON list)")
+    p.add_argument("--no-bos", action="store_true", help="no BOS token even if the model adds one")
+    p.add_argument(
+        "--parse-special",
+        "--special",
+        action="store_true",
+        help="parse special-token text such as <|im_end|> (default: plain text, as "
+        "llama-tokenize's --no-parse-special)",
+    )
+    p.add_argument(
+        "--no-parse-special", action="store_false", dest="parse_special", help=argparse.SUPPRESS
+    )
+    p.add_argument("--show-count", action="store_true", help="print the number of tokens")
+    return p
+
+
+def read_text(args: argparse.Namespace) -> str:
+    given = [
+        name
+        for name, on in (
+            ("TEXT", args.text is not None),
+            ("-p", args.prompt is not None),
+            ("-f", args.file is not None),
+            ("--stdin", args.stdin),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise TokenstepError(f"{' and '.join(given)} both give the text; pass one of them.")
+    if not given:
+        raise TokenstepError("no text: pass TEXT, -p TEXT, -f FILE or --stdin.")
+    if args.file is not None:
+        try:
+            with open(args.file, "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise TokenstepError(f"cannot read {args.file}: {exc.strerror}.") from exc
+    elif args.stdin or args.prompt == "-":  # -p - as in trace
+        raw = sys.stdin.buffer.read()
+    else:
+        text = str(args.text if args.text is not None else args.prompt)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TokenstepError(
+                f"the text is not valid UTF-8 (bad byte at character {exc.start})."
+            ) from exc
+        return text
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TokenstepError(
+            f"the text is not valid UTF-8 (bad byte at offset {exc.start})."
+        ) from exc
+
+
+def tokenize_main(argv: Sequence[str]) -> int:
+    args = tokenize_parser().parse_args(list(argv))
+    text = read_text(args)  # before the model load: a typo should not wait for it
+    from .engine.vocab_only import VocabModel
+
+    model = VocabModel(args.model)
+    try:
+        ids = model.vocab.tokenize(
+            text, add_special=model.add_bos and not args.no_bos, parse_special=args.parse_special
+        )
+        out = sys.stdout
+        if args.ids:
+            out.write("[" + ", ".join(str(t) for t in ids) + "]\n")
+        elif args.pieces:
+            pieces = [display_bytes(model.vocab.piece(t)) for t in ids]
+            out.write(json.dumps(pieces, ensure_ascii=False) + "\n")
+        else:
+            for t in ids:
+                shown = display_bytes(model.vocab.piece(t))
+                safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
+                out.write(f"{t:>6} -> '{safe}'\n")
+        if args.show_count:
+            out.write(f"Total number of tokens: {len(ids)}\n")
+    finally:
+        model.close()
+    return 0

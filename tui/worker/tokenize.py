@@ -1,0 +1,46 @@
+"""``/tokenize TEXT`` in the chat box: the text's tokens in the notice, nothing sent.
+
+The engine's vocabulary tokenizes it as a message's text is tokenized inside the chat
+template (no BOS of its own; special-token text stays plain text), on the worker thread like
+every other command. ``tokenstep tokenize`` does the same from the command line.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.errors import TokenstepError
+from ..engine.tokens import display_bytes
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+SHOWN = 40  # pieces in the notice (it has three rows)
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(s: str) -> str:
+    """The panes' rule (tui.widgets.common.visible): stand-ins for whitespace, every other
+    unprintable character escaped (U+00A0 as ``\\xa0``), so no piece is blank."""
+    return "".join(VISIBLE.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in s)
+
+
+def tokenize_note(w: Worker, text: str) -> None:
+    if not text:
+        w.state.note("/tokenize TEXT shows TEXT's tokens and ids without sending it.", "warn")
+        return
+    try:
+        ids = w.engine.vocab.tokenize(text, add_special=False, parse_special=False)
+    except TokenstepError as exc:
+        w.state.note(f"/tokenize: {exc}", "error")
+        return
+    parts = []
+    for t in ids[:SHOWN]:
+        piece = visible(display_bytes(w.engine.vocab.piece(t)))
+        parts.append(f"{piece}·{t}")
+    more = f" … {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
+    w.state.note(
+        f"/tokenize, not sent: {len(ids)} token(s), {len(text.encode('utf-8'))} bytes: "
+        + " ".join(parts)
+        + more
+    )
