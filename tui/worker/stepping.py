@@ -97,6 +97,8 @@ def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
     w.state.last_pick = Pick(
         sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed
     )
+    settings = repr(eng.settings.to_dict())
+    w.ended_chain = (eng.logits_record, settings, sp.chain) if sp.eog else None
     return loop.feed_step(eng, turn).record
 
 
