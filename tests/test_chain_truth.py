@@ -127,3 +127,30 @@ async def test_grammar_preview_names_the_next_pick(make_engine, tmp_path):
             )
             if app.view.activity == "generating" or len(eng.tokens) > n:
                 assert eng.tokens[-1] == nxt  # → picked what the preview named
+
+
+@run_async
+async def test_at_a_replys_end_the_pane_shows_the_chain_that_picked_the_end_token(
+    make_engine, tmp_path
+):
+    """The end token is not fed, so its logits row stays on screen: the pane's ★ and p′ are
+    that pick's (stage 5's), not a fresh preview on an RNG the pick already advanced. Seed 42
+    with this grammar re-previews a ',' that breaks the grammar, so a preview's p′ of the end
+    token (1.000 after grammar-first) contradicted the pipeline's 0.241."""
+    grammar = 'root ::= " yes" | " no"'
+    app = make_app(make_engine, tmp_path, SamplerSettings(seed=42, grammar=grammar), autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Is the sky blue? Answer yes or no.")
+        await pilot.press("enter")  # the reply is two tokens: it may end before a poll sees it
+        await wait_for(
+            pilot, lambda: app.view is not None and app.view.activity == "done", "the reply"
+        )
+        v = app.view
+        pick = v.text.last_pick
+        assert pick is not None and pick.eog
+        assert v.logits.next_pick == pick.id  # the ★ is the token that ended the reply
+        row = next(c for c in v.logits.candidates if c.id == pick.id)
+        assert abs(row.p_final - pick.p_final) < 1e-6, (row, pick)
+        await pilot.press("escape")
+        await pilot.press("t")  # a sampler key on the same logits: a preview again
+        await wait_for(pilot, lambda: app.view.logits.chain is not v.logits.chain, "a preview")

@@ -133,6 +133,10 @@ class TokenstepApp(AppActions):
                 else "Type a message and press Enter"
             ),
             id="chat",
+            # Textual selects the whole box on focus, so the next key replaced it: `i` then a
+            # letter erased a message handed back, and a word typed on the controls lost its
+            # first letter ("He" became "e"). The cursor stays where it was instead.
+            select_on_focus=False,
         )
         yield Static(id="notice")
         yield BusyBar(id="busy")
@@ -179,12 +183,14 @@ class TokenstepApp(AppActions):
         if w is None or h is None:
             w, h = self.size
         small = w < MIN_W or h < MIN_H
-        was_small = self.screen.has_class("-too-small")
-        self.screen.set_class(small, "-too-small")
+        # The panes' screen, not the active one: a resize while the help is open (or closing)
+        # set the class on the help screen, and the panes came back squeezed, with no notice.
+        was_small = self.main.has_class("-too-small")
+        self.main.set_class(small, "-too-small")
         if was_small and not small and self.focused is None:
             # Hiding the panes took the focus away; give it back.
             self.call_after_refresh(self.main.query_one("#chat", Input).focus)
-        self.screen.set_class(not small and (w < COMPACT_W or h < COMPACT_H), "-compact")
+        self.main.set_class(not small and (w < COMPACT_W or h < COMPACT_H), "-compact")
         self.main.query_one(PipelinePane).set_class(w < COMPACT_W or h < COMPACT_H, "-compact")
         self.main.query_one(PipelinePane).refresh(layout=True)
         if small:
@@ -235,7 +241,7 @@ class TokenstepApp(AppActions):
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
         self._next_apply = time.monotonic() + 1.0 / LIGHT_HZ
-        prev, self.view = self.view, view
+        self.view = view
         self.main.query_one(StatusHeader).show(view)
         self.main.query_one(PipelinePane).show(view)
         self.main.query_one(LogitsPane).show(view)
@@ -262,11 +268,9 @@ class TokenstepApp(AppActions):
                 chat.value = view.header.returned_text
             elif view.header.returned_text not in chat.value:  # typed meanwhile: keep both
                 chat.value = f"{view.header.returned_text} {chat.value}"
-        ended = prev is not None and prev.activity == "generating" and view.activity == "done"
-        if ended and not view.header.queued:  # the reply is over: the next thing is usually typing
-            # At once, so the focus always matches the view that is drawn; a key pressed before
-            # this moment still reaches the controls (see ChatInput).
-            self.main.query_one("#chat", ChatInput).take_focus()
+        # At the reply's end the focus stays where it is: on the controls, k is still top-k
+        # (moving it into the chat box typed the next control key as text). The notice says
+        # that i types the next message (see _notice), and any letter with no key starts one.
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
@@ -285,14 +289,17 @@ class TokenstepApp(AppActions):
 
     def _notice(self, view: View) -> None:
         colour = {"info": "grey85", "warn": "bright_yellow", "error": "bright_red"}
-        key = (view.notice, view.notice_level, view.header.queued, view.header.autosave_path, view.header.last_saved)
+        chat = self.main.query_one("#chat", Input)
+        hint = view.activity == "done" and not chat.has_focus and not view.header.queued
+        key = (view.notice, view.notice_level, view.header.queued, view.header.autosave_path, view.header.last_saved, hint)
         if key == self._notice_key:
             return  # unchanged: a redraw would cost a frame for nothing
         self._notice_key = key
         t = Text(overflow="fold")
         t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
+        if hint:  # the reply is over and the keys are on the controls
+            t.append("  i types the next message.", Style(color="bright_cyan"))
         self._show_notice(t)
-        chat = self.main.query_one("#chat", Input)
         base = "prompt" if view.raw else "chat"
         if view.header.queued:
             # The user's own words: plain text in the border, never markup.
@@ -323,6 +330,9 @@ class TokenstepApp(AppActions):
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
+        if self._notice_key is not None and self.view is not None and self.main.query("#notice"):
+            self._notice(self.view)  # the end-of-reply hint depends on where the focus is
+            # (not over a message of the app's own, such as a paste's: _say cleared the key)
 
     def on_descendant_blur(self, event: events.DescendantBlur) -> None:
         self._keybar()

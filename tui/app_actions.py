@@ -23,6 +23,7 @@ from textual.widgets import ContentSwitcher, Input, Static
 from .app_tabs import tabstrip
 from .widgets.attention import AttentionPane
 from .widgets.busy import BusyBar
+from .widgets.chat_input import ChatInput
 from .widgets.help import HelpScreen
 from .widgets.key_flood import KeyGate, describe
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
@@ -348,6 +349,8 @@ class AppActions(App[int]):
         driver.process_message = gated  # type: ignore[method-assign]
 
     async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Paste) and self._paste_to_chat(event):
+            return
         flood = None
         if isinstance(event, events.Key) and self.key_gate is not None:
             flood = self.key_gate.taken(event)
@@ -358,6 +361,26 @@ class AppActions(App[int]):
                 chat.focus()
             chat.post_message(events.Paste(flood.text))
             self._say(describe(flood), "bright_yellow")
+
+    def _paste_to_chat(self, event: events.Paste) -> bool:
+        """A paste always lands in the chat box, whatever has the focus: Textual hands it to
+        the focused widget, and the controls (where the focus is while a reply plays) drop
+        it, so 210 kB vanished and the Enter after it forced a token. A dialog's own box
+        (save, chain) keeps its pastes."""
+        if event.is_forwarded or len(self.screen_stack) > 1:
+            return False
+        if isinstance(self.focused, Input):
+            return False  # the chat box itself, as usual
+        chat = self.main.query_one("#chat", ChatInput)
+        # Now, not at the next message: the keys after the paste (its Enter) go to the box.
+        self.main.set_focus(chat)
+        chat._forward_event(event)
+        if event.text and "\n" not in event.text and "\r" not in event.text:
+            self._say(
+                f"Pasted {len(event.text):,} characters into the chat box (the focus was on "
+                "the controls). Enter sends it; Esc goes back to the controls."
+            )
+        return True
 
     def on_key(self, event: events.Key) -> None:
         """A printable key with no meaning on the controls starts a message instead."""

@@ -24,9 +24,10 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
+from rich.logging import RichHandler
 from textual_serve.app_service import AppService
-from textual_serve.server import Server, to_int
+from textual_serve.server import Server
 
 from .args import build_parsers
 from .commands import preflight
@@ -34,6 +35,7 @@ from .engine import gguf_header
 from .engine.errors import TokenstepError
 from .engine.info import facts
 from .engine.model import default_model_path
+from .serve_input import MAX_FRAME, Relay, RequestErrors, clamp_size, pace, read_frame
 from .worker import session_store
 
 log = logging.getLogger("tokenstep.serve")
@@ -81,6 +83,7 @@ class TabService(AppService):
         super().__init__(shlex.join(argv), **kwargs)
         self.argv = argv
         self.extra_env = env
+        self.number = 0  # the tab's number in the log and its autosave folder
 
     @property
     def pid(self) -> int | None:
@@ -103,6 +106,7 @@ class TabService(AppService):
         )
         assert process.stdin is not None
         self._stdin = process.stdin
+        pace(process.stdin)
         return process
 
     async def on_data(self, payload: bytes) -> None:
@@ -209,6 +213,15 @@ class TabServer(Server):
         )
         print(f"autosaves: {self.autosave_root}/tabN; Ctrl+C stops the server.", flush=True)
 
+    def initialize_logging(self) -> None:
+        """textual-serve's log handler without the locals in tracebacks (they held request
+        bytes), and aiohttp's unparsable requests as one line (see RequestErrors)."""
+        handler = RichHandler(
+            show_path=False, show_time=False, rich_tracebacks=True, console=self.console
+        )
+        logging.basicConfig(level="INFO", format="%(message)s", handlers=[handler])
+        logging.getLogger("aiohttp.server").addFilter(RequestErrors())
+
     def serve(self, debug: bool = False) -> None:
         self.initialize_logging()
         loop = asyncio.new_event_loop()
@@ -248,7 +261,7 @@ class TabServer(Server):
         return response
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-        websocket = web.WebSocketResponse(heartbeat=15)
+        websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_FRAME)
         await websocket.prepare(request)
         if self.full():  # no process: the message is drawn on the tab's terminal
             text = self.refusal()
@@ -271,12 +284,12 @@ class TabServer(Server):
             close=websocket.close,
             download_manager=self.download_manager,
         )
+        service.number = number
         self.live[service.app_service_id] = service  # before any await: the cap holds
         if slot is not None:
             self.slot_of[service.app_service_id] = slot
         try:
-            width = to_int(request.query.get("width", "80"), 80)
-            height = to_int(request.query.get("height", "24"), 24)
+            width, height = clamp_size(request.query.get("width"), request.query.get("height"))
             await service.start(width, height)
             log.info(
                 "tab %d opened: app process %s, autosave in %s%s",
@@ -303,22 +316,17 @@ class TabServer(Server):
     async def _process_messages(
         self, websocket: web.WebSocketResponse, app_service: AppService
     ) -> None:
-        async for message in websocket:
-            if message.type == WSMsgType.TEXT:
-                kind, *rest = message.json()
-                data = rest[0] if rest else None
-                if kind == "stdin" and isinstance(data, str):
-                    await app_service.send_bytes(data.encode("utf-8"))
-                elif kind == "resize" and isinstance(data, dict):
-                    width = max(1, to_int(str(data.get("width", 80)), 80))
-                    height = max(1, to_int(str(data.get("height", 24)), 24))
-                    await app_service.set_terminal_size(width, height)
-                elif kind == "ping":
-                    await websocket.send_json(["pong", data])
-                elif kind == "blur":
-                    await app_service.blur()
-                elif kind == "focus":
-                    await app_service.focus()
+        """Relay the tab's frames to its app, each checked first (see :mod:`tui.serve_input`)."""
+        relay = Relay(app_service)
+        try:
+            async for message in websocket:
+                frame = read_frame(message)
+                if frame is not None and frame.kind == "ping":
+                    await websocket.send_json(["pong", frame.echo])
+                elif (warning := relay.take(frame)) is not None:
+                    log.warning("tab %s: %s", getattr(app_service, "number", "?"), warning)
+        finally:
+            await relay.close()
 
     def refusal(self) -> str:
         return refusal(self.max_sessions, self.slots)

@@ -1,4 +1,4 @@
-"""Chat: turn a conversation into tokens with the model's own chat template.
+"""Chat: turn a conversation into tokens with the model's own chat template (or the user's).
 
 The template is Jinja text written by whoever made the GGUF file, so it is rendered in Jinja2's
 immutable sandbox: a template that reaches for Python internals fails with a clear message and
@@ -32,7 +32,24 @@ class Message:
 
 
 class TemplateError(TokenstepError):
-    """The model's chat template could not be rendered safely."""
+    """A chat template could not be rendered safely."""
+
+
+class Template(str):
+    """A chat template's text that knows where it came from, so a message about it names it:
+    a user's ``--chat-template FILE`` is that file, not "the model's chat template"."""
+
+    origin: str
+
+    def __new__(cls, text: str, origin: str) -> Template:
+        obj = super().__new__(cls, text)
+        obj.origin = origin
+        return obj
+
+
+def template_name(template: str) -> str:
+    """How messages name ``template``: its origin, else the model's own (from the GGUF)."""
+    return getattr(template, "origin", "the model's chat template")
 
 
 def _sentence(text: object) -> str:
@@ -40,8 +57,11 @@ def _sentence(text: object) -> str:
     return " ".join(str(text).split()).rstrip(".") + "."
 
 
-def _raise(message: str) -> None:
-    raise TemplateError(f"the chat template raised an error: {_sentence(message)}")
+def _raiser(name: str) -> object:
+    def raise_exception(message: str) -> None:
+        raise TemplateError(f"{name} raised an error: {_sentence(message)}")
+
+    return raise_exception
 
 
 # Jinja2 compiles a template to Python before it renders anything, and the sandbox's time
@@ -54,14 +74,14 @@ MAX_TEMPLATE_CHARS = 128 * 1024
 @functools.lru_cache(maxsize=4)
 def _compiled(template: str) -> jinja2.Template:
     """A template is parsed once per process, not once per chat turn."""
-    return _env().from_string(template)
+    return _env(template_name(template)).from_string(template)
 
 
-def _env() -> GuardedEnvironment:
+def _env(name: str) -> GuardedEnvironment:
     env = GuardedEnvironment(
         trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined
     )
-    env.globals["raise_exception"] = _raise
+    env.globals["raise_exception"] = _raiser(name)
     return env
 
 
@@ -74,9 +94,10 @@ def render_template(
     eos_token: str = "",
 ) -> str:
     """Render ``template`` for ``messages`` in the sandbox (see ``template_sandbox``)."""
+    name = template_name(template)
     if len(template) > MAX_TEMPLATE_CHARS:
         raise TemplateError(
-            f"the model's chat template is {len(template):,} characters long; tokenstep reads "
+            f"{name} is {len(template):,} characters long; tokenstep reads "
             f"templates of at most {MAX_TEMPLATE_CHARS:,} (real ones are a few thousand)."
         )
     try:
@@ -90,16 +111,16 @@ def render_template(
         )
     except SecurityError as exc:
         raise TemplateError(
-            f"the model's chat template tried something unsafe and was stopped: {_sentence(exc)}"
+            f"{name} tried something unsafe and was stopped: {_sentence(exc)}"
         ) from exc
     except TemplateError:
         raise
     except jinja2.TemplateError as exc:
-        raise TemplateError(f"the model's chat template is broken: {_sentence(exc)}") from exc
+        raise TemplateError(f"{name} is broken: {_sentence(exc)}") from exc
     except RecursionError as exc:
-        raise TemplateError("the model's chat template recursed too deeply.") from exc
+        raise TemplateError(f"{name} recursed too deeply.") from exc
     except Exception as exc:  # a template can raise anything while rendering
-        raise TemplateError(f"the model's chat template failed: {_sentence(exc)}") from exc
+        raise TemplateError(f"{name} failed: {_sentence(exc)}") from exc
 
 
 @dataclass
@@ -131,7 +152,7 @@ def chat_tokens(
     for m, mark in zip(messages, marks, strict=True):
         found = rendered.find(mark, at)
         if found < 0:
-            raise TemplateError("the chat template dropped a message; it cannot be used.")
+            raise TemplateError(f"{template_name(template)} dropped a message; it cannot be used.")
         before, at = rendered[at:found], found + len(mark)
         tokens += vocab.tokenize(before, add_special=first and add_bos, parse_special=True)
         first = False
@@ -150,11 +171,12 @@ def chat_tokens(
 
 # llama.cpp's fallback when a model has no template (llama-server uses ChatML then), written as
 # the Jinja every chatml model ships.
-CHATML = (
+CHATML = Template(
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+    "ChatML (llama.cpp's fallback template)",
 )
 NAMED_TEMPLATES = {"chatml": CHATML}
 
@@ -162,7 +184,7 @@ NAMED_TEMPLATES = {"chatml": CHATML}
 def template_from(spec: str) -> str:
     """``--chat-template NAME|FILE``: a template llama.cpp names (chatml), or a Jinja file."""
     if spec.lower() in NAMED_TEMPLATES:
-        return NAMED_TEMPLATES[spec.lower()]
+        return Template(NAMED_TEMPLATES[spec.lower()], f"the {spec.lower()} template")
     try:
         with open(spec, encoding="utf-8") as fh:
             text = fh.read()
@@ -174,4 +196,4 @@ def template_from(spec: str) -> str:
         ) from exc
     if not text.strip():
         raise TokenstepError(f"--chat-template file {spec} is empty.")
-    return text
+    return Template(text, f"the chat template in {spec} (--chat-template)")

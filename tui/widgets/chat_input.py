@@ -5,12 +5,14 @@ Textual's Input keeps only the first line of a pasted text and drops the rest wi
 Here the line breaks become spaces, so a pasted text arrives whole, and the app is told how many
 lines were joined (it says so in the notice line).
 
-When a reply ends the app moves the focus here on its own (:meth:`ChatInput.take_focus`), since
-the next thing is usually typing. A key the user pressed before that moment was aimed at the
-controls, where the focus was, but it can reach the box after the move (it waited in the queue
-behind the view that ended the reply). Such a key is not typed: the focus goes back to the
-controls and the key is handed to them, so it does what it would have done a moment earlier
-(``0`` opens the cache tab). Keys pressed after the move are typed as usual."""
+When the app moves the focus here on its own (:meth:`ChatInput.take_focus`), a key the user
+pressed before that moment was aimed at the controls, where the focus was, but it can reach the
+box after the move (it waited in the queue behind what caused the move). Such a key is not
+typed: the focus goes back to the controls and the key is handed to them, so it does what it
+would have done a moment earlier (``0`` opens the cache tab). Keys pressed after the move are
+typed as usual. (A reply's end no longer moves the focus here at all: the next control key, ``k``
+for top-k, was typed as text; ``i`` types. A paste moves it, with plain ``set_focus``: the keys
+after a paste, its Enter, belong to the box.)"""
 
 from __future__ import annotations
 

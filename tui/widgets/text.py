@@ -20,7 +20,7 @@ from ..worker.views import SeqView, View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
 from .surprise import legend, token_style
-from .text_flow import TextFlow, conversation_parts, gap_words, plain_of
+from .text_flow import STEP_HINT, TextFlow, conversation_parts, gap_words, plain_of
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
@@ -274,6 +274,8 @@ class ConversationPane(FlowPane):
             t.append("\nmodel ▸ ", ROLE_STYLES["reply"] + Style(bold=True))
         if v.activity == "generating" and v.mode == "step":
             t.append("▌", Style(color="bright_yellow", blink=False))
+            if not v.text.reply_tokens:  # sent in step mode: nothing plays until a key says so
+                t.append(f"  {STEP_HINT}", DIM)
         elif v.activity == "done" and v.stop_reason:
             t.append(f"  [{v.stop_reason}]", DIM)
         return t

@@ -153,11 +153,17 @@ class TextFlow:
             )
         if v.activity == "generating" and v.mode == "step":
             out.append(Atom((Segment("▌", Style(color="bright_yellow")),), 1))
+            if not v.text.reply_tokens:  # sent in step mode: nothing plays until a key says so
+                out.append(Atom((Segment("  ", DIM),), 2))
+                out.append(Atom((Segment(STEP_HINT, DIM),), cell_len(STEP_HINT)))
         elif v.activity == "done" and v.stop_reason:
             tail = f"[{v.stop_reason}]"  # after two spaces that stay on the text's line
             out.append(Atom((Segment("  ", DIM),), 2))
             out.append(Atom((Segment(tail, DIM),), cell_len(tail)))
         return out
+
+
+STEP_HINT = "→ decodes the first token, space plays the reply"
 
 
 def gap_words(v: View) -> str:

@@ -250,8 +250,15 @@ class ViewBuilder:
         eng = self.w.engine
         logits = eng.logits
         assert logits is not None
+        ended = self.w.ended_chain
         try:
-            chain = eng.preview()
+            if ended is not None and ended[:2] == (
+                eng.logits_record,
+                repr(eng.settings.to_dict()),
+            ):
+                chain = ended[2]  # the row an end token was sampled from: that pick's chain
+            else:
+                chain = eng.preview()
         except TokenstepError as exc:  # a grammar that cannot go on: say so, show the rest
             self.w.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
             chain = eng.preview(replace(eng.settings, grammar=""))

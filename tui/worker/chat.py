@@ -147,9 +147,18 @@ def set_system(w: Worker, text: str) -> None:
     rest = s.messages[1:] if s.messages and s.messages[0].role == "system" else list(s.messages)
     s.messages = ([Message("system", w.system_prompt)] if w.system_prompt else []) + rest
     s.dirty_since_save = True
-    what = f"System prompt set ({len(w.system_prompt)} characters)" if w.system_prompt else (
+    what = f"System prompt set ({len(w.system_prompt):,} characters)" if w.system_prompt else (
         "System prompt removed"
     )
+    n = len(w.engine.vocab.tokenize(w.system_prompt, add_special=False)) if w.system_prompt else 0
+    if n >= w.engine.n_ctx:  # said now, not at every message sent
+        s.note(
+            f"System prompt set ({len(text.strip()):,} characters, {n:,} tokens): longer than "
+            f"the whole context ({w.engine.n_ctx:,} tokens), so no message fits; shorten it "
+            "with /system TEXT (/system alone removes it) or start with a larger -c.",
+            "warn",
+        )
+        return
     later = (
         ": the next message renders the conversation with it, and the KV cache is reused only "
         "up to where the prompt changed."
@@ -208,11 +217,34 @@ def planned(w: Worker, text: str) -> Planned:
         spans = spans_now(w) + [Span("prompt", eng.n_past, len(tokens))]
         text_tokens = len(new)
     if len(tokens) > eng.n_ctx:
-        raise ContextFullError(
-            f"the conversation would need {len(tokens)} tokens but the context holds "
-            f"{eng.n_ctx}; press ctrl+n for a new chat or start with a larger -c."
-        )
+        raise ContextFullError(too_long(w, messages, spans, len(tokens), text_tokens))
     return Planned(messages, tokens, spans, text_tokens)
+
+
+def too_long(w: Worker, messages: list[Message], spans: list[Span], n: int, text: int) -> str:
+    """Why a message does not fit, and what helps: a new chat (ctrl+n) only when a new chat
+    would hold it, which a system prompt or a message longer than the context rules out."""
+    ctx = w.engine.n_ctx
+    system = next((sp.end - sp.start for sp in spans if sp.role == "system"), 0)
+    earlier = n > text if w.raw else len(messages) > 1 + bool(system)  # a chat to leave
+    # A new chat holds the system prompt, this message and the template's few tokens around them.
+    fresh = system + text if earlier else n
+    if earlier and fresh <= ctx:
+        return (
+            f"the conversation would need {n:,} tokens but the context holds {ctx:,}; press "
+            "ctrl+n for a new chat or start with a larger -c."
+        )
+    if system >= text:
+        return (
+            f"the system prompt alone is {system:,} tokens and the context holds {ctx:,}, so no "
+            "message fits; shorten it with /system TEXT (/system alone removes it) or start "
+            "with a larger -c."
+        )
+    what = "this text" if w.raw else "this message"
+    return (
+        f"{what} alone is {text:,} tokens (the prompt would need {fresh:,}) but the context "
+        f"holds {ctx:,}; shorten it or start with a larger -c."
+    )
 
 
 def send_now(w: Worker, text: str) -> None:

@@ -64,8 +64,7 @@ def step(w: Worker, forced: int | None) -> None:
         s.lit = (SAMPLE, DETOKENIZE)
         if eng.stop_reason == "end of generation":
             s.note(
-                "End of generation: the model sampled an end token. "
-                "Type a message; Esc then ← rewinds and resamples."
+                "End of generation: the model sampled an end token. ← rewinds and resamples."
             )
         else:
             s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
@@ -98,6 +97,8 @@ def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
     w.state.last_pick = Pick(
         sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed
     )
+    settings = repr(eng.settings.to_dict())
+    w.ended_chain = (eng.logits_record, settings, sp.chain) if sp.eog else None
     return loop.feed_step(eng, turn).record
 
 

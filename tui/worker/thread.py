@@ -24,6 +24,7 @@ from typing import Any
 
 from ..engine.errors import TokenstepError
 from ..engine.remote_http import ServerError
+from ..engine.sampling import ChainResult
 from ..engine.session import Engine
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
 from . import commands as cmd_types
@@ -68,6 +69,9 @@ class Worker:
         self.state = State(mode="autoplay" if autoplay else "step")
         self.error: str | None = None  # an unexpected failure in the worker
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
+        # The chain that picked an end token, with the logits record and settings it ran on:
+        # that row is still on screen, and a fresh preview would run on an advanced RNG.
+        self.ended_chain: tuple[int | None, str, ChainResult] | None = None
         self.commands = 0  # user commands handled so far
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
