@@ -25,9 +25,12 @@ def notice(app) -> str:
 
 @run_async
 async def test_a_replys_end_leaves_the_keys_on_the_controls(make_engine, tmp_path):
-    app = make_app(make_engine, tmp_path, autoplay=True)
+    """As reported: someone stepping a reply with the keys, then playing it to its end."""
+    app = make_app(make_engine, tmp_path)  # step mode
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press(*"Say hi.", "enter")  # a short reply: it may end before a view shows it
+        await send(pilot, app, "Say hi.")
+        await pilot.press("right")  # a control key since the send
+        await pilot.press("space")  # then play it out
         await wait_for(
             pilot,
             lambda: app.view.activity == "done" and app.view.text.reply_tokens > 0,
@@ -48,6 +51,23 @@ async def test_a_replys_end_leaves_the_keys_on_the_controls(make_engine, tmp_pat
         assert chat.value == "hi"
         await pilot.press("escape")
         await wait_for(pilot, lambda: HINT in notice(app), "the hint back on the controls")
+
+
+@run_async
+async def test_a_reply_only_watched_gives_the_keys_back_to_typing(make_engine, tmp_path):
+    """No control key since the send: the next message is typed at once (a chat)."""
+    app = make_app(make_engine, tmp_path, autoplay=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press(*"Say hi.", "enter")  # a short reply: it may end before a view shows it
+        await wait_for(
+            pilot,
+            lambda: app.view.activity == "done" and app.view.text.reply_tokens > 0,
+            "the reply to end",
+            300,
+        )
+        await wait_for(pilot, lambda: app.query_one(ChatInput).has_focus, "the chat box")
+        await pilot.press("k")
+        assert app.query_one(ChatInput).value == "k"
 
 
 @run_async

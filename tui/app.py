@@ -17,6 +17,7 @@ import gc
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
@@ -101,6 +102,9 @@ class TokenstepApp(AppActions):
         self._notice_key: tuple[object, ...] | None = None  # what the notice row last drew
         self._switch_interval = sys.getswitchinterval()
         self._tab = "tokens"
+        # A control key (a binding outside the chat box) since the last message was sent: at
+        # the reply's end the keys then stay on the controls, else the focus goes back to typing.
+        self._controls_used = False
 
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -241,7 +245,7 @@ class TokenstepApp(AppActions):
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
         self._next_apply = time.monotonic() + 1.0 / LIGHT_HZ
-        self.view = view
+        prev, self.view = self.view, view
         self.main.query_one(StatusHeader).show(view)
         self.main.query_one(PipelinePane).show(view)
         self.main.query_one(LogitsPane).show(view)
@@ -268,9 +272,14 @@ class TokenstepApp(AppActions):
                 chat.value = view.header.returned_text
             elif view.header.returned_text not in chat.value:  # typed meanwhile: keep both
                 chat.value = f"{view.header.returned_text} {chat.value}"
-        # At the reply's end the focus stays where it is: on the controls, k is still top-k
-        # (moving it into the chat box typed the next control key as text). The notice says
-        # that i types the next message (see _notice), and any letter with no key starts one.
+        # At the reply's end: someone who only chatted types the next message at once, so the
+        # focus goes back to the box (at once: it always matches the view drawn; a key pressed
+        # before still reaches the controls, see ChatInput). Someone who used a control key
+        # since sending keeps the keys on the controls (k stays top-k; moving the focus typed
+        # it as text); the notice then says that i types the next message (see _notice).
+        ended = prev is not None and prev.activity == "generating" and view.activity == "done"
+        if ended and not view.header.queued and not self._controls_used:
+            self.main.query_one("#chat", ChatInput).take_focus()
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
@@ -328,6 +337,18 @@ class TokenstepApp(AppActions):
         pane = getattr(self.focused, "id", None)  # tab 6, c or w take some keys for themselves
         bar.set_context(chat.has_focus, bool(self.view and self.view.header.queued), pane)
 
+    async def run_action(
+        self,
+        action: Any,
+        default_namespace: Any = None,
+        namespaces: Any = None,
+    ) -> bool:
+        """Every key binding runs through here: note a control key (outside the chat box)."""
+        focused = self.focused
+        if focused is None or getattr(focused, "id", None) != "chat":
+            self._controls_used = True
+        return await super().run_action(action, default_namespace, namespaces)
+
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
         if self._notice_key is not None and self.view is not None and self.main.query("#notice"):
@@ -348,6 +369,7 @@ class TokenstepApp(AppActions):
             self._say("Type a message first.", "bright_yellow")
             return
         event.input.value = ""
+        self._controls_used = False  # a new message: its reply's end returns to typing
         if text.startswith("/tokenize") and text[9:10] in ("", " "):
             self.controller.tokenize_text(text[10:])  # its tokens in the notice, not sent
             return
