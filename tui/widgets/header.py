@@ -43,9 +43,9 @@ class StatusHeader(Pane):
         t.append(f" {what} ", Style(bold=True))
         t.append("│", DIM)
         t.append(f" ctx {v.text.n_past:,}/{v.text.n_ctx:,} ")
-        t.append("│", DIM)
+        t.append("│ ", DIM)
         if v.capabilities.kv_cells:  # a local context (a server does not say its -fa)
-            t.append(f" FA {v.header.flash_attn} ", DIM)
+            t.append(f"FA {v.header.flash_attn} ", DIM)
             t.append("│ ", DIM)
         if v.header.where:  # llama-server's URL, or where llama.cpp put layers and KV
             t.append(f"{v.header.where} ", Style(color="bright_cyan"))
