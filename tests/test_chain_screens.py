@@ -154,3 +154,21 @@ async def test_notices_name_pieces(make_engine, tmp_path):
         res = app.view.cache.verify
         assert f"(id {res.top1_cached})" in app.view.notice
         assert "'" in app.view.notice.split("top-1 ")[1]
+
+
+@run_async
+async def test_the_sample_row_names_mirostat_when_it_picked(make_engine, tmp_path):
+    """Mirostat replaces dist as the picker: stage 5 must not say 'dist seed N'."""
+    from tui.widgets.pipeline import PipelinePane
+
+    app = make_app(make_engine, tmp_path, SamplerSettings(mirostat=2, seed=7))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, MESSAGE)
+        await _escape_chat(pilot, app)
+        n = app.view.text.n_past
+        await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.text.n_past > n, "a step")
+        text = app.query_one(PipelinePane).render().plain
+        row = next(ln for ln in text.splitlines() if "5 sample" in ln)
+        assert "mirostat v2 seed 7" in row, row
+        assert "dist seed" not in row, row

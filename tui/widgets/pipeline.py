@@ -145,7 +145,15 @@ class PipelinePane(Pane):
                 )
         pk = v.text.last_pick
         if pk is not None:
-            how = "forced" if pk.forced else ("greedy" if pk.greedy else f"dist seed {pk.seed}")
+            how = (
+                "forced"
+                if pk.forced
+                else "greedy"
+                if pk.greedy
+                else f"mirostat{' v2' if pk.mirostat == 2 else ''} seed {pk.seed}"
+                if pk.mirostat
+                else f"dist seed {pk.seed}"
+            )
             out[4] = (
                 f"{_plain(pk.piece)} id {pk.id} · p {fmt_p(pk.p)} → p' {fmt_p(pk.p_final)} · {how}"
             )

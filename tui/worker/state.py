@@ -33,6 +33,7 @@ class Pick:
     eog: bool
     greedy: bool
     seed: int
+    mirostat: int = 0  # 1 or 2: mirostat's own sampler picked (with the seed), not dist
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,9 @@ def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
     w.picks += 1
     p, p_final = pick_probabilities(turn.sampled)
     sp = turn.sampled
+    mirostat = eng.settings.mirostat
     w.state.last_pick = Pick(
-        sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed
+        sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed, mirostat
     )
     settings = repr(eng.settings.to_dict())
     w.ended_chain = (eng.logits_record, settings, sp.chain) if sp.eog else None
@@ -159,6 +160,7 @@ def step_forked(w: Worker, forced: int | None) -> None:
             False,
             settings.is_greedy,
             settings.seed,
+            settings.mirostat,
         )
     if rec is None:
         s.activity = "done"
