@@ -141,9 +141,12 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
         t.append(f"({call})\n", Style(color="bright_green"))
         t.row("", body)
     t.append("\nLogits pane\n", H)
+    t.row("logit′", "the logit after penalties, DRY and logit bias (shown when one of them "
+          "moved a logit): what top-k, top-p and min-p then compare")
     t.row("p", "softmax of the raw logits over the whole vocabulary (temperature 1)")
     t.row("p′", "probability after the sampler chain: what the pick draws from")
-    t.row("★", "the token the next step will pick (same logits, a clone of the seeded RNG)")
+    t.row("★", "the token the next step will pick (same logits, a clone of the seeded RNG); "
+          "at a reply's end, the end token that was picked")
     t.row("cut by", "the first stage that removed the candidate")
     t.append("\nSessions\n", H)
     t.append("  ctrl+s saves the conversation, the settings and every step record as JSON Lines\n")
