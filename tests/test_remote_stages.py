@@ -254,3 +254,19 @@ def test_with_the_served_vocabulary_the_apps_dialog_sets_dry_and_a_grammar(
     finally:
         assert w.stop()
     assert w.error is None, w.error
+
+
+def test_the_servers_own_pick_runs_the_whole_chain(llama_server):  # noqa: F811
+    """``--pick server`` sent the server only top-k, top-p, min-p and temperature, so its pick
+    ignored a repeat penalty (and DRY, grammars, mirostat) without a word: on this repetitive
+    prompt it repeated ' sat on the mat. The' while the local engine, penalised, did not. Now
+    the server gets every stage's field and, greedy, picks what the local engine picks."""
+    prompt = "The cat sat on the mat. The cat sat on the mat. The cat"
+    flags = ("-p", prompt, "-n", "8", "-t", "1", "--temp", "0", "--repeat-penalty", "1.5")
+    local = _ids(run_cli("trace", "-fa", "off", "-c", "4096", *flags))
+    served = _ids(
+        run_cli("trace", "--server", llama_server.url, "--slot", "1", "--pick", "server", *flags)
+    )
+    assert served == local, (served, local)
+    plain = _ids(run_cli("trace", "-fa", "off", "-c", "4096", *flags[:-2]))
+    assert plain != local  # the penalty changes this text: the check could fail

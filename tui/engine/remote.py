@@ -41,6 +41,7 @@ from .remote_step import (
     fill_row,
     read_reply,
     request_body,
+    server_chain,
     slot_busy,
     top_all,
 )
@@ -186,9 +187,10 @@ class RemoteBackend(NoLocalContext):
                 f"the server's {self.n_ctx}; use a shorter prompt or a larger -c on the server."
             )
         try:
-            reply = self.client.post(
-                "/completion", request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
-            )
+            body = request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
+            if self.pick == "server":  # the server's own pick runs the whole chain
+                body.update(server_chain(self.settings, self.n_ctx))
+            reply = self.client.post("/completion", body)
         except ServerError as exc:
             busy = "did not answer" in str(exc) and slot_busy(self.client, self.url, self.slot)
             if busy:

@@ -159,12 +159,56 @@ def chain_exactness(settings: SamplerSettings, probs: list[float], n_vocab: int)
     )
 
 
-def request_body(
-    s: SamplerSettings, prompt: list[int], reuse: bool, n_probs: int, slot: int
-) -> dict[str, Any]:
-    """One token: ``n_predict`` 1 and the top ``n_probs`` of the next position, sampled by
-    tokenstep's chain (the same four samplers, neutral penalties) with its seed."""
+def server_chain(s: SamplerSettings, n_ctx: int) -> dict[str, Any]:
+    """Every field of tokenstep's chain, for ``--pick server``: the server's own pick then runs
+    the same stages in the same order (penalties, DRY, grammar, mirostat and the rest), not
+    only top-k, top-p, min-p and temperature. Windows of -1 are sent as the context size
+    (llama-server refuses -1 over HTTP); a ban (-inf bias) is ``false``, as JSON has no -inf."""
+
+    def window(n: int) -> int:
+        return n_ctx if n == -1 else min(n, n_ctx)
+
     return {
+        "samplers": [name for name in s.samplers if name not in s.off],
+        "temperature": 0.0 if s.is_greedy else s.temp,
+        "dynatemp_range": s.dynatemp_range,
+        "dynatemp_exponent": s.dynatemp_exponent,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "typical_p": s.typical_p,
+        "top_n_sigma": s.top_n_sigma,
+        "repeat_penalty": s.repeat_penalty,
+        "repeat_last_n": window(s.repeat_last_n),
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "dry_multiplier": s.dry_multiplier,
+        "dry_base": s.dry_base,
+        "dry_allowed_length": s.dry_allowed_length,
+        "dry_penalty_last_n": window(s.dry_penalty_last_n),
+        "dry_sequence_breakers": list(s.dry_sequence_breakers),
+        "xtc_probability": s.xtc_probability,
+        "xtc_threshold": s.xtc_threshold,
+        "mirostat": s.mirostat,
+        "mirostat_tau": s.mirostat_tau,
+        "mirostat_eta": s.mirostat_eta,
+        "logit_bias": [[t, b if math.isfinite(b) else False] for t, b in s.logit_bias],
+        "grammar": s.grammar,
+    }
+
+
+def request_body(
+    s: SamplerSettings,
+    prompt: list[int],
+    reuse: bool,
+    n_probs: int,
+    slot: int,
+) -> dict[str, Any]:
+    """One token: ``n_predict`` 1 and the top ``n_probs`` of the next position (log-softmax of
+    the raw logits, whatever the chain). With tokenstep's pick the server's own sample is unused
+    and runs four cheap samplers; for ``--pick server`` the caller adds the whole chain
+    (:func:`server_chain`)."""
+    body = {
         "prompt": prompt,
         "n_predict": 1,
         "n_probs": n_probs,
@@ -181,6 +225,7 @@ def request_body(
         "repeat_penalty": 1.0,
         "n_keep": 0,
     }
+    return body
 
 
 def read_reply(
