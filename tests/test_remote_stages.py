@@ -270,3 +270,24 @@ def test_the_servers_own_pick_runs_the_whole_chain(llama_server):  # noqa: F811
     assert served == local, (served, local)
     plain = _ids(run_cli("trace", "-fa", "off", "-c", "4096", *flags[:-2]))
     assert plain != local  # the penalty changes this text: the check could fail
+
+
+def test_the_servers_own_pick_refuses_a_grammar_in_one_sentence(llama_server):  # noqa: F811
+    """llama-server starts a grammar afresh at every one-token request, so its pick cannot
+    follow one: refused before anything runs, naming the pick that can."""
+    model = str(default_model_path())
+    err = _one_sentence(
+        run_cli(
+            "trace",
+            "--server",
+            llama_server.url,
+            "-m",
+            model,
+            "--pick",
+            "server",
+            *BASE,
+            "--grammar",
+            GRAMMAR,
+        )
+    )
+    assert "--pick server cannot follow a grammar" in err and "--pick tokenstep" in err

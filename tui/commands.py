@@ -136,6 +136,11 @@ def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None 
         raise TokenstepError(refused)
     if (clash := repack_with_server(args)) is not None:
         raise TokenstepError(clash)
+    if getattr(args, "pick", None) == "server" and settings is not None:
+        from .engine.remote_step import server_pick_refusal
+
+        if (why := server_pick_refusal(settings)) is not None:
+            raise TokenstepError(why)
     if getattr(args, "n_probs", 100) < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
     if (getattr(args, "slot", None) or 0) < 0:

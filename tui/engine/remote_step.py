@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import TokenstepError
 from .remote_http import Reply, ServerClient, ServerError
 from .remote_reply import read_completion, read_slots
 from .sampling import SamplerSettings
@@ -159,11 +160,28 @@ def chain_exactness(settings: SamplerSettings, probs: list[float], n_vocab: int)
     )
 
 
+def server_pick_refusal(s: SamplerSettings) -> str | None:
+    """Why ``--pick server`` cannot honour these settings, or None. llama-server builds a new
+    grammar for every request and never feeds it the prompt, so over one-token requests its
+    grammar would start again at every token: its pick cannot follow one."""
+    if s.grammar:
+        return (
+            "--pick server cannot follow a grammar (--grammar, -j): llama-server starts it "
+            "afresh at every one-token request; use --pick tokenstep (the default), which runs "
+            "it with the tokens so far."
+        )
+    return None
+
+
 def server_chain(s: SamplerSettings, n_ctx: int) -> dict[str, Any]:
     """Every field of tokenstep's chain, for ``--pick server``: the server's own pick then runs
     the same stages in the same order (penalties, DRY, grammar, mirostat and the rest), not
     only top-k, top-p, min-p and temperature. Windows of -1 are sent as the context size
     (llama-server refuses -1 over HTTP); a ban (-inf bias) is ``false``, as JSON has no -inf."""
+
+    refused = server_pick_refusal(s)
+    if refused is not None:
+        raise TokenstepError(refused)
 
     def window(n: int) -> int:
         return n_ctx if n == -1 else min(n, n_ctx)
