@@ -95,7 +95,12 @@ class PathsPane(Widget, can_focus=True):
                 line.append(f"@{r.at} ", DIM)
                 line.append(f"{HOW.get(r.how, r.how)} ", DIM)
                 p = "p —" if r.p is None else f"p {fmt_p(r.p)}"
-                pf = "" if r.p_final is None else f" p′ {fmt_p(r.p_final)}"
+                # p′ 0: the chain cut that token (a forced one, or one a setting cut since)
+                pf = (
+                    ""
+                    if r.p_final is None
+                    else (" cut by the chain" if r.p_final == 0 else f" p′ {fmt_p(r.p_final)}")
+                )
                 line.append(f"{p}{pf} ", Style(color="bright_cyan"))
                 if r.cached:
                     line.append(f"[cached: seq {r.seq}] ", Style(color="green3"))
