@@ -43,7 +43,7 @@ from .remote_step import (
     request_body,
     server_chain,
     slot_busy,
-    top_all,
+    top_probs,
 )
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
@@ -149,7 +149,7 @@ class RemoteBackend(NoLocalContext):
         rec = self.records.get(self.logits_record) if self.logits_record is not None else None
         if rec is None or not rec.top:
             return None
-        probs = [c.p for c in top_all(rec)]
+        probs = top_probs(rec.server)
         return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
 
     @property

@@ -24,7 +24,6 @@ from .errors import TokenstepError
 from .remote_http import Reply, ServerClient, ServerError
 from .remote_reply import read_completion, read_slots
 from .sampling import SamplerSettings
-from .step import Candidate, StepRecord
 
 # Token texts llama.cpp itself treats as end of generation (llama-vocab.cpp's EOG names).
 EOG_NAMES = (
@@ -280,12 +279,9 @@ def read_reply(
     return step, [(t.id, t.piece) for t in c.top]
 
 
-def top_all(rec: StepRecord) -> list[Candidate]:
-    """All K candidates of a record (best first), with their exact probabilities."""
-    if rec.server is None:
-        return []
-    ids, lps = rec.server.top_ids, rec.server.top_logprobs
-    return [Candidate(i, b"", lp, math.exp(lp)) for i, lp in zip(ids, lps, strict=True)]
+def top_probs(step: ServerStep | None) -> list[float]:
+    """The exact probabilities of the K candidates a reply sent (best first)."""
+    return [] if step is None else [math.exp(lp) for lp in step.top_logprobs]
 
 
 def slot_busy(client: ServerClient, url: str, slot: int) -> bool:

@@ -226,7 +226,7 @@ class Worker:
         """/tokenize TEXT: its tokens in the notice, nothing sent."""
         from .tokenize import tokenize_note
 
-        self.put(cmd_types.Call(lambda: tokenize_note(self, text)))
+        self.put(cmd_types.Call(lambda: tokenize_note(self.engine.vocab, self.state.note, text)))
 
     def verify(self, mode: str = "batched") -> None:
         """Recompute the context from scratch in a fresh context and compare the logits."""

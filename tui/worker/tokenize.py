@@ -7,13 +7,11 @@ every other command. ``tokenstep tokenize`` does the same from the command line.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from ..engine.errors import TokenstepError
 from ..engine.tokens import display_bytes
-
-if TYPE_CHECKING:
-    from .thread import Worker
 
 SHOWN = 40  # pieces in the notice (it has three rows)
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
@@ -25,21 +23,22 @@ def visible(s: str) -> str:
     return "".join(VISIBLE.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in s)
 
 
-def tokenize_note(w: Worker, text: str) -> None:
+def tokenize_note(vocab: Any, note: Callable[..., None], text: str) -> None:
+    """The notice for /tokenize TEXT: its pieces and ids from ``vocab``, nothing sent."""
     if not text:
-        w.state.note("/tokenize TEXT shows TEXT's tokens and ids without sending it.", "warn")
+        note("/tokenize TEXT shows TEXT's tokens and ids without sending it.", "warn")
         return
     try:
-        ids = w.engine.vocab.tokenize(text, add_special=False, parse_special=False)
+        ids = vocab.tokenize(text, add_special=False, parse_special=False)
     except TokenstepError as exc:
-        w.state.note(f"/tokenize: {exc}", "error")
+        note(f"/tokenize: {exc}", "error")
         return
     parts = []
     for t in ids[:SHOWN]:
-        piece = visible(display_bytes(w.engine.vocab.piece(t)))
+        piece = visible(display_bytes(vocab.piece(t)))
         parts.append(f"{piece}·{t}")
     more = f" … {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
-    w.state.note(
+    note(
         f"/tokenize, not sent: {len(ids)} token(s), {len(text.encode('utf-8'))} bytes: "
         + " ".join(parts)
         + more
