@@ -6,9 +6,14 @@ the help is open still tells a too-small terminal so."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from textual import events
 from textual.widgets import Input
 
+from tui.app import TokenstepApp
+from tui.engine import SamplerSettings
 from tui.widgets.chat_input import ChatInput
 from tui.widgets.logits import LogitsPane
 from tui.widgets.text import ConversationPane
@@ -107,6 +112,30 @@ async def test_a_paste_on_the_controls_goes_into_the_chat_box(make_engine, tmp_p
         app.post_message(events.Paste("x.jsonl"))
         await wait_for(pilot, lambda: dialog_box.value != before, "the paste in the dialog")
         assert chat.value == "a pasted lineone two"
+
+
+@run_async
+async def test_the_paste_message_outlives_the_views_of_a_playing_reply(make_engine, tmp_path):
+    """As seen in CI: each view of a playing reply (the same "Playing" notice every step)
+    replaced the app's own message at once, so under load the paste's notice was never drawn.
+    It now stays until the worker says something new."""
+    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=512, context_full="shift")
+    eog = [t for t in range(engine.info.n_vocab) if engine.vocab.is_eog(t)]
+    engine.settings = dataclasses.replace(
+        engine.settings, logit_bias=[(t, -math.inf) for t in eog]
+    )  # the reply plays on until the test ends
+    app = TokenstepApp(engine, autoplay=True, autosave_dir=tmp_path / "autosave", close_engine=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Tell me a story.")
+        await wait_for(pilot, lambda: app.view.text.reply_tokens >= 2, "the reply to play")
+        assert isinstance(app.focused, LogitsPane)
+        app.post_message(events.Paste("a pasted line"))
+        await wait_for(pilot, lambda: "Pasted 13 characters" in notice(app), "the message")
+        shown = app.view.text.reply_tokens
+        await wait_for(pilot, lambda: app.view.text.reply_tokens >= shown + 4, "four more views")
+        assert "Pasted 13 characters into the chat box" in notice(app)
+        await pilot.press("space")  # the worker says something new: it replaces the message
+        await wait_for(pilot, lambda: "Pasted" not in notice(app), "the worker's notice")
 
 
 @run_async

@@ -100,6 +100,7 @@ class TokenstepApp(AppActions):
         self._next_apply = 0.0
         self._returned_seq = 0
         self._notice_key: tuple[object, ...] | None = None  # what the notice row last drew
+        self._said_over: tuple[str, str] | None = None  # the worker's notice under the app's own
         self._switch_interval = sys.getswitchinterval()
         self._tab = "tokens"
         # A control key (a binding outside the chat box) since the last message was sent: at
@@ -304,11 +305,14 @@ class TokenstepApp(AppActions):
         if key == self._notice_key:
             return  # unchanged: a redraw would cost a frame for nothing
         self._notice_key = key
-        t = Text(overflow="fold")
-        t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
-        if hint:  # the reply is over and the keys are on the controls
-            t.append("  i types the next message.", Style(color="bright_cyan"))
-        self._show_notice(t)
+        if self._said_over != (view.notice, view.notice_level):
+            # (else the app's own message, see _say, stays over the unchanged notice)
+            self._said_over = None
+            t = Text(overflow="fold")
+            t.append(literal(view.notice), Style(color=colour.get(view.notice_level, "white")))
+            if hint:  # the reply is over and the keys are on the controls
+                t.append("  i types the next message.", Style(color="bright_cyan"))
+            self._show_notice(t)
         base = "prompt" if view.raw else "chat"
         if view.header.queued:
             # The user's own words: plain text in the border, never markup.
@@ -351,9 +355,9 @@ class TokenstepApp(AppActions):
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._keybar()
-        if self._notice_key is not None and self.view is not None and self.main.query("#notice"):
+        if self.view is not None and self.main.query("#notice"):
             self._notice(self.view)  # the end-of-reply hint depends on where the focus is
-            # (not over a message of the app's own, such as a paste's: _say cleared the key)
+            # (not over a message of the app's own, such as a paste's: see _said_over)
 
     def on_descendant_blur(self, event: events.DescendantBlur) -> None:
         self._keybar()

@@ -63,6 +63,7 @@ class AppActions(App[int]):
     view: View | None
     _tab: str
     _notice_key: tuple[object, ...] | None
+    _said_over: tuple[str, str] | None
     _paths_shown = False  # the tree pane shows: the worker parks rewound cells
 
     @property
@@ -93,7 +94,10 @@ class AppActions(App[int]):
         self.main.query_one("#notice").display = what is None
 
     def _say(self, text: str, colour: str = "grey85") -> None:
-        self._notice_key = None  # the next view's notice replaces this message
+        # It stays until the worker says something new: views keep coming while a reply plays
+        # (the same "Playing" each time), and replacing it at the next one hid it before a frame.
+        view = self.view
+        self._said_over = None if view is None else (view.notice, view.notice_level)
         self._show_notice(Text(text, Style(color=colour)))
 
     # -- the loop --------------------------------------------------------------------------------
