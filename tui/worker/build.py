@@ -77,6 +77,16 @@ class ViewBuilder:
             max_age=lambda: 0.5 if w.state.playing else 0.0,
         )
 
+    def with_notice(self, last: View | None, text: str) -> View | None:
+        """``last`` with ``text`` as its error notice (None without a view yet): what is shown
+        when a view could not be built."""
+        if last is None:
+            return None
+        self.seq += 1
+        return replace(
+            last, seq=self.seq, notice=text, notice_level="error", commands=self.w.commands
+        )
+
     def build(self) -> View:
         self.seq += 1
         w, eng, s = self.w, self.w.engine, self.w.state

@@ -100,7 +100,10 @@ def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
     )
     settings = repr(eng.settings.to_dict())
     w.ended_chain = (eng.logits_record, settings, sp.chain) if sp.eog else None
-    return loop.feed_step(eng, turn).record
+    if eng.n_past >= eng.n_ctx:  # a context shift (or a stop) comes first: not lent
+        return loop.feed_step(eng, turn).record
+    with w.lane.lendable():  # the pick is noted: a key may be answered during the decode
+        return loop.feed_step(eng, turn).record
 
 
 def stepped(w: Worker, rec: StepRecord, before: int) -> bool:
@@ -143,7 +146,8 @@ def step_forked(w: Worker, forced: int | None) -> None:
     # on a clone of the same RNG, so it names the token the step takes).
     row0 = None if eng.logits is None else (np.array(eng.logits), eng.preview())
     settings = eng.settings
-    rec = eng.step_seqs({0: forced} if forced is not None else None)
+    with w.lane.lendable():  # forks never shift: the decode may be lent
+        rec = eng.step_seqs({0: forced} if forced is not None else None)
     s.action = "force" if forced is not None else "step"
     s.dirty_since_save = True
     s.last_pick = None
