@@ -104,13 +104,19 @@ class KeyLane:
         if lend:
             self.held, self.in_decode = False, True
             self.lock.release()
-            self._wake.set()  # a key may already wait at the head of the queue
+            if self._key_first():  # pressed before the lend: answered now, not after the decode
+                self._wake.set()
         try:
             yield
         finally:
             if lend:
                 self.lock.acquire()
                 self.held, self.in_decode = True, False
+
+    def _key_first(self) -> bool:
+        q = self.commands
+        with q.mutex:
+            return bool(q.queue) and isinstance(q.queue[0], SAMPLER_KEYS)
 
     def _take(self) -> Command | None:
         """The sampler command at the head of the queue, removed (None if the head is not

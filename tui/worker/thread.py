@@ -35,6 +35,7 @@ from .key_lane import KeyLane
 from .lens import LensControl
 from .publisher import Publisher
 from .state import State
+from .tokenize import tokenize_note
 from .views import View
 
 SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it
@@ -77,14 +78,13 @@ class Worker:
         self.lens = LensControl(self)
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
         self._q: queue.Queue[cmd_types.Command] = queue.Queue()
-        # Sampler keys answered during a step's decode:
-        self.commands_queue = self._q
-        self.lane = KeyLane(self._q, self.run_now, lambda exc: self.publisher.report(exc))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.time()
-        self._views = ViewBuilder(self)
+        self._views = ViewBuilder(self, self.attention.view, self.lens.view)
         self.publisher = Publisher(self.build_view, self._views.with_notice, self._failed, on_view)
+        self.commands_queue = self._q  # sampler keys are answered during a step's decode:
+        self.lane = KeyLane(self._q, self.run_now, self.publisher.report)
         self._handlers: dict[type, Callable[[Any], None]] = {
             cmd_types.Send: lambda c: chat.send(self, c.text),
             cmd_types.Step: lambda c: stepping.user_step(self),
@@ -228,8 +228,6 @@ class Worker:
 
     def tokenize_text(self, text: str) -> None:
         """/tokenize TEXT: its tokens in the notice, nothing sent."""
-        from .tokenize import tokenize_note
-
         self.put(cmd_types.Call(lambda: tokenize_note(self.engine.vocab, self.state.note, text)))
 
     def verify(self, mode: str = "batched") -> None:
@@ -278,6 +276,20 @@ class Worker:
         self.engine = new
         self.engine.decode_gate = self.lane.decoding
         self.close_engine = True
+
+    def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
+        """A token was picked (the RNG advanced); ``ended``: see ``ended_chain``."""
+        self.picks += 1
+        self.ended_chain = ended
+
+    def autosave_off(self) -> None:
+        self.autosave_dir = None
+
+    def keep_system_prompt(self, text: str | None) -> None:  # -sys, /system
+        self.system_prompt = text
+
+    def new_state(self, state: State) -> None:  # a new chat
+        self.state = state
 
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
