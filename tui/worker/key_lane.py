@@ -6,15 +6,20 @@ the sampler chain on logits the session already holds, so it need not wait for t
 latency once measured). What such a key touches, and why that is safe beside a decode:
 
 - the sampler settings, the worker's state and the views (plain Python);
-- llama.cpp's sampler objects: ``llama_sampler_apply``, ``llama_sampler_clone`` and
-  ``llama_sampler_free`` on the engine's chain (a preview runs on a clone, so the RNG the
-  next pick uses does not advance), ``llama_sampler_init_grammar`` when a grammar is set,
-  and ``llama_token_to_piece`` on the vocabulary. None of these takes the ``llama_context``:
-  a sampler works on a ``llama_token_data_array`` the chain owns, the vocabulary is read-only
-  model data. The context itself is touched by one thread only: the decode thread.
+- llama.cpp's sampler objects: ``llama_sampler_apply``, ``llama_sampler_clone``,
+  ``llama_sampler_accept``, ``llama_sampler_reset`` and ``llama_sampler_free`` on the engine's
+  chain (a preview runs on clones, so the RNG the next pick uses does not advance), and a
+  ``llama_sampler_init_*`` for a stage the new settings build (``llama_sampler_init_grammar``
+  when a grammar is set);
+- the vocabulary: ``llama_token_to_piece``, ``llama_vocab_is_eog``.
+
+None of these takes the ``llama_context``: a sampler works on a ``llama_token_data_array`` the
+chain owns, the vocabulary is read-only model data. The context itself is touched by one
+thread only: the decode thread.
 
 Three rules make the lane safe for the state too. The decode thread holds the state lock for
-everything it does (:meth:`KeyLane.working`) and lends it only inside a window it opens itself
+every command and step it runs (:meth:`KeyLane.working`; it waits for the queue holding
+nothing) and lends it only inside a window it opens itself
 (:meth:`KeyLane.lendable`) around the ``llama_decode`` of a single-token step, where the token
 is picked and noted and the rest of the state is whole; never during a prompt's prefill,
 a context shift or a re-decode (a view built there would show a message half sent). The lane
