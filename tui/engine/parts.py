@@ -70,13 +70,16 @@ class EngineParts(Protocol):
     surprise: SurpriseLog
     turns: list[PrefillTurn]
     shifts: list[ShiftEvent]
-    n_prompt: int
     # the sampler and the sequences
     settings: SamplerSettings
     chain: SamplerChain
     gen_start: int
     branches: dict[int, Branch]
     parked: dict[int, Parked]
+
+    @property
+    def n_prompt(self) -> int:  # the first prompt's length (``--keep -1``)
+        ...
 
     @property
     def ctx(self) -> llama_cpp.llama_context_p: ...
@@ -107,6 +110,9 @@ class EngineParts(Protocol):
 
     def stopped(self, reason: str | None) -> None:
         """Generation ended for ``reason`` (None: it may go on)."""
+
+    def first_prompt(self, n: int) -> None:
+        """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""
 
     def set_seq_logits(self, seq: int, logits: np.ndarray, record: int) -> None: ...
 

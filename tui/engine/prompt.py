@@ -34,7 +34,7 @@ def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[
         )
     engine.stopped(None)
     if n_past == 0:
-        engine.n_prompt = len(tokens)
+        engine.first_prompt(len(tokens))
     cfg = engine.config
     score = engine.score_prompt
     if score:

@@ -164,6 +164,10 @@ class Engine:
         new turn or a rewind, generation may go on."""
         self.stop_reason = reason
 
+    def first_prompt(self, n: int) -> None:
+        """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""
+        self.n_prompt = n
+
     def set_seq_logits(self, seq: int, logits: np.ndarray, record: int) -> None:
         """A decode call left ``logits`` for sequence ``seq`` (record ``record``)."""
         if seq == 0:

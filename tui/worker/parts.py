@@ -44,6 +44,7 @@ class WorkerParts(Protocol):
 
     raw: bool
     prefix_cache: bool
+
     @property
     def system_prompt(self) -> str | None: ...
 
