@@ -37,6 +37,12 @@ class NoLocalContext:
     no fork and no verify, each refused with its capability's sentence."""
 
     _capabilities: Capabilities
+    settings: SamplerSettings
+
+    def use_settings(self, settings: SamplerSettings) -> None:
+        """The next request's settings (a whole new object, as the local Engine takes them)."""
+        settings.validate()
+        self.settings = settings
 
     @property
     def capabilities(self) -> Capabilities:

@@ -213,6 +213,12 @@ class Engine:
         """A sampler chain for one more sequence (a fork), with its own seeded RNGs."""
         return SamplerChain(self.info.n_vocab, seed, self.model.vocab, self.n_ctx)
 
+    def use_settings(self, settings: SamplerSettings) -> None:
+        """From now on sample with ``settings`` (a whole new object, never changed in place:
+        a pick on the decode thread reads the old settings or the new ones, not half of each)."""
+        settings.validate()
+        self.settings = settings
+
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         """Run the sampler chain on the current logits without advancing the RNG."""
         if self.logits is None:

@@ -198,7 +198,7 @@ class ViewBuilder:
             # the next step samples the row being computed, so no pick is promised from this one.
             next_pick=None if self.w.lane.in_decode else next_pick,
             remote=remote_view(self.w.engine),
-            chain_cursor=self.w.state.chain_cursor,
+            chain_cursor=self.w.desk.cursor,
             next_piece=None if next_pick is None else self.w.engine.vocab.piece(next_pick),
         )
 
@@ -270,7 +270,7 @@ class ViewBuilder:
         eng = self.w.engine
         logits = eng.logits
         assert logits is not None
-        ended = self.w.ended_chain
+        ended = self.w.desk.ended
         try:
             if ended is not None and ended[:2] == (
                 eng.logits_record,

@@ -1,10 +1,10 @@
 """The sampler chain edited from the keyboard: pick a stage, move it up or down, turn it off or
 on, or set any parameter by llama.cpp's flag name. Each change re-runs the chain on the same
-logits (no decode), as the other sampler keys do."""
+logits (no decode), as the other sampler keys do; the :class:`~.sampler_desk.SamplerDesk` makes it."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..engine.chain_stages import STAGES
@@ -29,48 +29,37 @@ def default_of(flag: str) -> str:
 
 
 def move_cursor(w: WorkerParts, delta: int) -> None:
-    st = w.engine.settings
-    w.state.chain_cursor = (w.state.chain_cursor + delta) % max(len(st.samplers), 1)
-    name = st.samplers[w.state.chain_cursor] if st.samplers else "none"
-    w.state.action = "settings"
+    name = w.desk.move_cursor(delta)
+    st = w.desk.settings
+    w.state.ran("settings")
     did = ""
     if w.engine.logits is not None and not _off(st, name):
         try:
             did = stage_report(w.engine.preview(), name, w.engine.vocab.piece)
         except TokenstepError:
             did = ""
-    w.state.note(f"Stage {w.state.chain_cursor + 1}: {_label(name)}{_off(st, name)}{did}.")
+    w.state.note(f"Stage {w.desk.cursor + 1}: {_label(name)}{_off(st, name)}{did}.")
 
 
 def move_stage(w: WorkerParts, delta: int) -> None:
     """Move the stage under the cursor one place up (-1) or down (+1) the chain."""
-    st, i = w.engine.settings, w.state.chain_cursor
+    st, i = w.desk.settings, w.desk.cursor
     if not st.samplers:
         return
-    j = i + delta
-    if not 0 <= j < len(st.samplers):
-        settings_changed(w, f"{_label(st.samplers[i])} is already {'first' if j < 0 else 'last'}")
+    j = w.desk.move_stage(delta)
+    if j is None:
+        last = "first" if delta < 0 else "last"
+        settings_changed(w, f"{_label(st.samplers[i])} is already {last}")
         return
-    st.samplers[i], st.samplers[j] = st.samplers[j], st.samplers[i]
-    w.state.chain_cursor = j
-    settings_changed(w, f"{_label(st.samplers[j])} moved to place {j + 1} of the chain")
+    settings_changed(w, f"{_label(w.desk.settings.samplers[j])} moved to place {j + 1} of the chain")
 
 
 def toggle_stage(w: WorkerParts) -> None:
     """Turn the stage under the cursor off (left out of the chain) or back on."""
-    st = w.engine.settings
-    if not st.samplers:
+    if not w.desk.settings.samplers:
         return
-    name = st.samplers[w.state.chain_cursor]
-    if name in st.off:
-        trial = st.copy()
-        trial.off.remove(name)
-        refuse_unbuildable(w, trial)
-        st.off.remove(name)
-        settings_changed(w, f"{_label(name)} on")
-    else:
-        st.off.append(name)
-        settings_changed(w, f"{_label(name)} off")
+    name, on = w.desk.toggle_stage()
+    settings_changed(w, f"{_label(name)} {'on' if on else 'off'}")
 
 
 def set_param(w: WorkerParts, line: str) -> None:
@@ -83,17 +72,8 @@ def set_param(w: WorkerParts, line: str) -> None:
             f"--{name}: llama.cpp has no sampler flag of that name; closest: "
             f"{', '.join(closest(name, 3))} (: lists all)."
         )
-    st = w.engine.settings
-    trial = st.copy()
     field = FLAGS[name]
-    setattr(trial, field, _parse(w, name, field, raw, trial))
-    trial.validate()
-    trial.check_vocab(w.engine.info.n_vocab)
-    refuse_unbuildable(w, trial)
-    if field == "samplers":
-        w.state.chain_cursor = min(w.state.chain_cursor, max(len(trial.samplers) - 1, 0))
-    for f in fields(SamplerSettings):
-        setattr(st, f.name, getattr(trial, f.name))
+    w.desk.set_flag(field, _parse(w, name, field, raw, w.desk.settings))
     settings_changed(w, f"--{name} {raw or 'none'}")
 
 
@@ -110,9 +90,7 @@ def _parse(w: WorkerParts, name: str, field: str, raw: str, s: SamplerSettings) 
         if raw in ("", "none"):
             return ""
         text = schema_to_gbnf(raw) if name == "json-schema" else raw
-        probe = s.copy()
-        probe.grammar = text
-        refuse_unbuildable(w, probe)  # no vocabulary (a server without -m): before parsing
+        w.desk.refuse_unbuildable(replace(s, grammar=text))  # no vocabulary (a server without -m): before parsing
         check_grammar(w.engine.chain.env.vocab, text)
         return text
     kind = type(getattr(s, field))
@@ -120,14 +98,6 @@ def _parse(w: WorkerParts, name: str, field: str, raw: str, s: SamplerSettings) 
         return kind(int(raw)) if kind is int else kind(float(raw))
     except ValueError:
         raise TokenstepError(f"--{name} wants a number, not {raw!r}.") from None
-
-
-def refuse_unbuildable(w: WorkerParts, trial: SamplerSettings) -> None:
-    """One sentence, and nothing changes, when the backend cannot build a stage ``trial``
-    turns on (DRY or a grammar without a vocabulary: llama.cpp would end the process)."""
-    refused = w.engine.chain.refusal(trial)
-    if refused is not None:
-        raise TokenstepError(refused)
 
 
 def _label(name: str) -> str:

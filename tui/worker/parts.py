@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..engine.session import Engine
     from .commands import Command
     from .key_lane import KeyLane
+    from .sampler_desk import SamplerDesk
     from .state import State
 
 
@@ -55,7 +56,7 @@ class WorkerParts(Protocol):
     def commands(self) -> int: ...
 
     @property
-    def ended_chain(self) -> tuple[int | None, str, ChainResult] | None: ...
+    def desk(self) -> SamplerDesk: ...
 
     @property
     def autosave_dir(self) -> Path | None: ...

@@ -1,4 +1,5 @@
-"""The sampler keys: each press moves one setting of the sampler chain one rung of its ladder.
+"""The sampler keys: each press moves one setting of the sampler chain one rung of its ladder
+(the :class:`~.sampler_desk.SamplerDesk` makes the change; this module says what it did).
 
 A change takes effect at once when there are logits to sample from (the chain re-runs on the
 same logits, no decode), else from the next message on.
@@ -50,26 +51,24 @@ def format_setting(name: str, value: float) -> str:
 
 def adjust(w: WorkerParts, name: str, direction: int) -> None:
     """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
-    st = w.engine.settings
+    st = w.desk.settings
     if name not in LADDERS:
         raise ValueError(name)
     value = float(getattr(st, name))
     if name == "top_k" and value == 0:
         value = float("inf")  # off: the far end
-    if name == "temp" and st.greedy:
-        st.greedy = False
     if name == "top_k" and direction > 0 and value >= TOP_K_LADDER[-1]:
         new = 0.0  # off, above the top rung
     elif name == "top_k" and value == float("inf"):
         new = TOP_K_LADDER[-1] if direction < 0 else 0.0
     else:
         new = next_rung(LADDERS[name], value, direction)
-    setattr(st, name, int(new) if name == "top_k" else new)
+    w.desk.adjust(name, new)
+    st = w.desk.settings
     what = f"{LABELS[name]} {format_setting(name, getattr(st, name))}"
     why = not_in_chain(st, "temperature" if name == "temp" else name)
     if why:  # the value is kept for later, but this chain has no such stage to re-run
-        w.state.action = "settings"
-        w.state.dirty_since_save = True
+        w.state.ran("settings", unsaved=True)
         w.state.note(f"{what[:1].upper()}{what[1:]}: {why}, so nothing re-ran.")
         return
     settings_changed(w, what)
@@ -90,28 +89,22 @@ def not_in_chain(st: SamplerSettings, stage: str) -> str:
 
 
 def toggle_greedy(w: WorkerParts) -> None:
-    st = w.engine.settings
-    if st.is_greedy:
-        st.greedy = False
-        if st.temp <= 0:
-            st.temp = 0.8
+    if w.desk.settings.is_greedy:
+        w.desk.set_greedy(False)
         settings_changed(w, "greedy off (sampling with dist)")
     else:
-        st.greedy = True
+        w.desk.set_greedy(True)
         settings_changed(w, "greedy on (highest logit)")
 
 
 def next_seed(w: WorkerParts, delta: int) -> None:
-    st = w.engine.settings
-    st.seed = (st.seed + delta) % (1 << 32)
-    settings_changed(w, f"seed {st.seed} (a fresh RNG)")
+    seed = w.desk.reseed(delta)
+    settings_changed(w, f"seed {seed} (a fresh RNG)")
 
 
 def settings_changed(w: WorkerParts, what: str) -> None:
     s, has_logits = w.state, w.engine.logits is not None
-    s.action = "settings"
-    s.lit = (SAMPLE,) if has_logits else ()
-    s.dirty_since_save = True
+    s.ran("settings", (SAMPLE,) if has_logits else (), unsaved=True)
     what = f"{what[:1].upper()}{what[1:]}"
     if not has_logits:
         s.note(f"{what}: used from the next message on.")

@@ -75,7 +75,6 @@ class State:
     queued: str | None = None
     notice: str = ""
     notice_level: str = "info"  # "info", "warn" or "error"
-    chain_cursor: int = 0  # the sampler stage the chain keys move or turn off
     returned_text: str | None = None  # a message that could not be sent, for the chat box
     chat_no: int = 1
     records_from: int = 0  # first engine record of this chat
@@ -96,6 +95,13 @@ class State:
     @property
     def playing(self) -> bool:
         return self.mode == "autoplay" and self.activity == "generating"
+
+    def ran(self, action: str, lit: tuple[int, ...] = (), *, unsaved: bool = False) -> None:
+        """A command did ``action``, running the pipeline stages ``lit``; ``unsaved``: it
+        changed what a save would write."""
+        self.action, self.lit = action, lit
+        if unsaved:
+            self.dirty_since_save = True
 
     def note(self, text: str, level: str = "info") -> None:
         """The sentence the status line shows for the last command."""

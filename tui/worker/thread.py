@@ -34,6 +34,7 @@ from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
 from .publisher import Publisher
+from .sampler_desk import SamplerDesk
 from .state import State
 from .tokenize import tokenize_note
 from .views import View
@@ -70,9 +71,7 @@ class Worker:
         self.state = State(mode="autoplay" if autoplay else "step")
         self.error: str | None = None  # an unexpected failure in the worker
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
-        # The chain that picked an end token, with the logits record and settings it ran on:
-        # that row is still on screen, and a fresh preview would run on an advanced RNG.
-        self.ended_chain: tuple[int | None, str, ChainResult] | None = None
+        self.desk = SamplerDesk(lambda: self.engine)  # settings changes, cursor, ended chain
         self.commands = 0  # user commands handled so far
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
@@ -278,9 +277,9 @@ class Worker:
         self.close_engine = True
 
     def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
-        """A token was picked (the RNG advanced); ``ended``: see ``ended_chain``."""
+        """A token was picked (the RNG advanced); ``ended``: see ``SamplerDesk.ended``."""
         self.picks += 1
-        self.ended_chain = ended
+        self.desk.picked(ended)
 
     def autosave_off(self) -> None:
         self.autosave_dir = None
