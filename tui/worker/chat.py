@@ -250,17 +250,16 @@ def send_now(w: WorkerParts, text: str) -> None:
     paths.new_turn(w)
     held = list(eng.tokens)
     records = eng.sync_prompt(tokens, reuse=w.prefix_cache)
-    s.messages = messages
-    s.spans = merge(spans)
-    s.reply_start = eng.n_past
-    s.activity = "generating"
-    s.action = "send"
-    s.lit = (TOKENIZE, BATCH, DECODE, LOGITS)
     decoded = sum(r.call.n_tokens for r in records)
+    s.sent(
+        messages,
+        merge(spans),
+        eng.n_past,
+        Tokenized(len(text), text_tokens, len(tokens), records[0].reused),
+    )
+    s.playback.start_reply()
+    s.ran("send", (TOKENIZE, BATCH, DECODE, LOGITS), unsaved=True)
     s.note_records(records, (eng.kv.used - decoded, eng.kv.used))
-    s.tokenized = Tokenized(len(text), text_tokens, len(tokens), records[0].reused)
-    s.last_pick = None
-    s.dirty_since_save = True
     note = prefill_note(records[0]) or (
         f"Prefill: {decoded} tokens in {len(records)} llama_decode call(s)"
     )

@@ -148,9 +148,10 @@ def jump(w: WorkerParts, branch_id: int) -> None:
     if b.seq is not None and b.seq in eng.parked:
         paths.drop(eng, b.seq)  # sequence 0 now sees those cells itself
     eng.stopped(None)
-    s.mode, s.activity, s.action = "step", "generating", "jump"
-    s.last_pick, s.last_records, s.lit = None, (), ()
-    s.dirty_since_save = True
+    s.playback.pause()
+    s.playback.reopen()
+    s.ran("jump", (), unsaved=True)
+    s.forget_step()
     if got.seq is not None:
         how = (
             f"{got.from_cache} token(s) replayed from the KV cache (sequence {got.seq}'s cells, "

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..engine.errors import TokenstepError
 from . import paths, session_store, surprise
 from .chat import messages_now
+from .playback import Playback
 from .state import State
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def write(w: WorkerParts, path: str | Path) -> Path:
 
 def save(w: WorkerParts, path: str) -> None:
     target = write(w, path)
-    w.state.last_saved = str(target)
+    w.state.saved(str(target), autosave=False)
     left_out = "; attention weights left out, --resume captures them again" * w.attention.on
     w.state.note(f"Saved {n_records(w)} step records and the conversation to {target}{left_out}.")
 
@@ -60,8 +61,7 @@ def autosave(w: WorkerParts) -> None:
         w.state.note(f"Autosave failed: {exc} Autosave is off.", "error")
         w.autosave_off()
         return
-    w.state.dirty_since_save = False
-    w.state.last_saved = str(path)
+    w.state.saved(str(path), autosave=True)
 
 
 def new_chat(w: WorkerParts) -> None:
@@ -73,7 +73,7 @@ def new_chat(w: WorkerParts) -> None:
     old = w.state
     w.new_state(
         State(
-            mode=old.mode,
+            playback=Playback(old.mode),
             chat_no=old.chat_no + 1,
             records_from=len(eng.records),
             turns_from=len(eng.turns),
@@ -81,7 +81,7 @@ def new_chat(w: WorkerParts) -> None:
             surprise_scale=old.surprise_scale,
         )
     )
-    w.state.action = "new"
+    w.state.ran("new")
     path = w.autosave_path
     where = f" Autosave: {path}." if path else ""
     w.state.note(f"New chat: the KV cache is empty.{where}{surprise.keep(w)}")

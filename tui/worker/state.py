@@ -1,4 +1,4 @@
-"""What the worker knows about this chat beyond the engine: mode, notice, spans, picks.
+"""What the worker knows about this chat beyond the engine: playback, notice, spans, picks.
 
 One :class:`State` per chat, owned by the worker thread. Every command changes it through the
 fields below or the public methods (``note``, ``note_records``, ``restore``); a view copies it.
@@ -13,6 +13,7 @@ from ..engine.chat import Message
 from ..engine.step import StepRecord
 from ..engine.surprise import Surprise
 from ..engine.verify import VerifyResult
+from .playback import Playback
 from .stages import BATCH, DECODE, LOGITS
 from .timeline import Timeline
 
@@ -60,8 +61,7 @@ class Tokenized:
 
 @dataclass
 class State:
-    mode: str = "autoplay"  # "autoplay" or "step"
-    activity: str = "idle"  # "idle", "generating" or "done"
+    playback: Playback = field(default_factory=Playback)  # mode, activity, busy: transitions
     action: str = "start"  # what the last command did
     lit: tuple[int, ...] = ()  # pipeline stages the last command ran
     messages: list[Message] = field(default_factory=list)
@@ -90,22 +90,60 @@ class State:
     path_note: str | None = None  # how the last jump put its path back
     paths_shown: bool = False  # the tree pane is showing: rewinds park their cells
     surprise_scale: str = "off"  # the text pane's surprise map: "off", "p", "p'" or "entropy"
-    busy: str | None = None  # a slow command under way (a re-prefill, verify): what it does
+
+    @property
+    def mode(self) -> str:  # "autoplay" or "step" (changed by ``playback``'s transitions)
+        return self.playback.mode
+
+    @property
+    def activity(self) -> str:  # "idle", "generating" or "done"
+        return self.playback.activity
+
+    @property
+    def busy(self) -> str | None:  # a slow command under way (a re-prefill, verify)
+        return self.playback.busy
 
     @property
     def playing(self) -> bool:
-        return self.mode == "autoplay" and self.activity == "generating"
+        return self.playback.playing
 
-    def ran(self, action: str, lit: tuple[int, ...] = (), *, unsaved: bool = False) -> None:
-        """A command did ``action``, running the pipeline stages ``lit``; ``unsaved``: it
-        changed what a save would write."""
-        self.action, self.lit = action, lit
+    def ran(
+        self, action: str, lit: tuple[int, ...] | None = None, *, unsaved: bool = False
+    ) -> None:
+        """A command did ``action``, running the pipeline stages ``lit`` (None: the lit stages
+        stay as they were); ``unsaved``: it changed what a save would write."""
+        self.action = action
+        if lit is not None:
+            self.lit = lit
         if unsaved:
             self.dirty_since_save = True
+
+    def light(self, lit: tuple[int, ...]) -> None:
+        """The pipeline stages the command ran (the pipeline pane lights them)."""
+        self.lit = lit
+
+    def saved(self, path: str, *, autosave: bool) -> None:
+        """The chat was written to ``path``; an autosave leaves nothing unsaved (ctrl+s to
+        another file does not: the autosave file still lacks the change)."""
+        self.last_saved = path
+        if autosave:
+            self.dirty_since_save = False
 
     def note(self, text: str, level: str = "info") -> None:
         """The sentence the status line shows for the last command."""
         self.notice, self.notice_level = text, level
+
+    def sent(
+        self, messages: list[Message], spans: list[Span], reply_start: int, tok: Tokenized
+    ) -> None:
+        """A message went into the context: the conversation, its spans, where the reply
+        starts and how the turn tokenized; no pick yet."""
+        self.messages, self.spans, self.reply_start = messages, spans, reply_start
+        self.tokenized, self.last_pick = tok, None
+
+    def forget_step(self) -> None:
+        """The last pick and its decode calls no longer describe the context (a rewind, a jump)."""
+        self.last_pick, self.last_records = None, ()
 
     def note_records(self, records: Sequence[StepRecord], new_cells: tuple[int, int]) -> None:
         """The llama_decode calls a command made: the batch pane draws them, the KV grid
@@ -128,8 +166,11 @@ class State:
         self.messages = messages
         self.spans = spans
         self.reply_start = reply_start
-        self.activity = "idle" if reply_start is None else "generating"
-        self.mode = "step"
+        if reply_start is None:
+            self.playback.idle()
+        else:
+            self.playback.start_reply()
+        self.playback.pause()
         self.action = "resume"
         self.lit = (BATCH, DECODE, LOGITS) if records else ()
         self.last_records = tuple(records)

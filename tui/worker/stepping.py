@@ -29,14 +29,14 @@ def user_step(w: WorkerParts) -> None:
     """→: pause a playing reply, else decode one token."""
     s = w.state
     if s.playing:
-        s.mode = "step"
+        s.playback.pause()
         s.note("Paused: step mode. Each → is one decode.")
         return
     step(w, None)
 
 
 def force(w: WorkerParts, token: int) -> None:
-    w.state.mode = "step"
+    w.state.playback.pause()
     if w.state.activity == "generating" and w.engine.n_past:
         paths.leave_pick(w, token)  # the sampler's own pick is a path not taken
     step(w, token)
@@ -49,7 +49,7 @@ def step(w: WorkerParts, forced: int | None) -> None:
         s.note("Send a message first: type it in the chat box and press Enter.", "warn")
         return
     if s.activity == "done":
-        s.mode = "step"
+        s.playback.pause()
         s.note(f"The reply has ended ({eng.stop_reason}). ← rewinds; or type a new message.")
         return
     if eng.branches:
@@ -57,11 +57,10 @@ def step(w: WorkerParts, forced: int | None) -> None:
         return
     before = eng.kv.used
     rec = decode_one(w, forced)
-    s.action = "force" if forced is not None else "step"
-    s.dirty_since_save = True
+    s.ran("force" if forced is not None else "step", unsaved=True)
     if rec is None:
-        s.activity = "done"
-        s.lit = (SAMPLE, DETOKENIZE)
+        s.playback.end(eng.stop_reason)
+        s.light((SAMPLE, DETOKENIZE))
         if eng.stop_reason == "end of generation":
             s.note(
                 "End of generation: the model sampled an end token. ← rewinds and resamples."
@@ -109,7 +108,7 @@ def stepped(w: WorkerParts, rec: StepRecord, before: int) -> bool:
     """Note one decode step (one sequence or several): the stages it lit, its record, the
     cells it wrote, its time. True when a context shift came first (and was noted)."""
     s = w.state
-    s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
+    s.light((SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS))
     s.note_records((rec,), (before, w.engine.kv.used))
     if rec.shift is None:
         return False
@@ -147,8 +146,7 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
     settings = eng.settings
     with w.lane.lendable():  # forks never shift: the decode may be lent
         rec = eng.step_seqs({0: forced} if forced is not None else None)
-    s.action = "force" if forced is not None else "step"
-    s.dirty_since_save = True
+    s.ran("force" if forced is not None else "step", unsaved=True)
     s.last_pick = None
     seq0 = rec.rows.get(0) if rec is not None else None
     if seq0 is not None and row0 is not None:
@@ -166,8 +164,8 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
             settings.mirostat,
         )
     if rec is None:
-        s.activity = "done"
-        s.lit = (SAMPLE, DETOKENIZE)
+        s.playback.end(eng.stop_reason)
+        s.light((SAMPLE, DETOKENIZE))
         s.note(f"Every sequence has stopped ({eng.stop_reason or 'end of generation'}).")
         turn_ended(w)
         return
@@ -199,17 +197,17 @@ def turn_ended(w: WorkerParts) -> None:
 def toggle_play(w: WorkerParts) -> None:
     s = w.state
     if s.mode == "autoplay":
-        s.mode = "step"
+        s.playback.pause()
         s.note("Step mode: → decodes one token, ← rewinds one, space plays again.")
     else:
-        s.mode = "autoplay"
+        s.playback.play()
         if s.activity == "done":
             s.note("Autoplay on. The reply has ended; the next message plays on its own.")
         elif s.activity == "idle":
             s.note("Autoplay on: replies generate on their own.")
         else:
             s.note("Playing. Space pauses.")
-    s.action = "mode"
+    s.ran("mode")
 
 
 def pause(w: WorkerParts) -> None:
@@ -219,7 +217,7 @@ def pause(w: WorkerParts) -> None:
 
 def rewind(w: WorkerParts, n: int) -> None:
     s, eng = w.state, w.engine
-    s.mode = "step"  # rewinding is stepping: autoplay would resample at once
+    s.playback.pause()  # rewinding is stepping: autoplay would resample at once
     n = min(n, chat.reply_tokens(w))
     if eng.branches:
         paths.leave_forks(w)  # each fork is a path not taken, its cells parked
@@ -229,14 +227,11 @@ def rewind(w: WorkerParts, n: int) -> None:
     paths.leave_live(w, "rewind")
     before = eng.kv.used
     removed = eng.rewind(n)
-    s.activity = "generating"
-    s.action = "rewind"
-    s.lit = (FEED_BACK,)
-    s.last_pick = None
-    s.last_records = ()
+    s.playback.reopen()
+    s.ran("rewind", (FEED_BACK,), unsaved=True)
+    s.forget_step()
     s.new_cells = (eng.kv.used, eng.kv.used)
     s.spans = clip(s.spans, eng.n_past)
-    s.dirty_since_save = True
     if eng.logits is not None:
         how = "the logits for the new last token came from memory, nothing was recomputed"
     else:
@@ -253,15 +248,14 @@ def fork(w: WorkerParts) -> None:
     s, eng = w.state, w.engine
     w.require("fork")
     if s.activity == "done" and not eng.branches:
-        s.activity = "generating"  # a fork may continue where the reply ended
+        s.playback.reopen()  # a fork may continue where the reply ended
         eng.stopped(None)
     at = eng.n_past
     dst = eng.fork(0)
     s.fork_at = at
     s.fork_tokens = {0: [], dst: []}
-    s.mode = "step"
-    s.action = "fork"
-    s.lit = ()
+    s.playback.pause()
+    s.ran("fork", ())
     s.note(
         f"Forked: sequence {dst} shares all {at} KV cells of sequence 0 "
         "(llama_memory_seq_cp); → steps both in one llama_decode."

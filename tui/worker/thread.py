@@ -33,6 +33,7 @@ from .attention import AttentionControl
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
+from .playback import Playback
 from .publisher import Publisher
 from .sampler_desk import SamplerDesk
 from .state import State
@@ -68,7 +69,7 @@ class Worker:
         self.prefix_cache = prefix_cache
         self.close_engine = close_engine
         self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
-        self.state = State(mode="autoplay" if autoplay else "step")
+        self.state = State(Playback("autoplay" if autoplay else "step"))
         self.error: str | None = None  # an unexpected failure in the worker
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self.desk = SamplerDesk(lambda: self.engine)  # settings changes, cursor, ended chain
@@ -294,12 +295,12 @@ class Worker:
     def busy(self, what: str) -> Iterator[None]:
         """A slow command: a view saying ``what`` it does is published before it starts (the
         app shows progress), and cleared when it ends."""
-        self.state.busy = what
+        self.state.playback.begin(what)
         self.publisher.publish(force=True)
         try:
             yield
         finally:
-            self.state.busy = None
+            self.state.playback.finish()
 
     def take_queued(self, kind: type[cmd_types.Command]) -> cmd_types.Command | None:
         """Remove every queued command of ``kind`` and return the newest (None if none): a
@@ -379,19 +380,19 @@ class Worker:
         try:
             fn(*args)
         except ServerError as exc:  # llama-server went away, is loading, busy, slow or refused
-            self.state.mode = "step"  # autoplay would retry in a loop; the user retries
+            self.state.playback.pause()  # autoplay would retry in a loop; the user retries
             text = str(exc)[:1].upper() + str(exc)[1:]
             if exc.retry:
                 key = "Enter sends it again" if self.state.returned_text else "press → to retry"
                 text += f" The conversation is kept; {key}."
             self.state.note(text, "error")
         except TokenstepError as exc:
-            self.state.mode = "step"  # the same error again and again helps nobody
+            self.state.playback.pause()  # the same error again and again helps nobody
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
         except Exception as exc:  # keep the worker alive; show what happened
             self.error = traceback.format_exc()
             self.state.note(f"Internal error: {type(exc).__name__}: {exc}", "error")
-            self.state.mode = "step"
+            self.state.playback.pause()
 
     def _failed(self, text: str, trace: str) -> None:
         """A view could not be built, or a key on the lane failed outside its command."""
