@@ -37,6 +37,8 @@ class ServerVocab(Protocol):
 
     def piece(self, token: int) -> bytes: ...
 
+    def end_with(self, ids: set[int]) -> None: ...
+
 
 class LocalVocab:
     """``llama_model_load_from_file`` with ``vocab_only``: a llama_vocab and nothing else."""

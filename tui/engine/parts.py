@@ -108,8 +108,8 @@ class EngineParts(Protocol):
     @property
     def stop_reason(self) -> str | None: ...
 
-    def stopped(self, reason: str | None) -> None:
-        """Generation ended for ``reason`` (None: it may go on)."""
+    def stopped(self, reason: str | None, seq: int = 0) -> None:
+        """Generation ended for ``reason`` (None: it may go on); ``seq``: a fork's own."""
 
     def first_prompt(self, n: int) -> None:
         """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""

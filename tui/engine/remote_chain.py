@@ -38,6 +38,11 @@ class NoLocalContext:
 
     _capabilities: Capabilities
     settings: SamplerSettings
+    score_prompt: bool
+
+    def score_prompts(self, on: bool) -> None:
+        """Kept for the surprise map's wording: a server's prompt rows have no logits here."""
+        self.score_prompt = on
 
     def use_settings(self, settings: SamplerSettings) -> None:
         """The next request's settings (a whole new object, as the local Engine takes them)."""
@@ -123,7 +128,7 @@ def chain_for(
     caps = dataclasses.replace(remote_capabilities(url), vocab=local_vocab is not None)
     if local_vocab is not None:
         check_same_vocab(local_vocab, server_vocab, url)
-        server_vocab.eog_ids = local_vocab.eog_ids()  # llama.cpp's own, as the grammar ends
+        server_vocab.end_with(local_vocab.eog_ids())  # llama.cpp's own, as the grammar ends
     settings.check_vocab(n_vocab)
     chain = SamplerChain(
         n_vocab,

@@ -123,17 +123,24 @@ class ServerClient:
         self.timeout = timeout
         self._conn: _Connection | None = None
 
-    def get(self, path: str) -> Reply:
-        return self.request("GET", path)
+    def get(self, path: str, timeout: float | None = None) -> Reply:
+        return self.request("GET", path, timeout=timeout)
 
     def post(self, path: str, body: dict[str, Any]) -> Reply:
         return self.request("POST", path, body)
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Reply:
-        """One whole request within ``timeout`` seconds, its reply parsed as JSON (the fields
-        are the caller's to check, through :mod:`~tui.engine.remote_reply`)."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Reply:
+        """One whole request within ``timeout`` seconds (None: the client's), its reply parsed
+        as JSON (the fields are the caller's to check, through :mod:`~tui.engine.remote_reply`)."""
         t0 = time.perf_counter()
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         data = json.dumps(body).encode() if body is not None else None
         json_ms = (time.perf_counter() - t0) * 1000.0
         status, raw = self._exchange(method, path, data, deadline)

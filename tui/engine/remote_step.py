@@ -286,10 +286,7 @@ def top_probs(step: ServerStep | None) -> list[float]:
 
 def slot_busy(client: ServerClient, url: str, slot: int) -> bool:
     """``GET /slots``: is our slot processing someone else's request? (5 s at most.)"""
-    saved, client.timeout = client.timeout, 5.0
     try:
-        return read_slots(url, client.get("/slots").body, slot)
+        return read_slots(url, client.get("/slots", timeout=5.0).body, slot)
     except ServerError:
         return False
-    finally:
-        client.timeout = saved

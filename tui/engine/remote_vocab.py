@@ -80,6 +80,10 @@ class RemoteVocab:
     def text(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
+    def end_with(self, ids: set[int]) -> None:
+        """The end-of-generation tokens, as the server's props (or a local -m) name them."""
+        self.eog_ids = set(ids)
+
     def is_eog(self, token: int) -> bool:
         return token in self.eog_ids
 
@@ -95,7 +99,7 @@ def model_info(
     names = [n for n in dict.fromkeys([eos_text, *EOG_NAMES]) if n]
     toks = vocab.tokenize("".join(names), add_special=False, parse_special=True)
     pieces = {vocab.piece(t).decode("utf-8", "replace"): t for t in toks}
-    vocab.eog_ids = {t for name, t in pieces.items() if name in names}
+    vocab.end_with({t for name, t in pieces.items() if name in names})
     eos = pieces.get(eos_text, -1)
     bos_toks = vocab.tokenize(bos_text, add_special=False, parse_special=True) if bos_text else []
     n_vocab = int(meta.get("n_vocab") or vocab.n_vocab)

@@ -67,7 +67,7 @@ def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampl
         if seq == 0:
             engine.stopped("end of generation")
         else:
-            engine.branches[seq].stop_reason = "end of generation"
+            engine.stopped("end of generation", seq)
     p, entropy = pick_p(logits, source, token, seq)
     picked = Surprise(token, p, result.p_final(token), entropy, False)
     if seq == 0:
@@ -159,7 +159,7 @@ def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepR
         engine.stopped(reason)
         for s, _ in picks:
             if s:
-                engine.branches[s].stop_reason = reason
+                engine.stopped(reason, s)
         return None
     tokens = [BatchToken(t, engine.kv.last_pos(s) + 1, (s,), True) for s, t in picks]
     call = DecodeCall(tokens, ubatch_chunks(len(tokens), engine.config.n_ubatch))

@@ -159,10 +159,17 @@ class Engine:
         """The record whose decode produced :attr:`logits`."""
         return self.logits_memory.record
 
-    def stopped(self, reason: str | None) -> None:
+    def stopped(self, reason: str | None, seq: int = 0) -> None:
         """Generation ended for ``reason`` ("end of generation", "context full ..."); None: a
-        new turn or a rewind, generation may go on."""
-        self.stop_reason = reason
+        new turn or a rewind, generation may go on. ``seq``: a forked sequence's own stop."""
+        if seq:
+            self.branches[seq].stop_reason = reason
+        else:
+            self.stop_reason = reason
+
+    def score_prompts(self, on: bool) -> None:
+        """Decode prompts with logits on every row (the surprise map, the lens grid) or not."""
+        self.score_prompt = on
 
     def first_prompt(self, n: int) -> None:
         """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""

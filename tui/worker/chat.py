@@ -107,7 +107,7 @@ def send(w: WorkerParts, text: str) -> None:
     s = w.state
     if not text.strip():
         if s.queued:  # Enter on an empty box: send the queued message now
-            text, s.queued = s.queued, None
+            text = s.take_queued() or text
         else:
             s.note("Type a message first.", "warn")
             return
@@ -115,15 +115,15 @@ def send(w: WorkerParts, text: str) -> None:
         try:  # the size now: a message that cannot fit is refused before it is queued
             planned(w, text)
         except TokenstepError:
-            s.returned_text = text
+            s.give_back(text)
             raise
-        s.queued = text
+        s.queue(text)
         s.note("Queued: your message is sent when this reply ends.", "warn")
         return
     try:
         send_now(w, text)
     except TokenstepError:
-        s.returned_text = text
+        s.give_back(text)
         raise
 
 
@@ -135,11 +135,11 @@ def set_system(w: WorkerParts, text: str) -> None:
     if w.raw:
         s.note("Raw mode has no chat template, so no system message; it is kept for chat mode.")
         return
-    rest = s.messages[1:] if s.messages and s.messages[0].role == "system" else list(s.messages)
-    s.messages = ([Message("system", w.system_prompt)] if w.system_prompt else []) + rest
-    s.dirty_since_save = True
-    what = f"System prompt set ({len(w.system_prompt):,} characters)" if w.system_prompt else (
-        "System prompt removed"
+    rest = s.with_system(Message("system", w.system_prompt) if w.system_prompt else None)
+    what = (
+        f"System prompt set ({len(w.system_prompt):,} characters)"
+        if w.system_prompt
+        else "System prompt removed"
     )
     n = len(w.engine.vocab.tokenize(w.system_prompt, add_special=False)) if w.system_prompt else 0
     if n >= w.engine.n_ctx:  # said now, not at every message sent
@@ -163,13 +163,13 @@ def send_queued(w: WorkerParts) -> None:
     """The reply ended: send the queued message; one that no longer fits (the reply grew)
     goes back to the chat box."""
     s = w.state
-    if not s.queued:
+    text = s.take_queued()
+    if not text:
         return
-    text, s.queued = s.queued, None
     try:
         send_now(w, text)
     except TokenstepError:
-        s.returned_text = text
+        s.give_back(text)
         raise
 
 

@@ -16,7 +16,6 @@ from ..engine import paths
 from ..engine.errors import TokenstepError
 from ..engine.sequences import pick_p
 from ..engine.surprise import Surprise
-from .state import PathBranch
 
 if TYPE_CHECKING:
     from .parts import WorkerParts
@@ -50,8 +49,7 @@ def _add(
         s.paths.remove(b)
         if b.seq is not None:
             paths.drop(eng, b.seq)
-    s.paths.append(PathBranch(s.path_next, t, tuple(values), how, seq))
-    s.path_next += 1
+    s.add_path(t, tuple(values), how, seq)
 
 
 def _park(w: WorkerParts, keep: int | None = None) -> int | None:
@@ -107,8 +105,7 @@ def leave_forks(w: WorkerParts) -> None:
         values = [br.values.get(i, t) or eng.surprise.get(i, t) for i, t in enumerate(tokens)]
         eng.drop_seq(seq)
         _add(w, tokens[start:], values[start:], "fork", None)
-    w.state.fork_at = None
-    w.state.fork_tokens = {}
+    w.state.unforked()
 
 
 def leave_pick(w: WorkerParts, forced: int) -> None:
@@ -161,8 +158,9 @@ def jump(w: WorkerParts, branch_id: int) -> None:
             how += f", {got.recomputed} decoded again for its logits"
     else:
         how = f"{got.recomputed} token(s) decoded again (llama.cpp no longer held their cells)"
-    s.path_note = f"Path {b.id}: {how}."
-    s.note(f"Jumped to {s.path_note[0].lower()}{s.path_note[1:]}")
+    note = f"Path {b.id}: {how}."
+    s.jumped(note)
+    s.note(f"Jumped to {note[0].lower()}{note[1:]}")
 
 
 def new_turn(w: WorkerParts) -> None:
@@ -170,8 +168,7 @@ def new_turn(w: WorkerParts) -> None:
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return
     paths.drop_all(w.engine)
-    w.state.paths = []
-    w.state.path_note = None
+    w.state.new_turn()
 
 
 # -- saved sessions ----------------------------------------------------------------------------

@@ -141,9 +141,100 @@ class State:
         self.messages, self.spans, self.reply_start = messages, spans, reply_start
         self.tokenized, self.last_pick = tok, None
 
-    def forget_step(self) -> None:
-        """The last pick and its decode calls no longer describe the context (a rewind, a jump)."""
+    # -- the conversation ------------------------------------------------------------------
+    def queue(self, text: str) -> None:
+        """A message typed while a reply plays: sent when the reply ends."""
+        self.queued = text
+
+    def take_queued(self) -> str | None:
+        """The queued message, taken off the queue (None if none)."""
+        text, self.queued = self.queued, None
+        return text
+
+    def give_back(self, text: str) -> None:
+        """A message that could not be sent: the chat box gets it back."""
+        self.returned_text = text
+
+    def handled(self) -> None:
+        """A new command: nothing is handed back to the chat box yet."""
+        self.returned_text = None
+
+    def with_system(self, system: Message | None) -> int:
+        """The conversation opens with ``system`` from now on (None: no system message);
+        the number of messages after it."""
+        first = self.messages[:1]
+        rest = self.messages[1:] if first and first[0].role == "system" else list(self.messages)
+        self.messages = ([system] if system else []) + rest
+        self.dirty_since_save = True
+        return len(rest)
+
+    def shifted(self, spans: list[Span], n_keep: int, n_discard: int) -> None:
+        """A context shift forgot [n_keep, n_keep + n_discard): ``spans`` are what is left;
+        where the reply and a fork start move back with the tokens after the gap."""
+        self.spans = spans
+        if self.reply_start is not None and self.reply_start > n_keep:
+            self.reply_start = max(n_keep, self.reply_start - n_discard)
+        if self.fork_at is not None and self.fork_at > n_keep:
+            self.fork_at = max(n_keep, self.fork_at - n_discard)
+
+    def cut_to(self, spans: list[Span]) -> None:
+        """The context ends earlier (a rewind, a jump): ``spans`` are the ones left."""
+        self.spans = spans
+
+    def picked(self, pick: Pick | None) -> None:
+        """The token the last step took (None: a forked step's sequence 0 gave no row)."""
+        self.last_pick = pick
+
+    # -- forks and paths -------------------------------------------------------------------
+    def forked(self, at: int, seqs: list[int]) -> None:
+        """Sequence 0 (``at`` tokens long) was copied: each of ``seqs`` starts empty."""
+        self.fork_at, self.fork_tokens = at, {q: [] for q in seqs}
+
+    def fork_stepped(self, tokens: dict[int, int]) -> None:
+        """One token per sequence, from one llama_decode."""
+        for seq, token in tokens.items():
+            self.fork_tokens.setdefault(seq, []).append(token)
+
+    def unforked(self) -> None:
+        self.fork_at, self.fork_tokens = None, {}
+
+    def add_path(
+        self,
+        tokens: tuple[int, ...],
+        values: tuple[Surprise | None, ...],
+        how: str,
+        seq: int | None,
+    ) -> None:
+        """A path not taken of this turn, numbered in order."""
+        self.paths.append(PathBranch(self.path_next, tokens, values, how, seq))
+        self.path_next += 1
+
+    def jumped(self, note: str) -> None:
+        """A jump put a path back (``note``: how)."""
+        self.path_note = note
+
+    def new_turn(self) -> None:
+        """A new message: the paths were of the last turn."""
+        self.paths, self.path_note = [], None
+
+    # -- the panes' slices -----------------------------------------------------------------
+    def verified(self, res: VerifyResult) -> None:
+        self.verify, self.action, self.lit = res, "verify", ()
+
+    def scale(self, scale: str) -> None:
+        """The surprise map's scale ("off", "p", "p'", "entropy")."""
+        self.surprise_scale = scale
+
+    def show_paths(self, shown: bool) -> None:
+        """The tree pane is (not) showing: while it is, rewinds park their cells."""
+        self.paths_shown = shown
+
+    def forget_step(self, cells: tuple[int, int] | None = None) -> None:
+        """The last pick and its decode calls no longer describe the context (a rewind, a
+        jump); ``cells``: the new-cells range the KV grid lights from now (None: kept)."""
         self.last_pick, self.last_records = None, ()
+        if cells is not None:
+            self.new_cells = cells
 
     def note_records(self, records: Sequence[StepRecord], new_cells: tuple[int, int]) -> None:
         """The llama_decode calls a command made: the batch pane draws them, the KV grid

@@ -62,9 +62,7 @@ def step(w: WorkerParts, forced: int | None) -> None:
         s.playback.end(eng.stop_reason)
         s.light((SAMPLE, DETOKENIZE))
         if eng.stop_reason == "end of generation":
-            s.note(
-                "End of generation: the model sampled an end token. ← rewinds and resamples."
-            )
+            s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
         else:
             s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
         turn_ended(w)
@@ -80,7 +78,7 @@ def step(w: WorkerParts, forced: int | None) -> None:
     elif s.mode == "step" or lost:
         s.note("Stepped one token: sample, detokenize, feed back, decode." + lost)
     if lost:
-        s.notice_level = "warn"
+        s.note(s.notice, "warn")
 
 
 def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
@@ -93,9 +91,8 @@ def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
     p, p_final = pick_probabilities(turn.sampled)
     sp = turn.sampled
     mirostat = eng.settings.mirostat
-    w.state.last_pick = Pick(
-        sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed, mirostat
-    )
+    piece = eng.vocab.piece(sp.token)
+    w.state.picked(Pick(sp.token, piece, p, p_final, sp.forced, sp.eog, greedy, seed, mirostat))
     settings = repr(eng.settings.to_dict())
     w.picked((eng.logits_record, settings, sp.chain) if sp.eog else None)
     if eng.n_past >= eng.n_ctx:  # a context shift (or a stop) comes first: not lent
@@ -120,11 +117,7 @@ def shifted(w: WorkerParts, ev: ShiftEvent) -> None:
     """A context shift forgot tokens [n_keep, n_keep + n_discard): cut them out of the
     text's spans and say what was forgotten."""
     s, a, n = w.state, ev.n_keep, ev.n_discard
-    s.spans = cut(s.spans, a, n)
-    if s.reply_start is not None and s.reply_start > a:
-        s.reply_start = max(a, s.reply_start - n)
-    if s.fork_at is not None and s.fork_at > a:
-        s.fork_at = max(a, s.fork_at - n)
+    s.shifted(cut(s.spans, a, n), a, n)
     gone = b"".join(w.engine.vocab.piece(f.token) for f in ev.forgotten)
     text = gone.decode("utf-8", errors="replace")
     shown = text if len(text) <= 40 else text[:39] + "…"
@@ -147,21 +140,23 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
     with w.lane.lendable():  # forks never shift: the decode may be lent
         rec = eng.step_seqs({0: forced} if forced is not None else None)
     s.ran("force" if forced is not None else "step", unsaved=True)
-    s.last_pick = None
+    s.picked(None)
     seq0 = rec.rows.get(0) if rec is not None else None
     if seq0 is not None and row0 is not None:
         logits0, chain0 = row0
         t = seq0.token
-        s.last_pick = Pick(
-            t,
-            eng.vocab.piece(t),
-            float(softmax(logits0)[t]),
-            chain0.p_final(t),
-            forced is not None,
-            False,
-            settings.is_greedy,
-            settings.seed,
-            settings.mirostat,
+        s.picked(
+            Pick(
+                t,
+                eng.vocab.piece(t),
+                float(softmax(logits0)[t]),
+                chain0.p_final(t),
+                forced is not None,
+                False,
+                settings.is_greedy,
+                settings.seed,
+                settings.mirostat,
+            )
         )
     if rec is None:
         s.playback.end(eng.stop_reason)
@@ -169,8 +164,7 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
         s.note(f"Every sequence has stopped ({eng.stop_reason or 'end of generation'}).")
         turn_ended(w)
         return
-    for seq, row in rec.rows.items():
-        s.fork_tokens.setdefault(seq, []).append(row.token)
+    s.fork_stepped({seq: row.token for seq, row in rec.rows.items()})
     if not stepped(w, rec, before) and s.mode == "step":
         ids = ", ".join(str(q) for q in rec.rows)
         s.note(f"One llama_decode for sequences {ids}: one token each, own positions.")
@@ -229,9 +223,8 @@ def rewind(w: WorkerParts, n: int) -> None:
     removed = eng.rewind(n)
     s.playback.reopen()
     s.ran("rewind", (FEED_BACK,), unsaved=True)
-    s.forget_step()
-    s.new_cells = (eng.kv.used, eng.kv.used)
-    s.spans = clip(s.spans, eng.n_past)
+    s.forget_step((eng.kv.used, eng.kv.used))
+    s.cut_to(clip(s.spans, eng.n_past))
     if eng.logits is not None:
         how = "the logits for the new last token came from memory, nothing was recomputed"
     else:
@@ -252,8 +245,7 @@ def fork(w: WorkerParts) -> None:
         eng.stopped(None)
     at = eng.n_past
     dst = eng.fork(0)
-    s.fork_at = at
-    s.fork_tokens = {0: [], dst: []}
+    s.forked(at, [0, dst])
     s.playback.pause()
     s.ran("fork", ())
     s.note(
@@ -265,12 +257,11 @@ def fork(w: WorkerParts) -> None:
 def jump(w: WorkerParts, branch_id: int) -> None:
     """Make a path not taken the live reply (see :func:`tui.worker.paths.jump`)."""
     paths.jump(w, branch_id)
-    w.state.spans = clip(w.state.spans, w.engine.n_past)
+    w.state.cut_to(clip(w.state.spans, w.engine.n_past))
 
 
 def drop_forks(w: WorkerParts) -> None:
     eng = w.engine
     for seq in list(eng.branches):
         eng.drop_seq(seq)
-    w.state.fork_at = None
-    w.state.fork_tokens = {}
+    w.state.unforked()

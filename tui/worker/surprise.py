@@ -29,7 +29,7 @@ def keep(w: WorkerParts) -> str:
     """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
     the engine scores prompts exactly while the map shows a scale. Returns a sentence for
     the notice saying the map is still on (empty when it is off)."""
-    w.engine.score_prompt = w.state.surprise_scale != "off" or w.lens.grid  # the grid too
+    w.engine.score_prompts(w.state.surprise_scale != "off" or w.lens.grid)  # the grid too
     if w.state.surprise_scale == "off":
         return ""
     return (
@@ -40,8 +40,8 @@ def keep(w: WorkerParts) -> str:
 
 def cycle(w: WorkerParts) -> None:
     s, eng = w.state, w.engine
-    s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
-    eng.score_prompt = s.surprise_scale != "off" or w.lens.grid
+    s.scale(SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)])
+    eng.score_prompts(s.surprise_scale != "off" or w.lens.grid)
     if s.surprise_scale == "off":
         rows = (
             "the lens grid still decodes prompts with logits on every row"

@@ -108,7 +108,7 @@ class Worker:
             cmd_types.Fork: lambda c: stepping.fork(self),
             cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
             cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
-            cmd_types.PathsShown: lambda c: setattr(self.state, "paths_shown", c.shown),
+            cmd_types.PathsShown: lambda c: self.state.show_paths(c.shown),
             cmd_types.Call: lambda c: c.fn(),
         }
 
@@ -327,7 +327,7 @@ class Worker:
     def handle(self, cmd: cmd_types.Command) -> None:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""
         self.commands += 1
-        self.state.returned_text = None
+        self.state.handled()
         self._handlers[type(cmd)](cmd)
 
     def run_now(self, cmd: cmd_types.Command) -> None:

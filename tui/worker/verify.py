@@ -20,9 +20,7 @@ def verify(w: WorkerParts, mode: str) -> None:
     n = len(w.engine.tokens)
     with w.busy(f"Verify ({mode}): recomputing the {n} tokens from scratch in a fresh context"):
         res = w.engine.verify_last(mode)
-    s.verify = res
-    s.action = "verify"
-    s.lit = ()
+    s.verified(res)
     top1 = quoted(w.engine.vocab.piece(res.top1_cached), res.top1_cached)
     agree = f"agrees ({top1})" if res.top1_agree else f"DISAGREES (cached {top1})"
     s.note(
