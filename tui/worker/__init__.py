@@ -5,9 +5,11 @@
 - :mod:`.publisher` — the latest view and the publish throttle
 - :mod:`.parts` — the protocol the command modules are typed with
 - :mod:`.commands` — one frozen dataclass per command; the worker dispatches on the type
-- :mod:`.state` — what a chat holds beyond the engine (mode, notice, spans, picks)
+- :mod:`.state` — what a chat holds beyond the engine (conversation, notice, picks, paths)
+- :mod:`.playback` — :class:`Playback`: mode and activity, changed only by named transitions
 - :mod:`.chat` — spans of the context and sending a message
 - :mod:`.stepping` — stepping, autoplay, rewind, forked sequences
+- :mod:`.sampler_desk` — :class:`SamplerDesk`: every change to the sampler settings
 - :mod:`.sampler_keys` — the ladders the sampler keys move along
 - :mod:`.attention` — attention capture on the worker's side
 - :mod:`.saving`, :mod:`.session_store`, :mod:`.resume` — saved sessions
