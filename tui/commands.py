@@ -119,7 +119,7 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
             cap.lens_head(engine)
             if getattr(args, "lens_grid", False):
                 cap.set_grid(True)
-                engine.score_prompt = True  # every prompt row's l_out reaches the last layer
+                engine.score_prompts(True)  # every prompt row's l_out reaches the last layer
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine
