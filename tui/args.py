@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from .backend_flags import gpu_flags, repack_flags, server_flags
 from .engine.errors import TokenstepError
+from .spec_flags import spec_flags
 from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
@@ -272,6 +273,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="tokens to generate (default 32)",
     )
     _graph_flags(trace)
+    spec_flags(trace)
     trace.add_argument(
         "--lens",
         action="store_true",
@@ -315,6 +317,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     gpu_flags(verify)
     repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
+    spec_flags(verify)
     verify.add_argument(
         "-n",
         "--n-predict",

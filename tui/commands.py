@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import cast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from .args import read_prompt
 from .backend_flags import repack_with_server
@@ -25,6 +26,10 @@ from .engine import (
 from .engine import chat as chat_mod
 from .engine.model import probe
 from .engine.offload import Offload
+
+if TYPE_CHECKING:
+    from .engine.spec_verify import Speculator
+    from .engine.step import StepRecord
 
 GGML_MAX_N_THREADS = 512  # ggml.h
 
@@ -235,11 +240,16 @@ def trace_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)  # flags first: a typo should not wait for a model load
     config_from_args(args)
+    from .spec_flags import check_spec, speculator_from_args
+
+    check_spec(args)
     text = read_prompt(args)
     if not text.strip():  # before the model load, like the flags
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
+    spec = None
     try:
+        spec = speculator_from_args(args, engine)
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out, n_sampled = sys.stdout, 0
         lens = None
@@ -247,17 +257,30 @@ def trace_main(args: argparse.Namespace) -> int:
             from .engine.lens_capture import find_lens
 
             lens = find_lens(engine)
-        for rec in loop.generate(engine, args.n_predict, toks):
+        for rec in generate_records(engine, spec, args.n_predict, toks):
             if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
                 lens.note_pick(engine, rec)
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
-            n_sampled += rec.sampled is not None
+            n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
         if n_sampled < args.n_predict and engine.stop_reason:
             print(stopped_early(engine, n_sampled, args.n_predict), file=sys.stderr)
     finally:
+        if spec is not None:
+            spec.close()
         engine.close()
     return 0
+
+
+def generate_records(
+    engine: Engine, spec: Speculator | None, n_predict: int, toks: list[int]
+) -> Iterator[StepRecord]:
+    """The loop's records, or with --spec-type one record per draft-verify round."""
+    if spec is None:
+        return loop.generate(engine, n_predict, toks)
+    from .engine import spec_verify
+
+    return spec_verify.generate(engine, spec, n_predict, toks)
 
 
 def stopped_early(engine: Engine, n_sampled: int, n_predict: int) -> str:

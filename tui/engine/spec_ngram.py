@@ -5,7 +5,10 @@ pattern is the newest ``size_n`` tokens counting the token just sampled (not yet
 the context is searched backwards for the latest earlier occurrence (position 0 is never a
 match: llama.cpp uses it for "none"), and the draft is the up to ``size_m`` tokens that
 followed it. Nothing is drafted while the context holds ``size_n + size_m + 1`` tokens or fewer, nor
-when fewer than ``size_n`` tokens follow the match. ``--spec-ngram-simple-min-hits`` is parsed
+when fewer than ``size_n`` tokens follow the match. So a text that repeats with a period of
+``size_n`` tokens or less is never drafted (its latest occurrence is one period back, and
+fewer than ``size_n`` tokens follow it): "red, green, blue, yellow" repeated (8 tokens) drafts
+nothing at the default 12, while a list of 30 numbers written again drafts 48 at a time. ``--spec-ngram-simple-min-hits`` is parsed
 by llama.cpp but this drafter never reads it (ngram-map-k does); the same holds here.
 ``--spec-draft-n-max`` / ``--spec-draft-n-min`` belong to the draft model: ngram-simple's
 draft is capped only by ``size_m`` and by the room left (see :mod:`tui.engine.spec_verify`).
@@ -30,9 +33,7 @@ class NgramSimple:
     def validate(self) -> None:
         for flag, v in (("size-n", self.size_n), ("size-m", self.size_m)):
             if not 1 <= v <= 1024:  # llama.cpp's arg.cpp range
-                raise ValueError(
-                    f"--spec-ngram-simple-{flag} must be between 1 and 1024, not {v}."
-                )
+                raise ValueError(f"--spec-ngram-simple-{flag} must be between 1 and 1024, not {v}.")
 
     def draft(self, tokens: Sequence[int], sampled: int) -> list[int]:
         """The draft after ``tokens`` (the context) and ``sampled`` (the pick not yet fed)."""

@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from .session import Engine
     from .step import StepRecord
 
-SPEC_TYPES = ("none", "ngram-simple", "draft-simple")  # the ones tokenstep has
-
 
 class Drafter(Protocol):
     name: str
