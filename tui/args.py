@@ -219,6 +219,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     server_flags(app)
     gpu_flags(app)
     repack_flags(app)
+    spec_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(

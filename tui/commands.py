@@ -221,8 +221,11 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
 
 def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
+    from .spec_flags import check_spec
+
     config_from_args(args)
     settings = settings_from_args(args)
+    check_spec(args)
     if getattr(args, "server", None):
         from .engine.remote_http import parse_url
 
@@ -233,6 +236,8 @@ def preflight(args: argparse.Namespace) -> None:
         return
     offload_from_args(args)
     probe(args.model)
+    if getattr(args, "model_draft", None):
+        probe(args.model_draft)
 
 
 def trace_main(args: argparse.Namespace) -> int:

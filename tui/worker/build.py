@@ -119,6 +119,7 @@ class ViewBuilder:
             n_ubatch=eng.config.n_ubatch,
             returned_text=s.returned_text,
             where=where_it_runs(eng),
+            spec=w.spec.summary() if w.spec is not None else None,
         )
 
     def text(self, pieces: tuple[bytes, ...]) -> TextView:
@@ -137,6 +138,7 @@ class ViewBuilder:
             fork_at=s.fork_at,
             seqs=self.seq_views(),
             surprise=self.surprise.get(),
+            spec=w.spec.marks if w.spec is not None and w.spec.pending is not None else None,
         )
 
     def batch(self) -> BatchView:

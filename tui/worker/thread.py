@@ -32,6 +32,7 @@ from .attention import AttentionControl
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
+from .spec_step import SpecRun, settle_before
 from .state import State
 from .views import View
 
@@ -76,6 +77,7 @@ class Worker:
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
+        self.spec: SpecRun | None = None  # --spec-type: draft-verify rounds
         self._q: queue.Queue[cmd_types.Command] = queue.Queue()
         self.commands_queue, self.lane = self._q, KeyLane(self)  # sampler keys mid-decode
         self._stop = threading.Event()
@@ -312,6 +314,8 @@ class Worker:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""
         self.commands += 1
         self.state.returned_text = None
+        if self.spec is not None:  # a pick waiting for the next verify batch (--spec-type)
+            settle_before(self, self.spec, cmd)
         self._handlers[type(cmd)](cmd)
 
     def run_now(self, cmd: cmd_types.Command) -> None:

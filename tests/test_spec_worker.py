@@ -1,0 +1,88 @@
+"""--spec-type in the app: the worker steps one draft-verify round per key, the panes get the
+verify batch, the round's marks and the header figure, and the pick that waits for the next
+batch is settled before any command that works on the context."""
+
+from __future__ import annotations
+
+import pytest
+
+from tui.engine import Engine, EngineConfig, SamplerSettings
+from tui.engine.spec_ngram import NgramSimple
+from tui.engine.spec_verify import NgramDrafter, Speculator
+from tui.worker import commands as c
+from tui.worker.spec_step import SpecRun
+from tui.worker.thread import Worker
+
+# Four times round: the model continues the list, with a few rounds that reject a draft.
+LIST = "Colors: " + ", ".join(["red", "green", "blue", "yellow"] * 4)
+
+
+@pytest.fixture
+def worker(model):
+    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
+    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    w.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    yield w
+    w.stop()
+    eng.close()
+
+
+def test_each_step_is_one_round(worker):
+    w = worker
+    w.handle(c.Send(LIST))
+    verified = None
+    for _ in range(6):
+        records = len(w.engine.records)
+        w.handle(c.Step())
+        assert len(w.engine.records) == records + 1  # one llama_decode per step
+        v = w.build_view()
+        rec = v.batch.last_records[-1]
+        assert rec.spec is not None
+        if rec.phase == "verify":
+            verified = (v, rec)
+            assert all(t.logits for t in rec.call.tokens)  # logits on every row
+            assert "ONE llama_decode" in w.state.notice
+        assert v.text.spec is not None and v.text.spec.pending is not None
+        assert w.spec.pending == rec.spec.picks[-1]
+        assert w.engine.tokens[-1] == rec.call.tokens[len(rec.spec.picks) - 1].id
+    assert verified is not None
+    v, rec = verified
+    st = w.spec.spec.stats
+    assert v.header.spec is not None and f"accepted {st.accepted}/{st.drafted}" in v.header.spec
+    assert "tok/decode" in v.header.spec
+
+
+def test_a_rejected_draft_token_is_marked_beside_its_replacement(worker):
+    w = worker
+    w.handle(c.Send(LIST))
+    for _ in range(12):
+        w.handle(c.Step())
+        rec = w.state.last_records[-1]
+        sp = rec.spec
+        if sp is not None and sp.draft and sp.accepted < len(sp.draft):
+            marks = w.build_view().text.spec
+            assert marks is not None
+            assert marks.rejected == w.engine.vocab.piece(sp.draft[sp.accepted])
+            assert marks.pending == w.engine.vocab.piece(sp.picks[-1])
+            assert marks.end - marks.start == sp.accepted
+            assert marks.end == w.engine.n_past
+            return
+    pytest.fail("no round rejected part of its draft")
+
+
+def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(worker):
+    w = worker
+    w.handle(c.Send(LIST))
+    w.handle(c.Step())
+    pending = w.spec.pending
+    assert pending is not None
+    n = w.engine.n_past
+    w.handle(c.Verify("batched"))
+    assert w.spec.pending is None
+    assert w.engine.n_past == n + 1 and w.engine.tokens[-1] == pending
+    assert w.state.verify is not None and w.state.verify.top1_agree
+    w.handle(c.Step())
+    assert w.spec.pending is not None
+    n = w.engine.n_past
+    w.handle(c.Rewind(1))
+    assert w.spec.pending is None and w.engine.n_past == n - 1

@@ -1,0 +1,189 @@
+"""Speculative decoding in the app (``--spec-type``): one draft-verify round per step.
+
+A round (:meth:`tui.engine.spec_verify.Speculator.round`) ends on a pick that is not decoded
+yet: the target's replacement for the first rejected draft token, or the one more after a
+fully accepted draft. llama-server keeps it the same way, as the first token of the next
+verify batch. So while speculation runs the worker holds that pick (``SpecRun.pending``):
+the text draws it after the context, marked as picked and waiting for the next batch. Any
+other command first settles it (:func:`settle` decodes it alone), so the rest of the worker
+keeps its rule that every pick is in the cache.
+
+The header figure is arithmetic on the records: accepted / drafted, tokens emitted per
+``llama_decode``, and tokens per second of the rounds' decode time (verify decodes, one-token
+decodes and the draft model's) against this run's plain one-token decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..engine import loop
+from ..engine.spec_verify import Speculator
+from ..engine.step import StepRecord
+from ..engine.tokens import quoted
+from . import commands as cmd_types
+from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
+
+if TYPE_CHECKING:
+    from .thread import Worker
+
+
+@dataclass(frozen=True)
+class SpecMarks:
+    """What the text pane marks for the last round: the accepted drafted tokens (context
+    indices [start, end)), the first rejected draft token (struck through) and the pick that
+    replaced it or came after the accepted draft (not decoded yet)."""
+
+    start: int = 0
+    end: int = 0
+    rejected: bytes | None = None
+    pending: bytes | None = None
+    summary: str | None = None  # the header figure
+
+
+@dataclass
+class SpecRun:
+    """The speculator, the pick not yet decoded, and this run's plain decodes for the
+    comparison."""
+
+    spec: Speculator
+    pending: int | None = None
+    marks: SpecMarks = field(default_factory=SpecMarks)
+    plain_ms: list[float] = field(default_factory=list)  # one-token decodes outside rounds
+
+    def summary(self) -> str | None:
+        st = self.spec.stats
+        if not (st.rounds or st.plain):
+            return None
+        parts = [self.spec.name]
+        if st.acceptance is not None:
+            parts.append(f"accepted {st.accepted}/{st.drafted} ({st.acceptance:.0%})")
+        if st.tokens_per_decode is not None:
+            parts.append(f"{st.tokens_per_decode:.2f} tok/decode")
+        ms = st.verify_ms + st.plain_ms + st.draft_ms
+        base = self.plain_ms + ([st.plain_ms / st.plain] * st.plain if st.plain else [])
+        if ms > 0 and base:
+            one = sum(base) / len(base)  # ms of one plain token in this run
+            rate, plain = st.emitted / ms * 1000.0, 1000.0 / one
+            parts.append(f"{rate:.0f} vs plain {plain:.0f} tok/s ({rate / plain:.2f}x)")
+        return " · ".join(parts)
+
+
+def step(w: Worker, run: SpecRun) -> None:
+    """One round: draft after the pick waiting (the reply's first pick is sampled here as
+    usual), verify in one llama_decode, accept, and cut the rejected tail."""
+    from .stepping import turn_ended
+
+    s, eng = w.state, w.engine
+    before = eng.kv.used
+    s.action, s.dirty_since_save = "step", True
+    if run.pending is None:  # the reply's first pick, from the prompt's logits
+        turn = loop.sample_step(eng)
+        w.picks += 1
+        if turn.stop is not None:
+            _ended(w)
+            return
+        run.pending = turn.token
+    got = run.spec.round(eng, run.pending)
+    if got is None:
+        run.pending = None
+        _ended(w)
+        return
+    note_round(w, run, got, before)
+    if run.pending is not None and eng.vocab.is_eog(run.pending):
+        run.pending = None  # the end token is never decoded: the reply ends here
+        s.activity = "done"
+        s.lit = (SAMPLE, DETOKENIZE)
+        s.note("End of generation: the round's last pick was an end token.")
+        turn_ended(w)
+
+
+KEEPS_PENDING = (
+    cmd_types.Step,
+    cmd_types.TogglePlay,
+    cmd_types.Pause,
+    cmd_types.Rewind,
+    cmd_types.Adjust,
+    cmd_types.Greedy,
+    cmd_types.Seed,
+    cmd_types.ChainEdit,
+    cmd_types.PathsShown,
+    cmd_types.SurpriseScale,
+    cmd_types.LensTab,
+    cmd_types.AttentionTabs,
+)
+
+
+def settle_before(w: Worker, run: SpecRun, cmd: cmd_types.Command) -> None:
+    """Before a command: a rewind forgets the pending pick, anything that works on the
+    context decodes it first (:func:`settle`), the rest leave it waiting."""
+    if run.pending is None:
+        return
+    if isinstance(cmd, (cmd_types.Rewind, cmd_types.NewChat)):
+        drop(run)
+    elif not isinstance(cmd, KEEPS_PENDING):
+        settle(w, run)
+
+
+def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
+    """The record for the panes, the marks for the text, and the sentence for the notice."""
+    s, eng = w.state, w.engine
+    sp = rec.spec
+    assert sp is not None
+    run.pending = sp.picks[-1]
+    k, a = len(sp.draft), sp.accepted
+    piece = eng.vocab.piece
+    rejected = piece(sp.draft[a]) if a < k and len(sp.picks) == a + 1 else None
+    n = eng.n_past
+    start = n - a if k else n
+    run.marks = SpecMarks(start, n, rejected, piece(run.pending), run.summary())
+    s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
+    s.note_records((rec,), (before, before + rec.call.n_tokens))
+    if not k:
+        run.plain_ms.append(rec.decode_ms)
+        s.note("Nothing to draft here: one token decoded as usual, its pick waits.")
+        return
+    got = quoted(piece(run.pending), run.pending)
+    how = (
+        f"the first differing pick {got} replaces {quoted(piece(sp.draft[a]), sp.draft[a])}"
+        if rejected is not None
+        else f"all accepted, and the last row gives one more: {got}"
+    )
+    s.note(
+        f"Drafted {k} ({sp.type}), verified in ONE llama_decode of {k + 1} tokens with logits "
+        f"on every row: accepted {a}; {how}; {sp.removed} cell(s) cut "
+        f"(llama_memory_seq_rm). {got} is the next batch's first token."
+    )
+
+
+def settle(w: Worker, run: SpecRun) -> None:
+    """Decode the pending pick alone, so the context holds every pick again."""
+    if run.pending is None:
+        return
+    token, run.pending = run.pending, None
+    run.marks = SpecMarks(summary=run.summary())
+    before = w.engine.kv.used
+    rec = w.engine.feed(token)
+    if rec is not None:
+        run.plain_ms.append(rec.decode_ms)
+        w.state.note_records((rec,), (before, w.engine.kv.used))
+
+
+def drop(run: SpecRun) -> None:
+    """Forget the pending pick (a rewind or a new message: it was never decoded)."""
+    run.pending = None
+    run.marks = SpecMarks(summary=run.summary())
+
+
+def _ended(w: Worker) -> None:
+    from .stepping import turn_ended
+
+    s, eng = w.state, w.engine
+    s.activity = "done"
+    s.lit = (SAMPLE, DETOKENIZE)
+    if eng.stop_reason == "end of generation":
+        s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
+    else:
+        s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
+    turn_ended(w)
