@@ -13,6 +13,8 @@ from tui.worker import commands as c
 from tui.worker.spec_step import SpecRun
 from tui.worker.thread import Worker
 
+from .test_app import run_async
+
 # Four times round: the model continues the list, with a few rounds that reject a draft.
 LIST = "Colors: " + ", ".join(["red", "green", "blue", "yellow"] * 4)
 
@@ -86,3 +88,38 @@ def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(wor
     n = w.engine.n_past
     w.handle(c.Rewind(1))
     assert w.spec.pending is None and w.engine.n_past == n - 1
+
+
+@run_async
+async def test_the_app_draws_a_round(make_engine, tmp_path):
+    """In the app: → runs one round; the header shows the figure, the text ends with the
+    waiting pick (after the struck rejected draft token, when there is one), and the pane's
+    incremental text equals its full rebuild."""
+    from tui.widgets.header import StatusHeader
+    from tui.widgets.text import ConversationPane
+
+    from .test_app import SIZE, make_app, send, wait_for
+    from .test_text_pane import _check
+
+    app = make_app(make_engine, tmp_path, raw=True)
+    app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, LIST)
+        pane = app.query_one(ConversationPane)
+        for _ in range(4):
+            n = len(app.controller.engine.records)
+            await pilot.press("right")
+            await wait_for(
+                pilot,
+                lambda n=n: pane.view is not None
+                and pane.view.text.spec is not None
+                and len(pane.view.batch.last_records) == 1
+                and pane.view.batch.last_records[0].index == n,
+                "a round drawn",
+            )
+            _check(pane)
+            marks = pane.view.text.spec
+            tail = (marks.rejected or b"").decode() + marks.pending.decode()
+            assert pane.plain.rstrip("▌").endswith(tail)
+        header = app.query_one(StatusHeader).render().plain
+        assert "ngram-simple · accepted " in header and "tok/decode" in header

@@ -20,7 +20,7 @@ from ..worker.views import SeqView, View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
 from .surprise import legend, token_style
-from .text_flow import STEP_HINT, TextFlow, conversation_parts, gap_words, plain_of
+from .text_flow import STEP_HINT, TextFlow, conversation_parts, gap_words, plain_of, spec_tail
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
@@ -275,6 +275,9 @@ class ConversationPane(FlowPane):
                 FORK,
             )
             return t
+        for atom in spec_tail(v):  # --spec-type: the rejected draft token, the waiting pick
+            for seg in atom.segments:
+                t.append(seg.text, seg.style)
         if not v.raw and v.text.reply_start is not None and not v.text.reply_tokens:
             t.append("\nmodel ▸ ", ROLE_STYLES["reply"] + Style(bold=True))
         if v.activity == "generating" and v.mode == "step":
