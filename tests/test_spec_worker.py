@@ -111,10 +111,12 @@ async def test_the_app_draws_a_round(make_engine, tmp_path):
             await pilot.press("right")
             await wait_for(
                 pilot,
-                lambda n=n: pane.view is not None
-                and pane.view.text.spec is not None
-                and len(pane.view.batch.last_records) == 1
-                and pane.view.batch.last_records[0].index == n,
+                lambda n=n: (
+                    pane.view is not None
+                    and pane.view.text.spec is not None
+                    and len(pane.view.batch.last_records) == 1
+                    and pane.view.batch.last_records[0].index == n
+                ),
                 "a round drawn",
             )
             _check(pane)
