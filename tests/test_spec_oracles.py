@@ -238,3 +238,14 @@ def test_bad_spec_flags_are_one_sentence(flags, said):
     assert res.returncode == 1
     assert said in err and "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_the_app_refuses_bad_spec_flags_before_taking_the_screen():
+    res = run_cli("--spec-type", "draft-simple")
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "needs a draft model: -md PATH." in err
+    res = run_cli("--spec-type", "ngram-simple", "--server", "http://127.0.0.1:9")
+    assert res.returncode == 1 and "--server" in res.stderr.decode()
+    res = run_cli("--spec-type", "draft-simple", "-md", "/nonexistent/draft.gguf")
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "/nonexistent/draft.gguf" in err and "Traceback" not in err

@@ -43,9 +43,19 @@ if TYPE_CHECKING:
 
 
 class Drafter(Protocol):
+    """A draft source: ``draft`` proposes up to ``room`` tokens after the context and the pick
+    not yet fed; ``draft_ms``/``draft_decodes`` are what the last draft cost in llama_decode
+    calls of its own (0 for ngram-simple); ``keep`` follows a cut of the target's context."""
+
     name: str
+    draft_ms: float
+    draft_decodes: int
 
     def draft(self, tokens: Sequence[int], sampled: int, room: int) -> list[int]: ...
+
+    def keep(self, n_keep: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -60,6 +70,12 @@ class NgramDrafter:
     def draft(self, tokens: Sequence[int], sampled: int, room: int) -> list[int]:
         out = self.ngram.draft(tokens, sampled)
         return list(out[:room]) if room > 0 else list(out)
+
+    def keep(self, n_keep: int) -> None:
+        """Nothing to cut: the context itself is the n-gram table."""
+
+    def close(self) -> None:
+        """Nothing to free."""
 
 
 @dataclass
@@ -126,13 +142,14 @@ class Speculator:
         room = self.room(engine, n_remaining)
         draft: list[int] = []
         drafter = self.drafter
-        if room > 0:
+        ran = room > 0  # the drafter ran (a draft model decodes even when it drafts nothing)
+        if ran:
             draft = drafter.draft(engine.tokens, last, room)[:room]
             n_vocab = engine.info.n_vocab
             bad = next((i for i, t in enumerate(draft) if not 0 <= t < n_vocab), None)
             draft = draft[:bad] if bad is not None else draft  # a larger draft vocabulary
-        draft_ms = float(getattr(drafter, "draft_ms", 0.0)) if draft else 0.0
-        draft_decodes = int(getattr(drafter, "draft_decodes", 0)) if draft else 0
+        draft_ms = drafter.draft_ms if ran else 0.0
+        draft_decodes = drafter.draft_decodes if ran else 0
         st = self.stats
         st.draft_ms += draft_ms
         if not draft:  # nothing to verify: a plain one-token decode, sampled as usual
@@ -141,6 +158,7 @@ class Speculator:
                 return None
             sampled = engine.sample()
             rec.spec = SpecInfo(self.name, [], 0, [sampled.token])
+            rec.spec.draft_ms, rec.spec.draft_decodes = draft_ms, draft_decodes
             st.plain += 1
             st.plain_ms += rec.decode_ms
             st.emitted += 1
@@ -207,14 +225,10 @@ class Speculator:
         return rec
 
     def _keep(self, engine: Engine) -> None:
-        keep = getattr(self.drafter, "keep", None)
-        if keep is not None:
-            keep(engine.n_past)  # the draft context drops what the target dropped
+        self.drafter.keep(engine.n_past)  # the draft context drops what the target dropped
 
     def close(self) -> None:
-        close = getattr(self.drafter, "close", None)
-        if close is not None:
-            close()
+        self.drafter.close()
 
 
 def generate(
