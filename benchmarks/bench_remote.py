@@ -34,7 +34,13 @@ def server_binary() -> Path | None:
 
 
 def start_server(
-    binary: Path, log: Path, *, parallel: int = 1, n_ctx: int = 4096, threads: int = 1
+    binary: Path,
+    log: Path,
+    *,
+    parallel: int = 1,
+    n_ctx: int = 4096,
+    threads: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +52,7 @@ def start_server(
     args += ["-fa", "off", "--no-webui"]
     from tests.llama_server import repack_args  # --no-repack where the server has AMX kernels
 
-    args += repack_args(binary)
+    args += [*repack_args(binary), *extra]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -11,8 +11,10 @@ llama-server started with the same ``--spec-type`` are the anchor when its binar
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import llama_cpp
@@ -24,6 +26,7 @@ from tui.engine.spec_draft import DraftSimple
 from tui.engine.spec_ngram import NgramSimple
 from tui.engine.spec_verify import NgramDrafter, Speculator, generate
 
+from .bench_remote import server_binary, start_server
 from .common import THREADS, Row, median
 
 REPEAT = "Count: " + ", ".join(str(i) for i in range(1, 41)) + "\nAgain: 1, 2, 3"
@@ -135,5 +138,73 @@ def speed(model: Model, rounds: int) -> list[Row]:
     return rows
 
 
+def _server_reply(url: str, toks: list[int], n: int) -> dict:
+    body = {"prompt": toks, "n_predict": n, "temperature": 0, "cache_prompt": False}
+    req = urllib.request.Request(
+        url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def anchor(model: Model, rounds: int) -> list[Row]:
+    """The same prompts on llama-server with the same --spec-type (1 thread, as it decodes
+    for the tests), against the same server without speculation."""
+    binary = server_binary()
+    if binary is None:
+        return [Row("13.3 llama-server anchor", "skipped", "reported", None, "no llama-server")]
+    eng = _engine(model)
+    try:
+        prompts = {
+            name: eng.vocab.tokenize(text, add_special=True, parse_special=True)
+            for name, text in (("repetitive list", REPEAT), ("free chat", CHAT))
+        }
+    finally:
+        eng.close()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        draft = _draft_model(d)
+        kinds = {
+            "none": (),
+            "ngram-simple": ("--spec-type", "ngram-simple"),
+            "draft-simple": (
+                "--spec-type",
+                "draft-simple",
+                "-md",
+                str(draft),
+                "--spec-draft-n-max",
+                "4",
+            ),
+        }
+        rates: dict[tuple[str, str], list[float]] = {}
+        drafts: dict[tuple[str, str], tuple[int, int]] = {}
+        for kind, flags in kinds.items():
+            proc, url = start_server(binary, Path(d) / f"{kind}.log", extra=flags)
+            try:
+                for name, toks in prompts.items():
+                    for _ in range(rounds):
+                        t = _server_reply(url, toks, 64)["timings"]
+                        rates.setdefault((kind, name), []).append(t["predicted_per_second"])
+                        drafts[(kind, name)] = (t.get("draft_n_accepted", 0), t.get("draft_n", 0))
+            finally:
+                proc.terminate()
+                proc.wait(30)
+        for kind in ("ngram-simple", "draft-simple"):
+            for name in prompts:
+                s, p = median(rates[(kind, name)]), median(rates[("none", name)])
+                acc, n = drafts[(kind, name)]
+                rows.append(
+                    Row(
+                        f"13.3 llama-server {kind}, {name}",
+                        f"{s / p:.2f}x plain",
+                        "reported",
+                        None,
+                        f"{s:.1f} vs plain {p:.1f} tok/s (its predicted_per_second, medians of "
+                        f"{rounds}); draft_n_accepted {acc} of draft_n {n}",
+                    )
+                )
+    return rows
+
+
 def run(model: Model, rounds: int = 3) -> list[Row]:
-    return verify_cost(model, reps=8 * rounds) + speed(model, rounds)
+    return verify_cost(model, reps=8 * rounds) + speed(model, rounds) + anchor(model, rounds)
