@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
+from tui.engine.spec_draft import DraftSimple
 from tui.engine.spec_ngram import NgramSimple
 from tui.engine.spec_verify import NgramDrafter, Speculator
 from tui.worker import commands as c
@@ -126,3 +127,37 @@ async def test_the_app_draws_a_round(make_engine, tmp_path):
             assert pane.plain.rstrip("▌").endswith(tail)
         header = app.query_one(StatusHeader).render().plain
         assert "spec " in header and "tok/decode" in header
+
+
+def reply_of(w: Worker, limit: int = 400) -> list[int]:
+    """Step the reply to its end; its tokens (the pick that ended it not included)."""
+    w.handle(c.Send("Name three colors."))
+    start = w.state.reply_start
+    for _ in range(limit):
+        if w.state.activity != "generating":
+            break
+        w.handle(c.Step())
+    assert w.state.activity == "done"
+    return w.engine.tokens[start:]
+
+
+def test_a_speculative_reply_is_the_plain_reply(model, worker, draft_model_path):
+    """Greedy, a whole chat reply stepped round by round (the Q2_K draft model drafting)
+    equals the one stepped token by token, and both stop on the same end token."""
+    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
+    plain = Worker(eng, raw=False, autoplay=False, autosave_dir=None, close_engine=False)
+    try:
+        want = reply_of(plain)
+    finally:
+        plain.stop()
+        eng.close()
+    worker.raw = False
+    spec = Speculator(DraftSimple(worker.engine, draft_model_path, n_max=3))
+    worker.spec = SpecRun(spec)
+    try:
+        got = reply_of(worker)
+    finally:
+        spec.close()
+    assert spec.stats.rounds > 0
+    assert got == want
+    assert worker.engine.stop_reason == "end of generation"
