@@ -98,6 +98,7 @@ async def test_the_app_draws_a_round(make_engine, tmp_path):
     waiting pick (after the struck rejected draft token, when there is one), and the pane's
     incremental text equals its full rebuild."""
     from tui.widgets.header import StatusHeader
+    from tui.widgets.logits import LogitsPane
     from tui.widgets.text import ConversationPane
 
     from .test_app import SIZE, make_app, send, wait_for
@@ -127,6 +128,13 @@ async def test_the_app_draws_a_round(make_engine, tmp_path):
             assert pane.plain.rstrip("▌").endswith(tail)
         header = app.query_one(StatusHeader).render().plain
         assert "spec " in header and "tok/decode" in header
+        logits = app.query_one(LogitsPane)
+        await pilot.press("less_than_sign")  # < : the last row of the verify batch
+        await wait_for(
+            pilot,
+            lambda: str(logits.border_title).startswith("logits → sampler · verify row "),
+            "the logits pane on a verify row",
+        )
 
 
 def reply_of(w: Worker, limit: int = 400) -> list[int]:
@@ -161,3 +169,39 @@ def test_a_speculative_reply_is_the_plain_reply(model, worker, draft_model_path)
     assert spec.stats.rounds > 0
     assert got == want
     assert worker.engine.stop_reason == "end of generation"
+
+
+def test_the_logits_pane_moves_across_the_verify_rows(worker):
+    w = worker
+    w.handle(c.Send(LIST))
+    rec = None
+    for _ in range(12):
+        w.handle(c.Step())
+        rec = w.state.last_records[-1]
+        if rec.spec is not None and rec.spec.accepted < len(rec.spec.draft):
+            break
+    assert rec is not None and rec.spec is not None and rec.phase == "verify"
+    sp = rec.spec
+    n = len(sp.rows)
+    current = w.build_view().logits
+    w.handle(c.SpecRow(-1))  # from the current row back to the batch's last row
+    v = w.build_view().logits
+    assert v.spec_row == f"logits → sampler · verify row {n - 1} of {n}"
+    assert [r.id for r in v.candidates] == [t.id for t in sp.rows[n - 1].top]
+    assert v.next_pick is None  # after the first mismatch: never sampled
+    for i in range(n - 2, -1, -1):
+        w.handle(c.SpecRow(-1))
+        v = w.build_view().logits
+        assert v.spec_row == f"logits → sampler · verify row {i} of {n}"
+        assert v.next_pick == sp.rows[i].pick
+        assert v.candidates[0].logit == sp.rows[i].top[0].logit
+    row = sp.accepted  # the mismatch row: the chain's pick there, with its cuts
+    for _ in range(row):  # from row 0
+        w.handle(c.SpecRow(1))
+    assert w.spec.row == row and "not the draft's" in w.state.notice
+    v = w.build_view().logits
+    assert v.next_pick == sp.picks[-1] and v.chain is sp.rows[row].chain
+    w.handle(c.SpecRow(n))  # past the end: the current row again
+    assert w.build_view().logits.spec_row is None
+    assert w.build_view().logits.candidates == current.candidates
+    assert w.spec.pending == sp.picks[-1]  # moving across the rows kept the pick waiting

@@ -130,6 +130,14 @@ class SurpriseScale:
 
 
 @dataclass(frozen=True)
+class SpecRow:
+    """--spec-type: move the logits pane across the last verify batch's rows (0: back to the
+    current row)."""
+
+    delta: int
+
+
+@dataclass(frozen=True)
 class Call:
     """Run ``fn`` on the worker thread between decode calls (tests, tools: the engine may only
     be touched there), like any key press."""
@@ -166,6 +174,7 @@ Command = (
     | JumpPath
     | PathsShown
     | SurpriseScale
+    | SpecRow
     | Call
     | Stop
 )

@@ -51,6 +51,8 @@ class SpecRun:
     pending: int | None = None
     marks: SpecMarks = field(default_factory=SpecMarks)
     plain_ms: list[float] = field(default_factory=list)  # one-token decodes outside rounds
+    record: StepRecord | None = None  # the last round's decode (its rows for the logits pane)
+    row: int | None = None  # the verify row the logits pane shows (None: the current logits)
 
     def summary(self) -> str | None:
         """``spec 47% of 19 · 3.25 tok/decode · 0.79x plain``: accepted over drafted, tokens
@@ -116,6 +118,7 @@ KEEPS_PENDING = (
     cmd_types.SurpriseScale,
     cmd_types.LensTab,
     cmd_types.AttentionTabs,
+    cmd_types.SpecRow,
 )
 
 
@@ -136,6 +139,7 @@ def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
     sp = rec.spec
     assert sp is not None
     run.pending = sp.picks[-1]
+    run.record, run.row = rec, None
     k, a = len(sp.draft), sp.accepted
     piece = eng.vocab.piece
     rejected = piece(sp.draft[a]) if a < k and len(sp.picks) == a + 1 else None
@@ -157,15 +161,47 @@ def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
     s.note(
         f"Drafted {k} ({sp.type}), verified in ONE llama_decode of {k + 1} tokens with logits "
         f"on every row: accepted {a}; {how}; {sp.removed} cell(s) cut "
-        f"(llama_memory_seq_rm). {got} is the next batch's first token."
+        f"(llama_memory_seq_rm). {got} is the next batch's first token; < > move the "
+        "logits pane across the rows."
     )
+
+
+def spec_row(w: Worker, delta: int) -> None:
+    """< and >: the logits pane shows the last verify batch's row before/after (past either
+    end: the current logits again)."""
+    run, s = w.spec, w.state
+    rec = run.record if run is not None else None
+    if run is None or rec is None or rec.spec is None or run.pending is None:
+        s.note("No verify batch to look at: < > move across a round's rows (--spec-type).")
+        return
+    n = len(rec.spec.rows)
+    at = (n if run.row is None else run.row) + delta
+    run.row = at if 0 <= at < n else None
+    if run.row is None:
+        s.note("The logits pane shows the current row again: the one the waiting pick came from.")
+        return
+    tok = rec.call.tokens[run.row]
+    row = rec.spec.rows[run.row]
+    after = quoted(w.engine.vocab.piece(tok.id), tok.id)
+    if row.pick is None:
+        what = "never sampled: it comes after the first mismatch"
+    else:
+        what = f"the target picked {quoted(w.engine.vocab.piece(row.pick), row.pick)}"
+        if run.row < len(rec.spec.draft):
+            d = rec.spec.draft[run.row]
+            what += (
+                ", the draft's token"
+                if d == row.pick
+                else (f", not the draft's {quoted(w.engine.vocab.piece(d), d)}")
+            )
+    s.note(f"Verify row {run.row} of {n} (after {after}, pos {tok.pos}): {what}.")
 
 
 def settle(w: Worker, run: SpecRun) -> None:
     """Decode the pending pick alone, so the context holds every pick again."""
     if run.pending is None:
         return
-    token, run.pending = run.pending, None
+    token, run.pending, run.row = run.pending, None, None
     run.marks = SpecMarks(summary=run.summary())
     before = w.engine.kv.used
     rec = w.engine.feed(token)
@@ -176,7 +212,7 @@ def settle(w: Worker, run: SpecRun) -> None:
 
 def drop(run: SpecRun) -> None:
     """Forget the pending pick (a rewind or a new message: it was never decoded)."""
-    run.pending = None
+    run.pending, run.row = None, None
     run.marks = SpecMarks(summary=run.summary())
 
 

@@ -32,7 +32,7 @@ from .attention import AttentionControl
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
-from .spec_step import SpecRun, settle_before
+from .spec_step import SpecRun, settle_before, spec_row
 from .state import State
 from .views import View
 
@@ -113,6 +113,7 @@ class Worker:
             cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
             cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
             cmd_types.PathsShown: lambda c: setattr(self.state, "paths_shown", c.shown),
+            cmd_types.SpecRow: lambda c: spec_row(self, c.delta),
             cmd_types.Call: lambda c: c.fn(),
         }
 

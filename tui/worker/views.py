@@ -146,6 +146,7 @@ class LogitsView:
     remote: RemoteView | None = None  # over llama-server: top K of N, logprobs, who picks
     chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
     next_piece: bytes | None = None  # the next pick's piece (it may be on no row)
+    spec_row: str | None = None  # --spec-type: the pane shows this row of the verify batch
 
 
 @dataclass(frozen=True)
