@@ -46,14 +46,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("t", "adjust('temp', -1)", "t/T", "temp", "Temperature down/up (0 is greedy).", "sampler"),
     Key("T", "adjust('temp', 1)", "", "", "", "sampler"),
-    Key(
-        "k",
-        "adjust('top_k', -1)",
-        "k/K",
-        "top-k",
-        "top-k down/up (1 at the bottom; off, 0, is past 200).",
-        "sampler",
-    ),
+    Key("k", "adjust('top_k', -1)", "k/K", "top-k", "top-k down/up (1 at the bottom; off, 0, is past 200).", "sampler"),
     Key("K", "adjust('top_k', 1)", "", "", "", "sampler"),
     Key("p", "adjust('top_p', -1)", "p/P", "top-p", "top-p down/up (1.0 is off).", "sampler"),
     Key("P", "adjust('top_p', 1)", "", "", "", "sampler"),
@@ -250,9 +243,7 @@ CHAT_KEYS: tuple[tuple[str, str], ...] = (
 # those tabs the same arrows mean something else, and the key bar and help say what.
 PANE_KEYS: dict[str, tuple[Key, ...]] = {
     "attention": (
-        Key(
-            "left", "head(-1)", "←→", "head", "The previous/next head (mean, 0 … n_head-1).", "pane"
-        ),
+        Key("left", "head(-1)", "←→", "head", "The previous/next head (mean, 0 … n_head-1).", "pane"),
         Key("right", "head(1)", "", "", "", "pane"),
         Key("up,k", "cursor(-1)", "↑↓", "query", "The query row whose keys are ranked.", "pane"),
         Key("down,j", "cursor(1)", "", "", "", "pane"),
@@ -268,9 +259,7 @@ PANE_KEYS: dict[str, tuple[Key, ...]] = {
     "anatomy": (
         # a scrolling pane: its own ← → would scroll sideways (nothing: it is not wider), so
         # here they stay the app's rewind and step
-        Key(
-            "up", "scroll_up", "↑↓", "scroll", "Scroll the anatomy (← → stay rewind, step).", "pane"
-        ),
+        Key("up", "scroll_up", "↑↓", "scroll", "Scroll the anatomy (← → stay rewind, step).", "pane"),
         Key("down", "scroll_down", "", "", "", "pane"),
         Key("left", "app.rewind", "", "", "", "pane"),
         Key("right", "app.step", "", "", "", "pane"),

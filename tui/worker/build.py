@@ -332,6 +332,4 @@ def _seen_by_top_p(logits: Any, chain: Any, ids: list[int]) -> list[float | None
     top = x[pool].max()
     z = float(np.exp(x[pool] - top).sum())
     inside = np.isin(np.asarray(ids), pool)
-    return [
-        float(np.exp(x[t] - top) / z) if ok else None for t, ok in zip(ids, inside, strict=True)
-    ]
+    return [float(np.exp(x[t] - top) / z) if ok else None for t, ok in zip(ids, inside, strict=True)]
