@@ -34,7 +34,8 @@ async def spec_round(model: Model) -> None:
             n = len(app.controller.engine.records)
             await pilot.press("right")
             await wait_for(
-                pilot, lambda n=n: app.view.batch.last_records[-1].index == n  # type: ignore[union-attr]
+                pilot,
+                lambda n=n: app.view.batch.last_records[-1].index == n,  # type: ignore[union-attr]
             )
             sp = app.view.batch.last_records[-1].spec  # type: ignore[union-attr]
             if sp is not None and 0 < sp.accepted < len(sp.draft):
