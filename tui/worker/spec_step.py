@@ -147,7 +147,7 @@ def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
     start = n - a if k else n
     run.marks = SpecMarks(start, n, rejected, piece(run.pending), run.summary())
     s.lit = (SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS)
-    s.note_records((rec,), (before, before + rec.call.n_tokens))
+    s.note_records((rec,), (before, eng.kv.used))  # the cells the round kept
     if not k:
         run.plain_ms.append(rec.decode_ms)
         s.note("Nothing to draft here: one token decoded as usual, its pick waits.")
