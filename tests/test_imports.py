@@ -94,10 +94,11 @@ def _cycles(edges: dict[str, list[str]]) -> list[list[str]]:
 
 
 def test_no_import_circles_among_tui_modules():
-    """grimp (import-linter's graph) counts imports inside functions too; only imports under
-    ``if TYPE_CHECKING:`` are left out, because they never run."""
+    """grimp (import-linter's graph) counts imports inside functions and those under
+    ``if TYPE_CHECKING:`` too: a module typed with the one that imports it is a circle for a
+    reader as much as for the interpreter (a part names the narrow protocol it needs)."""
     grimp = __import__("grimp")
-    g = grimp.build_graph("tui", exclude_type_checking_imports=True)
+    g = grimp.build_graph("tui", exclude_type_checking_imports=False)
     mods = sorted(m for m in g.modules if m.startswith("tui"))
     edges = {
         m: sorted(x for x in g.find_modules_directly_imported_by(m) if x.startswith("tui"))

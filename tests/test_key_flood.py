@@ -75,3 +75,34 @@ async def test_a_flood_goes_into_the_chat_box_as_one_paste(make_engine, tmp_path
         # the app still answers keys
         await pilot.press("end", "backspace")
         assert chat.value.endswith("The end")
+
+
+def test_a_served_tabs_quit_packet_stops_the_keys_at_once() -> None:
+    """Under textual's web driver the quit packet reaches the gate on the input thread, before
+    the ExitApp it posts: no key is let through after it (each queued key could cost a pass
+    over a 200 kB chat box; 64 of them held a closed tab past the server's grace)."""
+    from textual import events
+
+    from tui.widgets.key_flood import gate_driver
+
+    class Driver:  # the two methods of textual's WebDriver the gate wraps
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+            self.metas: list[str] = []
+
+        def process_message(self, message: object) -> None:
+            self.sent.append(message)
+
+        def _on_meta(self, packet_type: str, payload: bytes) -> None:
+            self.metas.append(packet_type)
+
+    driver = Driver()
+    gate = gate_driver(driver)
+    driver.process_message(events.Key("y", "y"))
+    driver._on_meta("resize", b"")
+    assert len(driver.sent) == 1 and not gate.quitting
+    driver._on_meta("quit", b"")
+    assert gate.quitting and driver.metas == ["resize", "quit"]  # the driver still quits
+    driver.process_message(events.Key("y", "y"))
+    driver.process_message(events.Resize.__new__(events.Resize))  # not a key: still passes
+    assert len(driver.sent) == 2 and not isinstance(driver.sent[-1], events.Key)

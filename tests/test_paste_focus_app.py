@@ -134,6 +134,9 @@ async def test_the_paste_message_outlives_the_views_of_a_playing_reply(make_engi
         shown = app.view.text.reply_tokens
         await wait_for(pilot, lambda: app.view.text.reply_tokens >= shown + 4, "four more views")
         assert "Pasted 13 characters into the chat box" in notice(app)
+        await pilot.press("escape")  # back to the controls (the paste gave the box the keys)
+        await wait_for(pilot, lambda: isinstance(app.focused, LogitsPane), "the controls")
+        assert "Pasted 13 characters into the chat box" in notice(app)  # a focus move keeps it
         await pilot.press("space")  # the worker says something new: it replaces the message
         await wait_for(pilot, lambda: "Pasted" not in notice(app), "the worker's notice")
 

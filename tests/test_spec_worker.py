@@ -11,7 +11,7 @@ from tui.engine.spec_draft import DraftSimple
 from tui.engine.spec_ngram import NgramSimple
 from tui.engine.spec_verify import NgramDrafter, Speculator
 from tui.worker import commands as c
-from tui.worker.spec_step import SpecRun
+from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
 
 from .test_app import run_async

@@ -137,3 +137,16 @@ def test_escape_controls_keeps_newlines_and_hides_escapes(vocab: Vocab) -> None:
     assert escape_controls(shown) == "<0x1B>[2J"
     assert escape_controls("a\nb\tc\r\x07\x7f\u009b日") == "a\nb\tc<0x0D><0x07><0x7F><0xC2><0x9B>日"
     assert all(escape_controls(t) == t for t in TEXTS.values())
+
+
+def test_one_rule_draws_whitespace_in_every_pane() -> None:
+    """The token chips, the lens, /tokenize and the chain listing share one map: a piece that
+    is only whitespace is never blank, and an unprintable character is spelled out."""
+    from tui.engine import SamplerSettings
+    from tui.engine.tokens import visible
+    from tui.worker.sampler_listing import value_of
+
+    assert visible(" a\n\t\r\xa0\x1b") == "␣a↵⇥␍\\xa0\\x1b"
+    assert visible("root ::= [ \t]", space=False) == "root ::= [ ⇥]"
+    shown = value_of(SamplerSettings(grammar='root ::= "a\u00a0b"'), "grammar")
+    assert shown == 'root ::= "a\\xa0b"'

@@ -15,7 +15,6 @@ from rich.text import Text
 from textual import events
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input, Static
@@ -25,7 +24,7 @@ from .widgets.attention import AttentionPane
 from .widgets.busy import BusyBar
 from .widgets.chat_input import ChatInput
 from .widgets.help import HelpScreen
-from .widgets.key_flood import KeyGate, describe
+from .widgets.key_flood import KeyGate, describe, gate_driver
 from .widgets.keys import KEYS, STAGE_KEY_NAMES
 from .widgets.logits import LogitsPane
 from .widgets.paths import PathsPane
@@ -347,20 +346,15 @@ class AppActions(App[int]):
         driver = self._driver
         if driver is None or self.key_gate is not None:
             return
-        gate = self.key_gate = KeyGate()
-        send = driver.process_message
-
-        def gated(message: Message) -> None:  # the driver's input thread
-            if gate.admit(message):
-                send(message)
-
-        driver.process_message = gated  # type: ignore[method-assign]
+        self.key_gate = gate_driver(driver)
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Paste) and self._paste_to_chat(event):
             return
         flood = None
         if isinstance(event, events.Key) and self.key_gate is not None:
+            if self.key_gate.quitting:
+                return  # queued before the quit: each could cost a pass over a huge chat box
             flood = self.key_gate.taken(event)
         await super().on_event(event)
         if flood is not None and flood.keys:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .backend_flags import gpu_flags, repack_flags, server_flags
+from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
 from .engine.errors import TokenstepError
 from .spec_flags import spec_flags
 from .version import VersionAction
@@ -122,18 +122,7 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
     )
-    _swa_flag(p)
-
-
-def _swa_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--swa-full",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="models with sliding-window layers: a full-size cache for those layers too, so "
-        "rewind, prefix reuse and shifts keep working (default on; --no-swa-full gives "
-        "llama.cpp's tools' smaller window-sized cache)",
-    )
+    swa_flag(p)
 
 
 def _number(text: str) -> float:
@@ -302,7 +291,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="N",
         help="context size for the KV sizes (default: n_ctx_train)",
     )
-    _swa_flag(info)
+    swa_flag(info)
     repack_flags(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 

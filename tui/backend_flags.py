@@ -149,3 +149,14 @@ def repack_with_server(args: argparse.Namespace) -> str | None:
         f"{flag} and --server both given: the server loads its own model (pass {flag} to "
         "llama-server)."
     )
+
+
+def swa_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--swa-full",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="models with sliding-window layers: a full-size cache for those layers too, so "
+        "rewind, prefix reuse and shifts keep working (default on; --no-swa-full gives "
+        "llama.cpp's tools' smaller window-sized cache)",
+    )

@@ -21,7 +21,7 @@ from .engine.session import Engine
 from .spec_flags import speculator_from_args
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
-from .worker.spec_step import SpecRun
+from .worker.spec_run import SpecRun
 
 
 def app_threads() -> int:

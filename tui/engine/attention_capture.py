@@ -36,6 +36,7 @@ from .tensor import get_name, op_name, read_tensor, src_ptr
 
 if TYPE_CHECKING:
     from .batch import DecodeCall
+    from .parts import EngineParts
     from .session import Engine
 
 SOFTMAX_NODE = "kq_soft_max-{}"
@@ -129,7 +130,7 @@ class AttentionCapture(GraphTap):
         self.wanted = set(self._extra_names) | set(self._soft_names)
 
     # -- which llama.cpp cell holds which token (the CellMap) ---------------------------------
-    def key_rows(self, engine: Engine, seq: int = 0, fresh: list[Slot] | None = None) -> np.ndarray:
+    def key_rows(self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None) -> np.ndarray:
         """The keys of sequence ``seq``, (4, n): pos, llama.cpp cell, kv_id, token
         (:meth:`~tui.engine.cell_map.CellMap.key_rows`)."""
         return self.cell_map.key_rows(engine, seq, fresh)
@@ -139,13 +140,13 @@ class AttentionCapture(GraphTap):
         """The kv_id the next cell write gets (every id handed out so far is below it)."""
         return self.cell_map.next_kv_id
 
-    def live_keys(self, engine: Engine, seq: int = 0) -> list[tuple[int, int, int, int]]:
+    def live_keys(self, engine: EngineParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
         position. Raises KeyError for a token this capture never saw decoded."""
         return self.cell_map.live_keys(engine, seq)
 
     # -- GraphTap hooks --------------------------------------------------------------------------
-    def before_decode(self, engine: Engine, call: DecodeCall) -> None:
+    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._kidx = []
         self._kidx_graph = -1
@@ -171,7 +172,7 @@ class AttentionCapture(GraphTap):
         else:
             super().on_data(name, ptr, graph)
 
-    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         problems: list[str] = []
         cells = np.concatenate(self._kidx) if self._kidx else np.empty(0, np.int64)
@@ -209,7 +210,7 @@ class AttentionCapture(GraphTap):
 
     def _assemble(
         self,
-        engine: Engine,
+        engine: EngineParts,
         seqs: list[int],
         fresh: list[Slot],
         call: DecodeCall,

@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import llama_cpp
 
@@ -22,7 +22,6 @@ from .errors import TokenstepError
 from .kvcache import KVLogReport, parse_kv_log
 
 if TYPE_CHECKING:
-    from .decode import DecodeObserver
     from .model import Model
 
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
@@ -40,6 +39,13 @@ CONFIG_FLAGS = {
     "n_keep": "--keep",
     "swa_full": "swa_full",
 }
+
+
+class Configures(Protocol):
+    """A decode observer, as the context sees it: it may set ``cb_eval`` before the context
+    exists."""
+
+    def configure(self, params: llama_cpp.llama_context_params) -> None: ...
 
 
 @dataclass
@@ -172,7 +178,7 @@ class Context:
     """The engine's ``llama_context`` and what llama.cpp logged when it made it."""
 
     def __init__(
-        self, model: Model, config: EngineConfig, observers: Sequence[DecodeObserver] = ()
+        self, model: Model, config: EngineConfig, observers: Sequence[Configures] = ()
     ) -> None:
         self.config = config
         self.type_k = ggml.parse_cache_type(config.cache_type_k)

@@ -11,33 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
 from .batch import DecodeCall
 from .errors import ContextFullError, TokenstepError
 from .logits import read_row, top_candidates
+from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .parts import EngineParts
 
 
-class DecodeObserver(Protocol):
-    """Something that watches every ``llama_decode`` (e.g. the attention capture).
-
-    ``configure`` runs before the context exists (it may set ``cb_eval``); ``before_decode``
-    and ``after_decode`` bracket each call, and ``after_decode`` may put data in ``extras``."""
-
-    def configure(self, params: llama_cpp.llama_context_params) -> None: ...
-
-    def before_decode(self, engine: Engine, call: DecodeCall) -> None: ...
-
-    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None: ...
-
-
-def run_decode(engine: Engine, call: DecodeCall) -> tuple[float, dict[str, Any]]:
+def run_decode(engine: EngineParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
     """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
     b = engine.batch.fill(call)
     for obs in engine.observers:
@@ -65,7 +53,7 @@ def run_decode(engine: Engine, call: DecodeCall) -> tuple[float, dict[str, Any]]
 
 
 def decode(
-    engine: Engine,
+    engine: EngineParts,
     call: DecodeCall,
     *,
     phase: str = "decode",

@@ -31,6 +31,7 @@ from .tokens import display_bytes
 
 if TYPE_CHECKING:
     from .batch import DecodeCall
+    from .parts import EngineParts
     from .session import Engine
     from .step import StepRecord
 
@@ -85,7 +86,7 @@ class LensCapture(GraphTap):
         self._lens_wanted = frozenset(self._lout) if on else frozenset()
         self.wanted = self._wanted_base
 
-    def lens_head(self, engine: Engine) -> LensHead:
+    def lens_head(self, engine: EngineParts) -> LensHead:
         """The model's head as float32, read from the GGUF file on first use and dequantized
         (SmolLM2's 49,152 x 576 Q8_0 matrix: 113 MB as float32, about 1 s here). ``trace``
         reads it before the first decode; :attr:`head_load_ms` says how long it took, and the
@@ -98,7 +99,7 @@ class LensCapture(GraphTap):
         return self._lens_head
 
     # -- GraphTap hooks --------------------------------------------------------------------------
-    def before_decode(self, engine: Engine, call: DecodeCall) -> None:
+    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._rows = {}
         self._grid = {}
@@ -142,7 +143,7 @@ class LensCapture(GraphTap):
         if row is not None:  # a later ubatch's row replaces an earlier one's
             self._rows[layer] = (graph, row)
 
-    def after_decode(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         if self.grid_on and call.tokens:
             self._add_grid(engine, call, extras)
@@ -166,7 +167,7 @@ class LensCapture(GraphTap):
         extras["lens"] = layers
         extras["lens_check"] = summary
 
-    def _add_grid(self, engine: Engine, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def _add_grid(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         if self._skipped:
             extras["lens_problems"] = [
                 "lens grid not captured: it would exceed the capture memory limit"

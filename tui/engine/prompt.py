@@ -19,10 +19,10 @@ from .step import PrefillTurn, StepRecord
 from .surprise import Surprise, score_rows
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .parts import EngineParts
 
 
-def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
+def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
     """Decode a prompt (after what is already in the context), split into n_batch calls."""
     if not tokens:
         raise TokenstepError("the prompt is empty: there is nothing to decode.")
@@ -32,9 +32,9 @@ def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepR
             f"the prompt needs {n_past + len(tokens)} tokens but the context holds "
             f"{n_ctx}; use a larger -c or a shorter prompt."
         )
-    engine.stop_reason = None
+    engine.stopped(None)
     if n_past == 0:
-        engine.n_prompt = len(tokens)
+        engine.first_prompt(len(tokens))
     cfg = engine.config
     score = engine.score_prompt
     if score:
@@ -59,7 +59,7 @@ def prefill(engine: Engine, tokens: list[int], *, reused: int = 0) -> list[StepR
     return recs
 
 
-def _score_first(engine: Engine, token: int) -> None:
+def _score_first(engine: EngineParts, token: int) -> None:
     """The prompt's first new token, scored from the logits row the context already holds
     for its last position (kept by the rewind memory), when there is one."""
     logits = engine.logits
@@ -71,7 +71,7 @@ def _score_first(engine: Engine, token: int) -> None:
     )
 
 
-def _score_call(engine: Engine, tokens: list[int], start: int, n_past: int, n: int) -> None:
+def _score_call(engine: EngineParts, tokens: list[int], start: int, n_past: int, n: int) -> None:
     """Every row of a prompt chunk decoded with all logits: row j scores the token after it."""
     targets = [tokens[start + j + 1] if start + j + 1 < len(tokens) else None for j in range(n)]
     scores = score_rows(engine.ctx, n, targets, engine.info.n_vocab)
@@ -82,7 +82,7 @@ def _score_call(engine: Engine, tokens: list[int], start: int, n_past: int, n: i
             engine.surprise.note(idx, Surprise(t, got[0], None, got[1], True))
 
 
-def sync_prompt(engine: Engine, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
+def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
     """Make the context hold exactly ``tokens``, re-using the longest common prefix already
     cached (prompt/prefix caching) and prefilling only the rest."""
     common = 0
@@ -107,7 +107,7 @@ def sync_prompt(engine: Engine, tokens: list[int], *, reuse: bool = True) -> lis
     return recs
 
 
-def truncate(engine: Engine, n_keep: int) -> None:
+def truncate(engine: EngineParts, n_keep: int) -> None:
     """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``); the logits of
     the new last position come back from the rewind memory when it still holds them."""
     if n_keep >= engine.n_past:

@@ -25,10 +25,10 @@ from .surprise import Surprise
 from .tokens import quoted
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .parts import EngineParts
 
 
-def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
+def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampled:
     """Stages 5 and 6 for one sequence: sample (or take ``force``) from its logits row with its
     own chain, note the pick on the record that produced the row, and check for an
     end-of-generation token (which stops that sequence)."""
@@ -46,7 +46,7 @@ def sample_seq(engine: Engine, seq: int, force: int | None = None) -> Sampled:
 
 
 def pick_from(
-    engine: Engine,
+    engine: EngineParts,
     seq: int,
     logits: np.ndarray,
     record: int | None,
@@ -78,7 +78,7 @@ def pick_from(
         source.note_pick(seq, token, result, eog, forced=force is not None, settings=settings)
     if eog:
         if seq == 0:
-            engine.stop_reason = "end of generation"
+            engine.stopped("end of generation")
         else:
             engine.branches[seq].stop_reason = "end of generation"
     p, entropy = pick_p(logits, source, token, seq)
@@ -107,7 +107,7 @@ def pick_p(
     return float(probs[token]), entropy_bits(probs)
 
 
-def fork(engine: Engine, src: int = 0) -> int:
+def fork(engine: EngineParts, src: int = 0) -> int:
     """Copy sequence ``src`` into a new seq_id with ``llama_memory_seq_cp``: the new
     sequence sees the same cells (nothing is recomputed or copied in memory, the cells are
     tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
@@ -139,7 +139,7 @@ def fork(engine: Engine, src: int = 0) -> int:
     return dst
 
 
-def drop_seq(engine: Engine, seq: int) -> None:
+def drop_seq(engine: EngineParts, seq: int) -> None:
     """Forget a forked sequence: its own cells are freed, shared ones stay for the others."""
     br = engine.branches.pop(seq, None)
     if br is None:
@@ -149,7 +149,7 @@ def drop_seq(engine: Engine, seq: int) -> None:
     br.chain.free()
 
 
-def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord | None:
+def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepRecord | None:
     """One turn for every live sequence: each samples from its own logits row with its own
     chain, then ONE ``llama_decode`` carries one token per sequence (each with its own
     seq_id and position, all asking for logits). None when every sequence has stopped."""
@@ -169,7 +169,7 @@ def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord
         reason = engine.stop_reason if shift is None and engine.stop_reason else reason
     make_room(engine, len(picks))
     if _full(engine, picks):
-        engine.stop_reason = reason
+        engine.stopped(reason)
         for s, _ in picks:
             if s:
                 engine.branches[s].stop_reason = reason
@@ -179,14 +179,14 @@ def step_seqs(engine: Engine, force: dict[int, int] | None = None) -> StepRecord
     return decode(engine, call, shift=shift, seq_rows=picks)
 
 
-def _full(engine: Engine, picks: list[tuple[int, int]]) -> bool:
+def _full(engine: EngineParts, picks: list[tuple[int, int]]) -> bool:
     """No room for one more token in some sequence (-c) or in the cache's cells."""
     return any(engine.kv.count(s) + 1 > engine.n_ctx for s, _ in picks) or (
         engine.kv.used + len(picks) > engine.n_cells
     )
 
 
-def _stopped(engine: Engine, seq: int) -> bool:
+def _stopped(engine: EngineParts, seq: int) -> bool:
     if seq == 0:
         return engine.stop_reason is not None
     return engine.branches[seq].stop_reason is not None

@@ -30,10 +30,9 @@ from .lens import head_problem
 from .logits import LogitsMemory
 from .model import Model
 from .offload import placement
-from .paths import Parked
 from .records import RecordLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
-from .step import Branch, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
 from .tokens import Vocab
 from .trace import record_to_dict
@@ -109,11 +108,12 @@ class Engine:
         return record_to_dict(self, rec, weights=False)  # spilled: as a saved session
 
     def adopt_history(self, old: Engine) -> None:
-        """Take over ``old``'s step records, prefill turns and context shifts (a context
-        rebuilt with other parameters continues the same session)."""
+        """Take over ``old``'s step records, prefill turns, context shifts and stop reason (a
+        context rebuilt with other parameters continues the same session)."""
         self.records = old.records
         self.records.to_dict = self._record_dict
         self.turns, self.shifts = list(old.turns), list(old.shifts)
+        self.stop_reason = old.stop_reason
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -159,6 +159,15 @@ class Engine:
         """The record whose decode produced :attr:`logits`."""
         return self.logits_memory.record
 
+    def stopped(self, reason: str | None) -> None:
+        """Generation ended for ``reason`` ("end of generation", "context full ..."); None: a
+        new turn or a rewind, generation may go on."""
+        self.stop_reason = reason
+
+    def first_prompt(self, n: int) -> None:
+        """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""
+        self.n_prompt = n
+
     def set_seq_logits(self, seq: int, logits: np.ndarray, record: int) -> None:
         """A decode call left ``logits`` for sequence ``seq`` (record ``record``)."""
         if seq == 0:
@@ -178,6 +187,15 @@ class Engine:
         cached (prompt/prefix caching) and prefilling only the rest."""
         recs = prompt.sync_prompt(self, tokens, reuse=reuse)
         self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
+        return recs
+
+    def decode_again(self, tokens: list[int], *, reuse: bool = False) -> list[StepRecord]:
+        """Make the context hold ``tokens`` again (a new observer must see their rows, or a
+        rebuilt context must hold them): the same turn, so its stop reason is kept, where a
+        new prompt clears it."""
+        stop = self.stop_reason
+        recs = self.sync_prompt(tokens, reuse=reuse) if tokens else []
+        self.stopped(stop)
         return recs
 
     def truncate(self, n_keep: int) -> None:
@@ -295,7 +313,10 @@ class Engine:
 
     def context_shift(self) -> ShiftEvent | None:
         """Forget the oldest half after ``--keep`` (see :func:`shift.context_shift`)."""
-        return shift.context_shift(self)
+        ev = shift.context_shift(self)
+        if ev is not None and self.gen_start > ev.n_keep:  # the turn's generated tokens moved
+            self.gen_start = max(ev.n_keep, self.gen_start - ev.n_discard)
+        return ev
 
     # -- several sequences ---------------------------------------------------------------------
     @property

@@ -16,10 +16,10 @@ from .paths import drop_all
 from .step import ShiftEvent
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .parts import EngineParts
 
 
-def keep_count(engine: Engine) -> int:
+def keep_count(engine: EngineParts) -> int:
     """Tokens a context shift keeps, as llama.cpp's ``--keep`` counts them: -1 (or more
     than the prompt) keeps the whole first prompt; otherwise N, plus the BOS token."""
     n_keep = engine.config.n_keep
@@ -31,7 +31,7 @@ def keep_count(engine: Engine) -> int:
     return n_keep
 
 
-def context_shift(engine: Engine) -> ShiftEvent | None:
+def context_shift(engine: EngineParts) -> ShiftEvent | None:
     """Make room the way llama.cpp's context shift does: keep the first n_keep tokens,
     remove the oldest half of the rest (``llama_memory_seq_rm``) and move the newer half
     back to close the gap (``llama_memory_seq_add``; llama.cpp re-rotates their keys at
@@ -50,10 +50,10 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
     n_keep = keep_count(engine)
     n_discard = (n_past - n_keep) // 2
     if not llama_cpp.llama_memory_can_shift(mem):
-        engine.stop_reason = "context full (this model's cache cannot shift)"
+        engine.stopped("context full (this model's cache cannot shift)")
         return None
     if n_discard < 1:
-        engine.stop_reason = f"context full (--keep {n_keep} leaves nothing to drop)"
+        engine.stopped(f"context full (--keep {n_keep} leaves nothing to drop)")
         return None
     pos = kv.positions(longest)
     p0, p1 = pos[n_keep], pos[n_keep + n_discard]
@@ -68,8 +68,6 @@ def context_shift(engine: Engine) -> ShiftEvent | None:
             br.fork_pos -= p1 - p0
         elif br.fork_pos > p0:
             br.fork_pos = p0
-    if engine.gen_start > n_keep:  # the turn's first generated token moved back with the rest
-        engine.gen_start = max(n_keep, engine.gen_start - n_discard)
     ev = ShiftEvent(
         len(engine.shifts),
         len(engine.records),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .batch import DecodeCall
 from .kvcache import Forgotten
 from .sampling import ChainResult, SamplerChain, SamplerSettings
-from .surprise import SurpriseLog
+from .surprise import Surprise, SurpriseLog
 
 if TYPE_CHECKING:
     import numpy as np
@@ -181,3 +181,15 @@ class Sampled:
     forced: bool
     eog: bool  # an end-of-generation token: this sequence stops here
     p: float | None = None  # the token's probability under ``logits`` (temperature 1)
+
+
+@dataclass
+class Parked:
+    """A sequence holding a copy of sequence 0 as it was: its tokens, the logits row of its
+    last position and the surprise values of its tokens."""
+
+    seq: int
+    tokens: list[int]
+    logits: np.ndarray | None
+    record: int | None
+    values: list[Surprise | None]

@@ -143,3 +143,22 @@ def quoted(piece: bytes, token: int) -> str:
         _SHOWN.get(ch, ch if ch.isprintable() else repr(ch)[1:-1]) for ch in display_bytes(piece)
     )
     return f"'{shown or '∅'}' (id {token})"
+
+
+# How every pane draws whitespace in a piece, so no token is blank: one map for the whole app.
+WHITESPACE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(s: str, *, space: bool = True) -> str:
+    """Whitespace as its stand-in (``space=False`` keeps a space as typed, where spaces are
+    already read as gaps, such as a list of DRY breakers), every other unprintable character
+    escaped (U+00A0 as ``\\xa0``)."""
+    out = []
+    for ch in s:
+        if ch in WHITESPACE and (space or ch != " "):
+            out.append(WHITESPACE[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])
+    return "".join(out)

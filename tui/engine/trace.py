@@ -151,11 +151,17 @@ def stages_to_dicts(
     chain: ChainResult, top: list[int], cut_by: list[str | None]
 ) -> list[dict[str, Any]]:
     """Every stage in order: its parameters, the count after it, and among the top
-    candidates the ones it cut and the ones whose logit it changed (and why)."""
+    candidates the ones it cut and the ones whose logit it changed (and why). Under a grammar
+    ``survivors`` is llama.cpp's own count (top-k keeps its k even where the grammar left
+    fewer, the rest at -inf) and ``allowed`` the survivors the grammar allows, the count the
+    app's panes show (:meth:`ChainResult.shown_counts`)."""
     out = []
     in_top = set(top)
-    for st in chain.stages:
+    shown = chain.shown_counts() if chain.allowed is not None else None
+    for i, st in enumerate(chain.stages):
         e: dict[str, Any] = {"name": st.name, "param": st.param, "survivors": st.n}
+        if shown is not None:
+            e["allowed"] = shown[i]
         if st.key:
             e["sampler"] = st.key
         if st.params:

@@ -32,7 +32,7 @@ from .logits import TOP_N, read_row
 from .sampling import top_k_by_logit
 
 if TYPE_CHECKING:
-    from .session import Engine
+    from .parts import EngineParts
 
 MODES = ("batched", "replay")
 
@@ -120,7 +120,7 @@ class VerifyResult:
 class Verifier:
     """A separate context for recomputation; created on the first check, reused after."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineParts) -> None:
         self.engine = engine
         cfg = engine.config
         p = llama_cpp.llama_context_default_params()

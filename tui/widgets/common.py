@@ -16,11 +16,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ..engine.tokens import visible
 from ..worker.views import View
 
 # Invisible characters get a visible stand-in inside chips and tables.
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
-
 HEX_STYLE = Style(color="bright_red", bold=True)
 SPECIAL_STYLE = Style(color="magenta", italic=True)
 DIM = Style(dim=True)
@@ -64,19 +63,6 @@ def piece_parts(data: bytes) -> list[tuple[str, bool]]:
             out.append(("".join(f"<0x{b:02X}>" for b in bad), True))
             i += err.end
     return out
-
-
-def visible(s: str) -> str:
-    """Spaces, newlines and tabs as visible symbols; other control characters escaped."""
-    out = []
-    for ch in s:
-        if ch in _VISIBLE:
-            out.append(_VISIBLE[ch])
-        elif not ch.isprintable():
-            out.append(repr(ch)[1:-1])
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def literal(s: str, *, keep_newlines: bool = False) -> str:

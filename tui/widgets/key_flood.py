@@ -9,12 +9,19 @@ gate keeps the rest instead: characters (and line breaks) are gathered into one 
 keys (ESC, arrows, function keys) are dropped and counted. When the app has handled the keys in
 its queue, it takes the gathered text (:meth:`KeyGate.taken`) and pastes it into the chat box
 in one go. Quit keys always pass, so a quit waits behind at most :data:`FLOOD` keys.
+
+Those few keys can still be slow: each one typed into a chat box that already holds a 200 kB
+paste costs Textual's Input a pass over the whole value (over 100 ms on a loaded 2-core
+machine), so 64 of them held a closed browser tab's quit past the server's grace and its
+autosave was lost to SIGKILL. Once a quit is asked for (:meth:`KeyGate.quit`, from the web
+driver's quit packet), the gate keeps no more keys and the app skips those still queued.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from textual import events
 from textual.message import Message
@@ -42,12 +49,19 @@ class KeyGate:
         self._text: list[str] = []
         self._keys = 0
         self._dropped = 0
+        self.quitting = False  # a quit was asked for: keys no longer matter
+
+    def quit(self) -> None:
+        """A quit is on its way (any thread): drop every key from now on."""
+        self.quitting = True
 
     def admit(self, message: Message) -> bool:
         """On the driver's thread: True to send ``message`` on now, False when the gate keeps
         it (a key of a flood)."""
         if not isinstance(message, events.Key):
             return True
+        if self.quitting:
+            return False
         with self._lock:
             flooding = self._keys > 0 or self._sent - self._taken >= self.limit
             if not flooding or message.key in QUIT_KEYS:
@@ -87,3 +101,27 @@ def describe(flood: Flood) -> str:
         f"without bracketed paste?): {chars:,} characters went into the chat box as one "
         f"paste{dropped}."
     )
+
+
+def gate_driver(driver: Any) -> KeyGate:
+    """Put a gate between ``driver``'s parser and the app's queue, and (under textual's web
+    driver, a served tab) let its quit packet tell the gate at once, on the input thread, before
+    the ExitApp it posts waits behind the queued keys."""
+    gate = KeyGate()
+    send = driver.process_message
+
+    def gated(message: Message) -> None:  # the driver's input thread
+        if gate.admit(message):
+            send(message)
+
+    driver.process_message = gated
+    on_meta = getattr(driver, "_on_meta", None)
+    if on_meta is not None:
+
+        def meta(packet_type: str, payload: bytes) -> None:  # the driver's input thread
+            if packet_type == "quit":
+                gate.quit()
+            on_meta(packet_type, payload)
+
+        driver._on_meta = meta
+    return gate

@@ -25,9 +25,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..engine.tokens import escape_controls
+from ..engine.tokens import escape_controls, visible
 from ..worker.lens import LensStep, LensView
-from .common import visible
 from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}

@@ -11,9 +11,8 @@ from __future__ import annotations
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from ..engine.tokens import escape_controls
+from ..engine.tokens import escape_controls, visible
 from ..worker.lens_grid import GridView
-from .common import visible
 
 CELL = 5  # piece columns in a cell
 HIT = "bold green"

@@ -1,6 +1,9 @@
 """The decode worker: the thread that owns the engine, and the views it publishes.
 
-- :mod:`.thread` — :class:`Worker`: the thread, the command queue, the publish throttle
+- :mod:`.thread` — :class:`Worker`: the thread, the command queue, the parts put together
+- :mod:`.key_lane` — the state lock, lent during a step's decode to answer sampler keys
+- :mod:`.publisher` — the latest view and the publish throttle
+- :mod:`.parts` — the protocol the command modules are typed with
 - :mod:`.commands` — one frozen dataclass per command; the worker dispatches on the type
 - :mod:`.state` — what a chat holds beyond the engine (mode, notice, spans, picks)
 - :mod:`.chat` — spans of the context and sending a message

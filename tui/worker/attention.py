@@ -30,7 +30,7 @@ from .caches import Memo
 from .commands import AttentionLayer
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class AttentionControl:
 
     def __init__(
         self,
-        worker: Worker,
+        worker: WorkerParts,
         *,
         on: bool = False,
         layer: int = 0,
@@ -264,9 +264,7 @@ class AttentionControl:
         tokens = eng.tokens
         if not tokens:
             return 0
-        stop = eng.stop_reason
-        eng.sync_prompt(tokens, reuse=False)
-        eng.stop_reason = stop
+        eng.decode_again(tokens)
         self._after_prefill(eng)
         return len(tokens)
 
@@ -287,11 +285,9 @@ class AttentionControl:
         new = Engine(old.model, config, old.settings, [cap])
         # The session keeps its history: step records, prefill turns, context shifts.
         new.adopt_history(old)
-        tokens, stop = old.tokens, old.stop_reason
+        tokens = old.tokens
         self.w.replace_engine(new)  # the worker made this one: it frees it
-        if tokens:
-            new.sync_prompt(tokens, reuse=False)
-        new.stop_reason = stop
+        new.decode_again(tokens)
         self._after_prefill(new)
         return len(tokens)
 

@@ -36,7 +36,11 @@ from .views import (
 )
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from collections.abc import Callable
+
+    from .attention import AttentionView
+    from .lens import LensView
+    from .parts import WorkerParts
 
 Cells = tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
 Candidates = tuple[tuple[CandidateRow, ...], ChainResult | None, float | None, int | None]
@@ -46,8 +50,14 @@ _NO_CANDIDATES: Candidates = ((), None, None, None)
 class ViewBuilder:
     """The view caches of one worker and the per-pane builders that use them."""
 
-    def __init__(self, w: Worker) -> None:
+    def __init__(
+        self,
+        w: WorkerParts,
+        attention: Callable[[], AttentionView | None],
+        lens: Callable[[], LensView | None],
+    ) -> None:
         self.w = w
+        self._attention, self._lens = attention, lens  # the two panes' controls build their own
         self.seq = 0
         self.pieces: Memo[tuple[int, ...], tuple[bytes, ...]] = Memo(
             lambda: tuple(w.engine.tokens), self._all_pieces, extend=self._more_pieces
@@ -77,6 +87,16 @@ class ViewBuilder:
             max_age=lambda: 0.5 if w.state.playing else 0.0,
         )
 
+    def with_notice(self, last: View | None, text: str) -> View | None:
+        """``last`` with ``text`` as its error notice (None without a view yet): what is shown
+        when a view could not be built."""
+        if last is None:
+            return None
+        self.seq += 1
+        return replace(
+            last, seq=self.seq, notice=text, notice_level="error", commands=self.w.commands
+        )
+
     def build(self) -> View:
         self.seq += 1
         w, eng, s = self.w, self.w.engine, self.w.state
@@ -97,8 +117,8 @@ class ViewBuilder:
             timeline=self.timeline(),
             logits=self.logits(),
             cache=self.cache(),
-            attention=w.attention.view(),
-            lens=w.lens.view(),
+            attention=self._attention(),
+            lens=self._lens(),
             paths=paths_view(w),
             commands=w.commands,
             capabilities=eng.capabilities,

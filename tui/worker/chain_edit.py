@@ -20,7 +20,7 @@ from .sampler_keys import settings_changed
 from .sampler_listing import DEFAULTS, FLAGS, closest, stage_report, value_of
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
 def default_of(flag: str) -> str:
@@ -28,7 +28,7 @@ def default_of(flag: str) -> str:
     return value_of(DEFAULTS, flag)
 
 
-def move_cursor(w: Worker, delta: int) -> None:
+def move_cursor(w: WorkerParts, delta: int) -> None:
     st = w.engine.settings
     w.state.chain_cursor = (w.state.chain_cursor + delta) % max(len(st.samplers), 1)
     name = st.samplers[w.state.chain_cursor] if st.samplers else "none"
@@ -42,7 +42,7 @@ def move_cursor(w: Worker, delta: int) -> None:
     w.state.note(f"Stage {w.state.chain_cursor + 1}: {_label(name)}{_off(st, name)}{did}.")
 
 
-def move_stage(w: Worker, delta: int) -> None:
+def move_stage(w: WorkerParts, delta: int) -> None:
     """Move the stage under the cursor one place up (-1) or down (+1) the chain."""
     st, i = w.engine.settings, w.state.chain_cursor
     if not st.samplers:
@@ -56,7 +56,7 @@ def move_stage(w: Worker, delta: int) -> None:
     settings_changed(w, f"{_label(st.samplers[j])} moved to place {j + 1} of the chain")
 
 
-def toggle_stage(w: Worker) -> None:
+def toggle_stage(w: WorkerParts) -> None:
     """Turn the stage under the cursor off (left out of the chain) or back on."""
     st = w.engine.settings
     if not st.samplers:
@@ -73,7 +73,7 @@ def toggle_stage(w: Worker) -> None:
         settings_changed(w, f"{_label(name)} off")
 
 
-def set_param(w: Worker, line: str) -> None:
+def set_param(w: WorkerParts, line: str) -> None:
     """``NAME VALUE`` with llama.cpp's flag names (``repeat-penalty 1.2``, ``samplers
     top_k;temperature``); a bad name or value is one sentence and nothing changes."""
     name, _, raw = line.strip().lstrip("-").partition(" ")
@@ -97,7 +97,7 @@ def set_param(w: Worker, line: str) -> None:
     settings_changed(w, f"--{name} {raw or 'none'}")
 
 
-def _parse(w: Worker, name: str, field: str, raw: str, s: SamplerSettings) -> Any:
+def _parse(w: WorkerParts, name: str, field: str, raw: str, s: SamplerSettings) -> Any:
     if name == "samplers":
         return parse_samplers(raw)
     if name == "sampling-seq":
@@ -122,7 +122,7 @@ def _parse(w: Worker, name: str, field: str, raw: str, s: SamplerSettings) -> An
         raise TokenstepError(f"--{name} wants a number, not {raw!r}.") from None
 
 
-def refuse_unbuildable(w: Worker, trial: SamplerSettings) -> None:
+def refuse_unbuildable(w: WorkerParts, trial: SamplerSettings) -> None:
     """One sentence, and nothing changes, when the backend cannot build a stage ``trial``
     turns on (DRY or a grammar without a vocabulary: llama.cpp would end the process)."""
     refused = w.engine.chain.refusal(trial)
@@ -142,7 +142,7 @@ def _off(st: SamplerSettings, name: str) -> str:
     return "" if STAGES[name].active(st) else " (neutral at these settings: it changes nothing)"
 
 
-def run(w: Worker, op: str, arg: str) -> None:
+def run(w: WorkerParts, op: str, arg: str) -> None:
     """One chain key: "cursor" or "move" by ``arg`` (-1 or 1), "toggle", or "set" NAME VALUE."""
     if op == "cursor":
         move_cursor(w, int(arg))

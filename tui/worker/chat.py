@@ -15,19 +15,10 @@ from ..engine.errors import ContextFullError, TokenstepError
 from . import paths
 from .remote_view import lost_cache_note, prefill_note
 from .stages import BATCH, DECODE, LOGITS, TOKENIZE
-from .state import Tokenized
+from .state import Span, Tokenized
 
 if TYPE_CHECKING:
-    from .thread import Worker
-
-
-@dataclass(frozen=True)
-class Span:
-    """A run of context tokens with one origin: template text, a message, or the reply."""
-
-    role: str  # "template", "system", "user", "assistant", "reply", "prompt" (raw), "generated"
-    start: int
-    end: int
+    from .parts import WorkerParts
 
 
 def chat_spans(messages: list[Message], spans: list[tuple[int, int]], n: int) -> list[Span]:
@@ -73,19 +64,19 @@ def merge(spans: list[Span]) -> list[Span]:
 
 
 # -- what the chat holds now (the reply included) ----------------------------------------------
-def reply_tokens(w: Worker) -> int:
+def reply_tokens(w: WorkerParts) -> int:
     start = w.state.reply_start
     return 0 if start is None else max(0, w.engine.n_past - start)
 
 
-def reply_text(w: Worker) -> str:
+def reply_text(w: WorkerParts) -> str:
     assert w.state.reply_start is not None
     toks = w.engine.tokens[w.state.reply_start :]
     data = b"".join(w.engine.vocab.piece(t) for t in toks)
     return data.decode("utf-8", errors="replace")
 
 
-def spans_now(w: Worker) -> list[Span]:
+def spans_now(w: WorkerParts) -> list[Span]:
     s = w.state
     spans = clip(s.spans, w.engine.n_past)
     if s.reply_start is not None and reply_tokens(w):
@@ -94,7 +85,7 @@ def spans_now(w: Worker) -> list[Span]:
     return spans
 
 
-def messages_now(w: Worker, pieces: tuple[bytes, ...] | None = None) -> list[Message]:
+def messages_now(w: WorkerParts, pieces: tuple[bytes, ...] | None = None) -> list[Message]:
     s = w.state
     msgs = list(s.messages)
     if s.reply_start is not None and reply_tokens(w):
@@ -111,7 +102,7 @@ def _shown(piece: bytes) -> str:
 
 
 # -- sending a message -------------------------------------------------------------------------
-def send(w: Worker, text: str) -> None:
+def send(w: WorkerParts, text: str) -> None:
     """Enter in the chat box: send now, queue it while a reply plays, or send the queued one."""
     s = w.state
     if not text.strip():
@@ -136,11 +127,11 @@ def send(w: Worker, text: str) -> None:
         raise
 
 
-def set_system(w: Worker, text: str) -> None:
+def set_system(w: WorkerParts, text: str) -> None:
     """A new system prompt: the first message of this chat from the next message on (the
     conversation is rendered again, so the cache is reused only up to where it changed)."""
     s = w.state
-    w.system_prompt = text.strip() or None
+    w.keep_system_prompt(text.strip() or None)
     if w.raw:
         s.note("Raw mode has no chat template, so no system message; it is kept for chat mode.")
         return
@@ -168,7 +159,7 @@ def set_system(w: Worker, text: str) -> None:
     s.note(what + later)
 
 
-def send_queued(w: Worker) -> None:
+def send_queued(w: WorkerParts) -> None:
     """The reply ended: send the queued message; one that no longer fits (the reply grew)
     goes back to the chat box."""
     s = w.state
@@ -192,7 +183,7 @@ class Planned:
     text_tokens: int
 
 
-def planned(w: Worker, text: str) -> Planned:
+def planned(w: WorkerParts, text: str) -> Planned:
     """Tokenize the conversation with the new message (the worker owns tokenization);
     a conversation longer than the context is refused, in one sentence."""
     s, eng = w.state, w.engine
@@ -221,7 +212,7 @@ def planned(w: Worker, text: str) -> Planned:
     return Planned(messages, tokens, spans, text_tokens)
 
 
-def too_long(w: Worker, messages: list[Message], spans: list[Span], n: int, text: int) -> str:
+def too_long(w: WorkerParts, messages: list[Message], spans: list[Span], n: int, text: int) -> str:
     """Why a message does not fit, and what helps: a new chat (ctrl+n) only when a new chat
     would hold it, which a system prompt or a message longer than the context rules out."""
     ctx = w.engine.n_ctx
@@ -247,7 +238,7 @@ def too_long(w: Worker, messages: list[Message], spans: list[Span], n: int, text
     )
 
 
-def send_now(w: Worker, text: str) -> None:
+def send_now(w: WorkerParts, text: str) -> None:
     """Tokenize the conversation with the new message and prefill what the cache lacks; then
     autosave, so a crash during the reply keeps the message."""
     s, eng = w.state, w.engine

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -178,3 +179,31 @@ Command = (
     | Call
     | Stop
 )
+
+
+def attention_command(name: str, args: tuple[Any, ...], capture_all: Callable[[], None]) -> Command:
+    """The attention pane's commands by name: "toggle", "all" (every layer at once), "layer" n,
+    "head" h (None = the mean), "tabs" (the matrix and census tabs showing or not)."""
+    if name == "toggle":
+        return AttentionToggle()
+    if name == "all":
+        return Call(capture_all)
+    if name == "layer":
+        return AttentionLayer(int(args[0]))
+    if name == "head":
+        return AttentionHead(args[0])
+    if name == "tabs":
+        return AttentionTabs(bool(args[0]), bool(args[1]))
+    raise ValueError(name)
+
+
+def lens_command(name: str, args: tuple[Any, ...], toggle_grid: Callable[[], None]) -> Command:
+    """The lens's commands by name: "tab" visible (the Lens tab showing or not), "mode" (the
+    preview or the last step), "grid" (G: the position x layer grid)."""
+    if name == "tab":
+        return LensTab(bool(args[0]))
+    if name == "mode":
+        return LensMode()
+    if name == "grid":
+        return Call(toggle_grid)
+    raise ValueError(name)

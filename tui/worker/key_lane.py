@@ -1,40 +1,68 @@
-"""The key lane: a sampler key answered while a decode is in flight.
+"""The key lane: a sampler key answered while a step's ``llama_decode`` is in flight.
 
 A sampler key (temperature, top-k, top-p, min-p, greedy, seed, the chain keys) only re-runs
-the sampler chain on logits the session already holds: the settings, the chain's own
-token-data buffer and a NumPy row, never the llama context. So it need not wait for the
+the sampler chain on logits the session already holds, so it need not wait for the
 ``llama_decode`` in flight (13 ms a token on one decode thread here, the most of a key's
-latency once measured). The decode thread holds the worker's state lock for everything it does
-except the ``llama_decode`` call itself, where the engine's ``decode_gate`` lets the lock go
-(and llama.cpp lets the GIL go). This lane's thread waits for that lock, takes the sampler
-commands at the head of the queue (order with every other command is kept), runs them and
-publishes their view, and gives the lock back. The context is still touched by one thread
-only: the decode thread.
+latency once measured). What such a key touches, and why that is safe beside a decode:
+
+- the sampler settings, the worker's state and the views (plain Python);
+- llama.cpp's sampler objects: ``llama_sampler_apply``, ``llama_sampler_clone``,
+  ``llama_sampler_accept``, ``llama_sampler_reset`` and ``llama_sampler_free`` on the engine's
+  chain (a preview runs on clones, so the RNG the next pick uses does not advance), and a
+  ``llama_sampler_init_*`` for a stage the new settings build (``llama_sampler_init_grammar``
+  when a grammar is set);
+- the vocabulary: ``llama_token_to_piece``, ``llama_vocab_is_eog``.
+
+None of these takes the ``llama_context``: a sampler works on a ``llama_token_data_array`` the
+chain owns, the vocabulary is read-only model data. The context itself is touched by one
+thread only: the decode thread.
+
+Three rules make the lane safe for the state too. The decode thread holds the state lock for
+every command and step it runs (:meth:`KeyLane.working`; it waits for the queue holding
+nothing) and lends it only inside a window it opens itself
+(:meth:`KeyLane.lendable`) around the ``llama_decode`` of a single-token step, where the token
+is picked and noted and the rest of the state is whole; never during a prompt's prefill,
+a context shift or a re-decode (a view built there would show a message half sent). The lane
+runs only while the lock is lent, and only the sampler keys at the head of the queue: every
+command pressed before a key was taken by the decode thread before it lent, so press order is
+kept. And a failure while answering a key is caught here, noted, and the lane waits for the
+next key (its view says what went wrong).
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from .commands import Adjust, ChainEdit, Command, Greedy, Seed
-
-if TYPE_CHECKING:
-    from .thread import Worker
 
 SAMPLER_KEYS = (Adjust, Greedy, Seed, ChainEdit)
 
 
 class KeyLane:
-    def __init__(self, w: Worker) -> None:
-        self.w = w
+    """The state lock, its lending during a step's decode, and the thread that answers
+    sampler keys meanwhile. ``answer`` handles one command and publishes its view (the
+    caller holds the lock); ``failed`` is told of an exception ``answer`` let through."""
+
+    def __init__(
+        self,
+        commands: queue.Queue[Command],
+        answer: Callable[[Command], None],
+        failed: Callable[[BaseException], None],
+    ) -> None:
+        self.commands = commands
+        self._answer = answer
+        self._failed = failed
         self.lock = threading.Lock()  # the session's state: held by whoever works on it
         self.held = False  # the decode thread holds ``lock`` (and may lend it for a decode)
+        self._holder: threading.Thread | None = None
+        self._window = False  # the holder is in a single-token step: its decode may be lent
         # Lent out for a decode: the logits the session holds already gave the token in flight,
         # so a view built now must not call its preview on them the next step's pick.
         self.in_decode = False
+        self.wakes = 0  # wakes the lane has finished (a test waits for the lane to have looked)
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -58,19 +86,31 @@ class KeyLane:
     def working(self) -> Iterator[None]:
         """The decode thread's hold on the state for one command or one step."""
         with self.lock:
-            self.held = True
+            self.held, self._holder = True, threading.current_thread()
             try:
                 yield
             finally:
-                self.held = False
+                self.held, self._holder = False, None
+
+    @contextmanager
+    def lendable(self) -> Iterator[None]:
+        """Around the feed of one picked token: the state is whole, the decode may be lent."""
+        was, self._window = self._window, True
+        try:
+            yield
+        finally:
+            self._window = was
 
     @contextmanager
     def decoding(self) -> Iterator[None]:
-        """The engine's ``decode_gate``: the lock is lent out while llama_decode runs."""
-        lend = self.held and threading.current_thread() is self.w.thread
+        """The engine's ``decode_gate``: the lock is lent out while llama_decode runs, if the
+        decode thread holds it and is inside :meth:`lendable`."""
+        lend = self._window and self.held and threading.current_thread() is self._holder
         if lend:
             self.held, self.in_decode = False, True
             self.lock.release()
+            if self._key_first():  # pressed before the lend: answered now, not after the decode
+                self._wake.set()
         try:
             yield
         finally:
@@ -78,13 +118,18 @@ class KeyLane:
                 self.lock.acquire()
                 self.held, self.in_decode = True, False
 
+    def _key_first(self) -> bool:
+        q = self.commands
+        with q.mutex:
+            return bool(q.queue) and isinstance(q.queue[0], SAMPLER_KEYS)
+
     def _take(self) -> Command | None:
         """The sampler command at the head of the queue, removed (None if the head is not
         one): a key pressed after a rewind must still run after it."""
-        q = self.w.commands_queue
+        q = self.commands
         with q.mutex:
             if q.queue and isinstance(q.queue[0], SAMPLER_KEYS):
-                cmd = q.queue.popleft()
+                cmd: Command = q.queue.popleft()
                 return cmd
         return None
 
@@ -95,5 +140,11 @@ class KeyLane:
             if self._stop:
                 return
             with self.lock:
-                while not self._stop and (cmd := self._take()) is not None:
-                    self.w.run_now(cmd)
+                # Not lent: the decode thread is between commands (or took one and waits for
+                # the lock); it takes the keys itself, in their order.
+                while not self._stop and self.in_decode and (cmd := self._take()) is not None:
+                    try:
+                        self._answer(cmd)
+                    except Exception as exc:  # never die in silence: say it, take the next
+                        self._failed(exc)
+            self.wakes += 1

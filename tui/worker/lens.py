@@ -29,7 +29,7 @@ from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
     from ..engine.step import StepRecord
-    from .thread import Worker
+    from .parts import WorkerParts
 
 MODES = ("preview", "last")
 
@@ -71,7 +71,7 @@ def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, 
 class LensControl:
     """Lens state of one worker (worker thread only)."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerParts) -> None:
         self.w = worker
         self.visible = False
         self.mode = "preview"
@@ -126,10 +126,9 @@ class LensControl:
         if not self.grid:
             self.w.state.note("Lens: one step again (G shows the grid over every position).")
             return
-        tokens, stop = eng.tokens, eng.stop_reason
+        tokens = eng.tokens
         if tokens:
-            eng.sync_prompt(tokens, reuse=False)
-            eng.stop_reason = stop
+            eng.decode_again(tokens)
             self._noted(eng)
         n = min(len(tokens), GRID_MAX)
         self.w.state.note(
@@ -156,13 +155,12 @@ class LensControl:
             cap = LensCapture(n_layer=old.info.n_layer, census=census, lens=True)
         new = Engine(old.model, old.config, old.settings, [cap])
         new.adopt_history(old)
-        tokens, stop = old.tokens, old.stop_reason
+        tokens = old.tokens
         self.w.replace_engine(new)
         surprise.keep(self.w)  # the new context scores prompts as the old one did
         if tokens:
-            new.sync_prompt(tokens, reuse=False)
+            new.decode_again(tokens)
             self._noted(new)
-        new.stop_reason = stop
         return len(tokens)
 
     def _fill_current(self) -> None:
@@ -172,9 +170,7 @@ class LensControl:
         tokens = eng.tokens
         if not tokens or (rec is not None and "lens" in rec.extras):
             return
-        stop = eng.stop_reason
-        eng.sync_prompt(tokens, reuse=True)  # everything but the last token is re-used
-        eng.stop_reason = stop
+        eng.decode_again(tokens, reuse=True)  # everything but the last token is re-used
         self._noted(eng)
         self.w.state.note(
             "Logit lens on: the last token was decoded again (the rest re-used) so the lens "

@@ -16,21 +16,13 @@ from ..engine import paths
 from ..engine.errors import TokenstepError
 from ..engine.sequences import pick_p
 from ..engine.surprise import Surprise
+from .state import PathBranch
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
-@dataclass
-class PathBranch:
-    id: int
-    tokens: tuple[int, ...]  # the reply's tokens on this path (after reply_start)
-    values: tuple[Surprise | None, ...]  # per token: p, p', entropy (None: not known)
-    how: str  # what left it: "rewind", "force", "fork" or "jump"
-    seq: int | None = None  # the parked sequence holding its cells (None: decode again)
-
-
-def _reply(w: Worker) -> tuple[int, list[int]]:
+def _reply(w: WorkerParts) -> tuple[int, list[int]]:
     start = w.state.reply_start
     if start is None:
         raise TokenstepError("there is no reply yet: send a message first.")
@@ -38,7 +30,7 @@ def _reply(w: Worker) -> tuple[int, list[int]]:
 
 
 def _add(
-    w: Worker, tokens: list[int], values: list[Surprise | None], how: str, seq: int | None
+    w: WorkerParts, tokens: list[int], values: list[Surprise | None], how: str, seq: int | None
 ) -> None:
     """Keep a branch unless a known one already contains it; drop those it contains."""
     s, eng = w.state, w.engine
@@ -62,7 +54,7 @@ def _add(
     s.path_next += 1
 
 
-def _park(w: Worker, keep: int | None = None) -> int | None:
+def _park(w: WorkerParts, keep: int | None = None) -> int | None:
     """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken (never
     those of ``keep``, the parked path a jump is about to take back: with no other seq_id the
     live reply is left without cells and is decoded again if it is wanted later). Only while
@@ -82,7 +74,7 @@ def _park(w: Worker, keep: int | None = None) -> int | None:
     return paths.park(eng)
 
 
-def leave_live(w: Worker, how: str, keep: int | None = None) -> None:
+def leave_live(w: WorkerParts, how: str, keep: int | None = None) -> None:
     """The live reply becomes a branch (before a rewind or a jump), its cells parked (in a
     seq_id other than ``keep``)."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
@@ -95,7 +87,7 @@ def leave_live(w: Worker, how: str, keep: int | None = None) -> None:
     _add(w, tokens, values, how, seq)
 
 
-def leave_forks(w: Worker) -> None:
+def leave_forks(w: WorkerParts) -> None:
     """Every forked sequence becomes a parked branch instead of being dropped."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return
@@ -119,7 +111,7 @@ def leave_forks(w: Worker) -> None:
     w.state.fork_tokens = {}
 
 
-def leave_pick(w: Worker, forced: int) -> None:
+def leave_pick(w: WorkerParts, forced: int) -> None:
     """Before a force: the token the sampler would have picked is a one-token branch."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return
@@ -138,7 +130,7 @@ def leave_pick(w: Worker, forced: int) -> None:
     _add(w, [*tokens, pick], [*values, value], "force", None)
 
 
-def jump(w: Worker, branch_id: int) -> None:
+def jump(w: WorkerParts, branch_id: int) -> None:
     """Make branch ``branch_id`` the live reply; the live one becomes a branch."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         raise TokenstepError(w.engine.capabilities.missing("fork") or "no paths here.")
@@ -155,7 +147,7 @@ def jump(w: Worker, branch_id: int) -> None:
     got = paths.restore(eng, full, b.seq, [None] * start + list(b.values))
     if b.seq is not None and b.seq in eng.parked:
         paths.drop(eng, b.seq)  # sequence 0 now sees those cells itself
-    eng.stop_reason = None
+    eng.stopped(None)
     s.mode, s.activity, s.action = "step", "generating", "jump"
     s.last_pick, s.last_records, s.lit = None, (), ()
     s.dirty_since_save = True
@@ -172,7 +164,7 @@ def jump(w: Worker, branch_id: int) -> None:
     s.note(f"Jumped to {s.path_note[0].lower()}{s.path_note[1:]}")
 
 
-def new_turn(w: Worker) -> None:
+def new_turn(w: WorkerParts) -> None:
     """A new message: the branches were of the last turn; their parked cells are freed."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return
@@ -182,7 +174,7 @@ def new_turn(w: Worker) -> None:
 
 
 # -- saved sessions ----------------------------------------------------------------------------
-def to_json(w: Worker) -> dict[str, Any]:
+def to_json(w: WorkerParts) -> dict[str, Any]:
     return {
         "reply_start": w.state.reply_start,
         "branches": [
@@ -197,7 +189,7 @@ def to_json(w: Worker) -> dict[str, Any]:
     }
 
 
-def from_json(w: Worker, data: dict[str, Any] | None) -> int:
+def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
     """Branches of a saved session (their cells are gone: a jump decodes them again)."""
     if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
         return 0
@@ -244,7 +236,7 @@ class PathsView:
 
 
 def _row(
-    w: Worker,
+    w: WorkerParts,
     start: int,
     id: int,
     how: str,
@@ -275,7 +267,7 @@ def _row(
     )
 
 
-def paths_view(w: Worker) -> PathsView:
+def paths_view(w: WorkerParts) -> PathsView:
     s, eng = w.state, w.engine
     if s.reply_start is None or not eng.capabilities.fork:
         return PathsView(shown=s.paths_shown)

@@ -12,7 +12,7 @@ from .stages import SAMPLE
 
 if TYPE_CHECKING:
     from ..engine.sampler_settings import SamplerSettings
-    from .thread import Worker
+    from .parts import WorkerParts
 
 # Ladders for the sampler keys: each press moves one rung.
 TEMP_LADDER = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
@@ -48,7 +48,7 @@ def format_setting(name: str, value: float) -> str:
     return f"{value:.2f}"
 
 
-def adjust(w: Worker, name: str, direction: int) -> None:
+def adjust(w: WorkerParts, name: str, direction: int) -> None:
     """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
     st = w.engine.settings
     if name not in LADDERS:
@@ -89,7 +89,7 @@ def not_in_chain(st: SamplerSettings, stage: str) -> str:
     return ""
 
 
-def toggle_greedy(w: Worker) -> None:
+def toggle_greedy(w: WorkerParts) -> None:
     st = w.engine.settings
     if st.is_greedy:
         st.greedy = False
@@ -101,13 +101,13 @@ def toggle_greedy(w: Worker) -> None:
         settings_changed(w, "greedy on (highest logit)")
 
 
-def next_seed(w: Worker, delta: int) -> None:
+def next_seed(w: WorkerParts, delta: int) -> None:
     st = w.engine.settings
     st.seed = (st.seed + delta) % (1 << 32)
     settings_changed(w, f"seed {st.seed} (a fresh RNG)")
 
 
-def settings_changed(w: Worker, what: str) -> None:
+def settings_changed(w: WorkerParts, what: str) -> None:
     s, has_logits = w.state, w.engine.logits is not None
     s.action = "settings"
     s.lit = (SAMPLE,) if has_logits else ()

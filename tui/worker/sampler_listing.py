@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..engine.chain_result import MOVES
 from ..engine.chain_stages import chain_specs
 from ..engine.sampler_settings import LETTERS, SamplerSettings
-from ..engine.tokens import quoted
+from ..engine.tokens import quoted, visible
 
 if TYPE_CHECKING:
     from ..engine.chain_result import ChainResult
@@ -52,7 +52,6 @@ FLAGS: dict[str, str] = {
     "json-schema": "grammar",
 }
 DEFAULTS = SamplerSettings()
-_VISIBLE = {"\n": "↵", "\t": "⇥", "\r": "␍"}  # as the panes draw them
 _LETTER = {name: ch for ch, name in LETTERS.items()}
 # The stage of the chain each setting belongs to ("" for those every chain reads).
 _STAGE = {
@@ -114,7 +113,7 @@ def value_of(s: SamplerSettings, flag: str) -> str:
     if flag == "logit-bias":
         return " ".join(f"{t}{b:+g}" for t, b in v) or "none"
     if flag in ("grammar", "json-schema"):  # a schema is kept as the GBNF it became
-        return "none" if not v else "".join(_VISIBLE.get(c, c) for c in v)
+        return "none" if not v else visible(v, space=False)
     if isinstance(v, float):
         return _num(v)
     return str(v)

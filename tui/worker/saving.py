@@ -12,7 +12,7 @@ from .chat import messages_now
 from .state import State
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
 WEIGHTS_LEFT_OUT = (
@@ -21,12 +21,12 @@ WEIGHTS_LEFT_OUT = (
 )
 
 
-def n_records(w: Worker) -> int:
+def n_records(w: WorkerParts) -> int:
     """Step records of this chat."""
     return len(w.engine.records) - w.state.records_from
 
 
-def write(w: Worker, path: str | Path) -> Path:
+def write(w: WorkerParts, path: str | Path) -> Path:
     eng = w.engine
     rows = session_store.session_rows(
         eng,
@@ -42,14 +42,14 @@ def write(w: Worker, path: str | Path) -> Path:
     return session_store.write_jsonl_atomic(path, rows)
 
 
-def save(w: Worker, path: str) -> None:
+def save(w: WorkerParts, path: str) -> None:
     target = write(w, path)
     w.state.last_saved = str(target)
     left_out = "; attention weights left out, --resume captures them again" * w.attention.on
     w.state.note(f"Saved {n_records(w)} step records and the conversation to {target}{left_out}.")
 
 
-def autosave(w: Worker) -> None:
+def autosave(w: WorkerParts) -> None:
     """Write the chat to its autosave file; a failure turns autosave off and says so."""
     path = w.autosave_path
     if path is None or (w.engine.n_past == 0 and not w.state.messages):
@@ -58,26 +58,28 @@ def autosave(w: Worker) -> None:
         write(w, path)
     except TokenstepError as exc:
         w.state.note(f"Autosave failed: {exc} Autosave is off.", "error")
-        w.autosave_dir = None
+        w.autosave_off()
         return
     w.state.dirty_since_save = False
     w.state.last_saved = str(path)
 
 
-def new_chat(w: Worker) -> None:
+def new_chat(w: WorkerParts) -> None:
     """Autosave this chat, empty the KV cache, start the next chat's state."""
     if w.state.dirty_since_save:
         autosave(w)
     eng = w.engine
     eng.reset()
     old = w.state
-    w.state = State(
-        mode=old.mode,
-        chat_no=old.chat_no + 1,
-        records_from=len(eng.records),
-        turns_from=len(eng.turns),
-        shifts_from=len(eng.shifts),
-        surprise_scale=old.surprise_scale,
+    w.new_state(
+        State(
+            mode=old.mode,
+            chat_no=old.chat_no + 1,
+            records_from=len(eng.records),
+            turns_from=len(eng.turns),
+            shifts_from=len(eng.shifts),
+            surprise_scale=old.surprise_scale,
+        )
     )
     w.state.action = "new"
     path = w.autosave_path

@@ -15,86 +15,40 @@ decodes and the draft model's) against this run's plain one-token decodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..engine import loop
-from ..engine.spec_verify import Speculator
 from ..engine.step import StepRecord
 from ..engine.tokens import quoted
 from . import commands as cmd_types
+from .spec_run import SpecMarks, SpecRun
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from collections.abc import Callable
+
+    from .parts import WorkerParts
 
 
-@dataclass(frozen=True)
-class SpecMarks:
-    """What the text pane marks for the last round: the accepted drafted tokens (context
-    indices [start, end)), the first rejected draft token (struck through) and the pick that
-    replaced it or came after the accepted draft (not decoded yet)."""
-
-    start: int = 0
-    end: int = 0
-    rejected: bytes | None = None
-    pending: bytes | None = None
-    summary: str | None = None  # the header figure
-
-
-@dataclass
-class SpecRun:
-    """The speculator, the pick not yet decoded, and this run's plain decodes for the
-    comparison."""
-
-    spec: Speculator
-    pending: int | None = None
-    marks: SpecMarks = field(default_factory=SpecMarks)
-    plain_ms: list[float] = field(default_factory=list)  # one-token decodes outside rounds
-    record: StepRecord | None = None  # the last round's decode (its rows for the logits pane)
-    row: int | None = None  # the verify row the logits pane shows (None: the current logits)
-
-    def summary(self) -> str | None:
-        """``spec 47% of 19 · 3.25 tok/decode · 0.79x plain``: accepted over drafted, tokens
-        emitted per llama_decode, and the rounds' tokens per second of decode time (verify,
-        one-token and draft-model decodes) over this run's plain one-token decodes'."""
-        st = self.spec.stats
-        if not (st.rounds or st.plain):
-            return None
-        parts = []
-        if st.acceptance is not None:
-            parts.append(f"spec {st.acceptance:.0%} of {st.drafted}")
-        else:
-            parts.append("spec: nothing drafted yet")
-        if st.tokens_per_decode is not None:
-            parts.append(f"{st.tokens_per_decode:.2f} tok/decode")
-        ms = st.verify_ms + st.plain_ms + st.draft_ms
-        base = self.plain_ms
-        if ms > 0 and base:
-            one = sum(base) / len(base)  # ms of one plain token in this run
-            parts.append(f"{st.emitted / ms * one:.2f}x plain")
-        return " · ".join(parts)
-
-
-def step(w: Worker, run: SpecRun) -> None:
+def step(w: WorkerParts, run: SpecRun, turn_ended: Callable[[WorkerParts], None]) -> None:
     """One round: draft after the pick waiting (the reply's first pick is sampled here as
-    usual), verify in one llama_decode, accept, and cut the rejected tail."""
-    from .stepping import turn_ended
-
+    usual), verify in one llama_decode, accept, and cut the rejected tail. ``turn_ended`` is
+    playback's own end of a reply (autosave, then the queued message)."""
     s, eng = w.state, w.engine
     before = eng.kv.used
     s.action, s.dirty_since_save = "step", True
     if run.pending is None:  # the reply's first pick, from the prompt's logits
         turn = loop.sample_step(eng)
-        w.picks += 1
+        sp = turn.sampled
+        w.picked((eng.logits_record, repr(eng.settings.to_dict()), sp.chain) if sp.eog else None)
         if turn.stop is not None:
-            _ended(w)
+            _ended(w, turn_ended)
             return
         run.pending = turn.token
     got = run.spec.round(eng, run.pending)
     if got is None:
         run.pending = None
-        _ended(w)
+        _ended(w, turn_ended)
         return
     note_round(w, run, got, before)
     if run.pending is not None and eng.vocab.is_eog(run.pending):
@@ -122,7 +76,7 @@ KEEPS_PENDING = (
 )
 
 
-def settle_before(w: Worker, run: SpecRun, cmd: cmd_types.Command) -> None:
+def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
     """Before a command: a rewind forgets the pending pick, anything that works on the
     context decodes it first (:func:`settle`), the rest leave it waiting."""
     if run.pending is None:
@@ -133,7 +87,7 @@ def settle_before(w: Worker, run: SpecRun, cmd: cmd_types.Command) -> None:
         settle(w, run)
 
 
-def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
+def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> None:
     """The record for the panes, the marks for the text, and the sentence for the notice."""
     s, eng = w.state, w.engine
     sp = rec.spec
@@ -166,7 +120,7 @@ def note_round(w: Worker, run: SpecRun, rec: StepRecord, before: int) -> None:
     )
 
 
-def spec_row(w: Worker, delta: int) -> None:
+def spec_row(w: WorkerParts, delta: int) -> None:
     """< and >: the logits pane shows the last verify batch's row before/after (past either
     end: the current logits again)."""
     run, s = w.spec, w.state
@@ -197,7 +151,7 @@ def spec_row(w: Worker, delta: int) -> None:
     s.note(f"Verify row {run.row} of {n} (after {after}, pos {tok.pos}): {what}.")
 
 
-def settle(w: Worker, run: SpecRun) -> None:
+def settle(w: WorkerParts, run: SpecRun) -> None:
     """Decode the pending pick alone, so the context holds every pick again."""
     if run.pending is None:
         return
@@ -216,9 +170,7 @@ def drop(run: SpecRun) -> None:
     run.marks = SpecMarks(summary=run.summary())
 
 
-def _ended(w: Worker) -> None:
-    from .stepping import turn_ended
-
+def _ended(w: WorkerParts, turn_ended: Callable[[WorkerParts], None]) -> None:
     s, eng = w.state, w.engine
     s.activity = "done"
     s.lit = (SAMPLE, DETOKENIZE)

@@ -8,17 +8,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..engine.chat import Message
 from ..engine.step import StepRecord
+from ..engine.surprise import Surprise
 from ..engine.verify import VerifyResult
 from .stages import BATCH, DECODE, LOGITS
 from .timeline import Timeline
 
-if TYPE_CHECKING:
-    from .chat import Span
-    from .paths import PathBranch
+
+@dataclass(frozen=True)
+class Span:
+    """A run of context tokens with one origin: template text, a message, or the reply."""
+
+    role: str  # "template", "system", "user", "assistant", "reply", "prompt" (raw), "generated"
+    start: int
+    end: int
+
+
+@dataclass
+class PathBranch:
+    id: int
+    tokens: tuple[int, ...]  # the reply's tokens on this path (after reply_start)
+    values: tuple[Surprise | None, ...]  # per token: p, p', entropy (None: not known)
+    how: str  # what left it: "rewind", "force", "fork" or "jump"
+    seq: int | None = None  # the parked sequence holding its cells (None: decode again)
 
 
 @dataclass(frozen=True)

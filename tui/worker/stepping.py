@@ -22,10 +22,10 @@ from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 from .state import Pick
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
-def user_step(w: Worker) -> None:
+def user_step(w: WorkerParts) -> None:
     """→: pause a playing reply, else decode one token."""
     s = w.state
     if s.playing:
@@ -35,14 +35,14 @@ def user_step(w: Worker) -> None:
     step(w, None)
 
 
-def force(w: Worker, token: int) -> None:
+def force(w: WorkerParts, token: int) -> None:
     w.state.mode = "step"
     if w.state.activity == "generating" and w.engine.n_past:
         paths.leave_pick(w, token)  # the sampler's own pick is a path not taken
     step(w, token)
 
 
-def step(w: Worker, forced: int | None) -> None:
+def step(w: WorkerParts, forced: int | None) -> None:
     """One decode: sample (or take ``forced``), feed it back, decode it."""
     s, eng = w.state, w.engine
     if s.activity == "idle" or eng.n_past == 0:
@@ -56,7 +56,7 @@ def step(w: Worker, forced: int | None) -> None:
         step_forked(w, forced)
         return
     if w.spec is not None and forced is None:  # --spec-type: one draft-verify round
-        spec_step.step(w, w.spec)
+        spec_step.step(w, w.spec, turn_ended)
         return
     before = eng.kv.used
     rec = decode_one(w, forced)
@@ -87,14 +87,13 @@ def step(w: Worker, forced: int | None) -> None:
         s.notice_level = "warn"
 
 
-def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
+def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
     """One turn of the engine's loop (:func:`tui.engine.loop.advance`: sample or force, stop
     on an end token, else feed and decode), and the pick noted for the panes. The record is
     None when generation stopped (end token or a full context)."""
     eng = w.engine
     greedy, seed = eng.settings.is_greedy, eng.settings.seed
     turn = loop.sample_step(eng, forced)  # may decode the last token again after a deep rewind
-    w.picks += 1
     p, p_final = pick_probabilities(turn.sampled)
     sp = turn.sampled
     mirostat = eng.settings.mirostat
@@ -102,11 +101,14 @@ def decode_one(w: Worker, forced: int | None) -> StepRecord | None:
         sp.token, eng.vocab.piece(sp.token), p, p_final, sp.forced, sp.eog, greedy, seed, mirostat
     )
     settings = repr(eng.settings.to_dict())
-    w.ended_chain = (eng.logits_record, settings, sp.chain) if sp.eog else None
-    return loop.feed_step(eng, turn).record
+    w.picked((eng.logits_record, settings, sp.chain) if sp.eog else None)
+    if eng.n_past >= eng.n_ctx:  # a context shift (or a stop) comes first: not lent
+        return loop.feed_step(eng, turn).record
+    with w.lane.lendable():  # the pick is noted: a key may be answered during the decode
+        return loop.feed_step(eng, turn).record
 
 
-def stepped(w: Worker, rec: StepRecord, before: int) -> bool:
+def stepped(w: WorkerParts, rec: StepRecord, before: int) -> bool:
     """Note one decode step (one sequence or several): the stages it lit, its record, the
     cells it wrote, its time. True when a context shift came first (and was noted)."""
     s = w.state
@@ -118,7 +120,7 @@ def stepped(w: Worker, rec: StepRecord, before: int) -> bool:
     return True
 
 
-def shifted(w: Worker, ev: ShiftEvent) -> None:
+def shifted(w: WorkerParts, ev: ShiftEvent) -> None:
     """A context shift forgot tokens [n_keep, n_keep + n_discard): cut them out of the
     text's spans and say what was forgotten."""
     s, a, n = w.state, ev.n_keep, ev.n_discard
@@ -137,7 +139,7 @@ def shifted(w: Worker, ev: ShiftEvent) -> None:
     )
 
 
-def step_forked(w: Worker, forced: int | None) -> None:
+def step_forked(w: WorkerParts, forced: int | None) -> None:
     """After a fork: every live sequence samples from its own logits row with its own
     chain, and ONE llama_decode carries one token per sequence."""
     s, eng = w.state, w.engine
@@ -146,7 +148,8 @@ def step_forked(w: Worker, forced: int | None) -> None:
     # on a clone of the same RNG, so it names the token the step takes).
     row0 = None if eng.logits is None else (np.array(eng.logits), eng.preview())
     settings = eng.settings
-    rec = eng.step_seqs({0: forced} if forced is not None else None)
+    with w.lane.lendable():  # forks never shift: the decode may be lent
+        rec = eng.step_seqs({0: forced} if forced is not None else None)
     s.action = "force" if forced is not None else "step"
     s.dirty_since_save = True
     s.last_pick = None
@@ -190,13 +193,13 @@ def pick_probabilities(sp: Sampled) -> tuple[float, float]:
     return p, sp.chain.p_final(sp.token)
 
 
-def turn_ended(w: Worker) -> None:
+def turn_ended(w: WorkerParts) -> None:
     """The reply ended: autosave, then send the message queued while it played."""
     saving.autosave(w)
     chat.send_queued(w)
 
 
-def toggle_play(w: Worker) -> None:
+def toggle_play(w: WorkerParts) -> None:
     s = w.state
     if s.mode == "autoplay":
         s.mode = "step"
@@ -212,12 +215,12 @@ def toggle_play(w: Worker) -> None:
     s.action = "mode"
 
 
-def pause(w: Worker) -> None:
+def pause(w: WorkerParts) -> None:
     if w.state.mode == "autoplay":
         toggle_play(w)
 
 
-def rewind(w: Worker, n: int) -> None:
+def rewind(w: WorkerParts, n: int) -> None:
     s, eng = w.state, w.engine
     s.mode = "step"  # rewinding is stepping: autoplay would resample at once
     n = min(n, chat.reply_tokens(w))
@@ -248,13 +251,13 @@ def rewind(w: Worker, n: int) -> None:
     s.note(over_http or f"Rewound {removed} token: KV cells {before} → {eng.kv.used}; {how}.")
 
 
-def fork(w: Worker) -> None:
+def fork(w: WorkerParts) -> None:
     """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
     s, eng = w.state, w.engine
     w.require("fork")
     if s.activity == "done" and not eng.branches:
         s.activity = "generating"  # a fork may continue where the reply ended
-        eng.stop_reason = None
+        eng.stopped(None)
     at = eng.n_past
     dst = eng.fork(0)
     s.fork_at = at
@@ -268,13 +271,13 @@ def fork(w: Worker) -> None:
     )
 
 
-def jump(w: Worker, branch_id: int) -> None:
+def jump(w: WorkerParts, branch_id: int) -> None:
     """Make a path not taken the live reply (see :func:`tui.worker.paths.jump`)."""
     paths.jump(w, branch_id)
     w.state.spans = clip(w.state.spans, w.engine.n_past)
 
 
-def drop_forks(w: Worker) -> None:
+def drop_forks(w: WorkerParts) -> None:
     eng = w.engine
     for seq in list(eng.branches):
         eng.drop_seq(seq)

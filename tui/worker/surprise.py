@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..engine.surprise import perplexity
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 SCALES = ("off", "p", "p'", "entropy")
 WHAT = {
@@ -25,7 +25,7 @@ WHAT = {
 }
 
 
-def keep(w: Worker) -> str:
+def keep(w: WorkerParts) -> str:
     """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
     the engine scores prompts exactly while the map shows a scale. Returns a sentence for
     the notice saying the map is still on (empty when it is off)."""
@@ -38,7 +38,7 @@ def keep(w: Worker) -> str:
     )
 
 
-def cycle(w: Worker) -> None:
+def cycle(w: WorkerParts) -> None:
     s, eng = w.state, w.engine
     s.surprise_scale = SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)]
     eng.score_prompt = s.surprise_scale != "off" or w.lens.grid
@@ -86,7 +86,7 @@ class SurpriseView:
         return self.scored_rows * self.n_embd * self.n_vocab
 
 
-def surprise_view(w: Worker, tokens: Sequence[int]) -> SurpriseView:
+def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
     s, eng = w.state, w.engine
     vals = tuple(
         None if v is None else (v.p, v.p_final, v.entropy) for v in eng.surprise.along(tokens)

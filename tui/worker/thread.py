@@ -2,7 +2,8 @@
 
 The app never calls the engine. It puts small commands (send, step, rewind, adjust a sampler
 setting, ...) on a queue; the worker thread runs them one at a time, in order, between decode
-calls (a sampler key at the head of the queue may run during one: :mod:`.key_lane`), and publishes an immutable :class:`~tui.worker.views.View` of everything the panes draw.
+calls (a sampler key at the head of the queue may run during a step's decode: :mod:`.key_lane`),
+and publishes an immutable :class:`~tui.worker.views.View` of everything the panes draw.
 During autoplay the worker keeps stepping while the queue is empty. A view is built only when
 the UI has taken the previous one (or when the worker goes idle), so a slow screen never slows
 the decode loop and the screen always draws the latest state.
@@ -32,11 +33,13 @@ from .attention import AttentionControl
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
-from .spec_step import SpecRun, settle_before, spec_row
+from .publisher import Publisher
+from .spec_run import SpecRun
+from .spec_step import settle_before, spec_row
 from .state import State
+from .tokenize import tokenize_note
 from .views import View
 
-MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
 SWITCH_INTERVAL = 0.0005  # seconds a thread may hold the GIL while another waits for it
 _STOP = cmd_types.Stop()
 
@@ -65,7 +68,6 @@ class Worker:
         self.raw = raw
         self.prefix_cache = prefix_cache
         self.close_engine = close_engine
-        self.on_view = on_view
         self.autosave_dir = Path(autosave_dir) if autosave_dir is not None else None
         self.state = State(mode="autoplay" if autoplay else "step")
         self.error: str | None = None  # an unexpected failure in the worker
@@ -79,16 +81,13 @@ class Worker:
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
         self.spec: SpecRun | None = None  # --spec-type: draft-verify rounds
         self._q: queue.Queue[cmd_types.Command] = queue.Queue()
-        self.commands_queue, self.lane = self._q, KeyLane(self)  # sampler keys mid-decode
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._latest: View | None = None
-        self._taken = True  # the UI has taken the latest view
-        self._dirty = False
-        self._built_at = 0.0
         self._started = time.time()
-        self._views = ViewBuilder(self)
+        self._views = ViewBuilder(self, self.attention.view, self.lens.view)
+        self.publisher = Publisher(self.build_view, self._views.with_notice, self._failed, on_view)
+        self.commands_queue = self._q  # sampler keys are answered during a step's decode:
+        self.lane = KeyLane(self._q, self.run_now, self.publisher.report)
         self._handlers: dict[type, Callable[[Any], None]] = {
             cmd_types.Send: lambda c: chat.send(self, c.text),
             cmd_types.Step: lambda c: stepping.user_step(self),
@@ -131,13 +130,19 @@ class Worker:
 
     def take(self) -> View | None:
         """The latest view (called by the UI thread; marks it as taken)."""
-        with self._lock:
-            self._taken = True
-            return self._latest
+        return self.publisher.take()
 
     @property
     def latest(self) -> View | None:
-        return self._latest
+        return self.publisher.latest
+
+    @property
+    def on_view(self) -> Callable[[View], None] | None:
+        return self.publisher.on_view
+
+    @on_view.setter
+    def on_view(self, fn: Callable[[View], None] | None) -> None:
+        self.publisher.on_view = fn
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -200,35 +205,13 @@ class Worker:
         self.put(cmd_types.Save(path))
 
     def attention_cmd(self, name: str, *args: Any) -> None:
-        """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
-        if name == "toggle":
-            self.put(cmd_types.AttentionToggle())
-        elif name == "all":
-            self.put(cmd_types.Call(self.attention.capture_all))
-        elif name == "layer":
-            self.put(cmd_types.AttentionLayer(int(args[0])))
-        elif name == "head":
-            self.put(cmd_types.AttentionHead(args[0]))
-        elif name == "tabs":
-            self.put(cmd_types.AttentionTabs(bool(args[0]), bool(args[1])))
-        else:
-            raise ValueError(name)
+        self.put(cmd_types.attention_command(name, args, self.attention.capture_all))
 
     def lens_cmd(self, name: str, *args: Any) -> None:
-        """The lens: "tab" visible (the Lens tab shows or not), "mode" (preview / last step)."""
-        if name == "tab":
-            self.put(cmd_types.LensTab(bool(args[0])))
-        elif name == "mode":
-            self.put(cmd_types.LensMode())
-        elif name == "grid":  # G: the position x layer grid
-            self.put(cmd_types.Call(self.lens.toggle_grid))
-        else:
-            raise ValueError(name)
+        self.put(cmd_types.lens_command(name, args, self.lens.toggle_grid))
 
     def tokenize_text(self, text: str) -> None:
         """/tokenize TEXT: its tokens in the notice, nothing sent."""
-        from .tokenize import tokenize_note
-
         self.put(cmd_types.Call(lambda: tokenize_note(self.engine.vocab, self.state.note, text)))
 
     def verify(self, mode: str = "batched") -> None:
@@ -278,12 +261,26 @@ class Worker:
         self.engine.decode_gate = self.lane.decoding
         self.close_engine = True
 
+    def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
+        """A token was picked (the RNG advanced); ``ended``: see ``ended_chain``."""
+        self.picks += 1
+        self.ended_chain = ended
+
+    def autosave_off(self) -> None:
+        self.autosave_dir = None
+
+    def keep_system_prompt(self, text: str | None) -> None:  # -sys, /system
+        self.system_prompt = text
+
+    def new_state(self, state: State) -> None:  # a new chat
+        self.state = state
+
     @contextmanager
     def busy(self, what: str) -> Iterator[None]:
         """A slow command: a view saying ``what`` it does is published before it starts (the
         app shows progress), and cleared when it ends."""
         self.state.busy = what
-        self._publish(force=True)
+        self.publisher.publish(force=True)
         try:
             yield
         finally:
@@ -322,7 +319,7 @@ class Worker:
     def run_now(self, cmd: cmd_types.Command) -> None:
         """Handle ``cmd`` and publish its view (the caller holds the state lock)."""
         self._guarded(self.handle, cmd)
-        self._publish(force=True)
+        self.publisher.publish(force=True)
 
     def build_view(self) -> View:
         """A view of the current state (worker thread; the UI takes published ones)."""
@@ -332,12 +329,12 @@ class Worker:
     def _run(self) -> None:
         try:
             with self.lane.working():
-                self._publish(force=True)
+                self.publisher.publish(force=True)
             while not self._stop.is_set():
                 with self.lane.working():
                     playing = self.state.playing
-                    if self._dirty and not playing:
-                        self._publish(force=True)
+                    if self.publisher.dirty and not playing:
+                        self.publisher.publish(force=True)
                 try:  # waiting for a command holds nothing
                     cmd = self._q.get_nowait() if playing else self._q.get()
                 except queue.Empty:
@@ -350,7 +347,7 @@ class Worker:
                     elif self.state.playing:  # a key on the lane may have paused it
                         self._guarded(stepping.step, self, None)
                         if self._q.empty():  # else the command's own view comes next
-                            self._publish(force=False)
+                            self.publisher.publish(force=False)
         finally:
             self.lane.stop()
             with self.lane.working():
@@ -383,18 +380,7 @@ class Worker:
             self.state.note(f"Internal error: {type(exc).__name__}: {exc}", "error")
             self.state.mode = "step"
 
-    def _publish(self, *, force: bool) -> None:
-        """Build and hand over a view, unless the UI is still busy with the previous one."""
-        with self._lock:
-            too_soon = time.monotonic() - self._built_at < MIN_VIEW_INTERVAL
-            if not force and (not self._taken or too_soon):
-                self._dirty = True
-                return
-        self._built_at = time.monotonic()
-        view = self.build_view()
-        with self._lock:
-            self._latest = view
-            self._taken = False
-            self._dirty = False
-        if self.on_view is not None:
-            self.on_view(view)
+    def _failed(self, text: str, trace: str) -> None:
+        """A view could not be built, or a key on the lane failed outside its command."""
+        self.error = trace
+        self.state.note(text, "error")

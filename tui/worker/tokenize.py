@@ -11,18 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..engine.errors import TokenstepError
-from ..engine.tokens import display_bytes
+from ..engine.tokens import display_bytes, visible
 
 SHOWN = 40  # pieces in the notice (it has three rows)
-VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
-
-
-def visible(s: str) -> str:
-    """The panes' rule (tui.widgets.common.visible): stand-ins for whitespace, every other
-    unprintable character escaped (U+00A0 as ``\\xa0``), so no piece is blank."""
-    return "".join(VISIBLE.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in s)
-
-
 def tokenize_note(vocab: Any, note: Callable[..., None], text: str) -> None:
     """The notice for /tokenize TEXT: its pieces and ids from ``vocab``, nothing sent."""
     if not text:

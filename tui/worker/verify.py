@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from ..engine.tokens import quoted
 
 if TYPE_CHECKING:
-    from .thread import Worker
+    from .parts import WorkerParts
 
 
-def verify(w: Worker, mode: str) -> None:
+def verify(w: WorkerParts, mode: str) -> None:
     s = w.state
     w.require("verify")
     if w.engine.logits is None:

@@ -22,7 +22,7 @@ from .chat import Span
 from .lens import LensView
 from .paths import PathsView
 from .remote_view import RemoteView
-from .spec_step import SpecMarks
+from .spec_run import SpecMarks
 from .state import Pick, Tokenized
 from .surprise import SurpriseView
 from .timeline import TimelineTotals

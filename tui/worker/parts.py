@@ -1,0 +1,105 @@
+"""What the worker's command modules are handed: the parts of one worker, as a protocol.
+
+``chat``, ``stepping``, ``paths``, ``sampler_keys``, ``chain_edit``, ``saving``, ``surprise``,
+``verify``, ``attention``, ``lens`` and ``build`` each run their commands on the worker
+:class:`~tui.worker.thread.Worker` puts together. They are typed with :class:`WorkerParts`,
+not with ``Worker``, so none of them imports the module that imports them all (no import
+circle, not even one made only for type hints).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..engine.sampling import ChainResult
+    from ..engine.session import Engine
+    from .commands import Command
+    from .key_lane import KeyLane
+    from .spec_run import SpecRun
+    from .state import State
+
+
+class AttentionPart(Protocol):
+    """The attention control as the other parts use it."""
+
+    on: bool  # capturing attention
+    want_census: bool  # the Anatomy tab is showing
+
+    def state(self) -> dict[str, Any]: ...
+
+    def forget_matrix(self) -> None: ...
+
+
+class LensPart(Protocol):
+    """The lens control as the other parts use it."""
+
+    grid: bool  # G: the grid over every position
+
+
+class WorkerParts(Protocol):
+    """One worker's parts as its command modules use them."""
+
+    raw: bool
+    prefix_cache: bool
+    spec: SpecRun | None  # --spec-type: the draft-verify rounds
+
+    @property
+    def system_prompt(self) -> str | None: ...
+
+    @property
+    def picks(self) -> int: ...
+
+    @property
+    def commands(self) -> int: ...
+
+    @property
+    def ended_chain(self) -> tuple[int | None, str, ChainResult] | None: ...
+
+    @property
+    def autosave_dir(self) -> Path | None: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def lane(self) -> KeyLane: ...
+
+    @property
+    def attention(self) -> AttentionPart: ...
+
+    @property
+    def lens(self) -> LensPart: ...
+
+    @property
+    def autosave_path(self) -> Path | None: ...
+
+    def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
+        """A token was picked (the RNG advanced); ``ended``: the chain that picked an end."""
+
+    def keep_system_prompt(self, text: str | None) -> None:
+        """The first message of each chat from now on (None: none)."""
+
+    def autosave_off(self) -> None:
+        """An autosave failed: no more autosaves this run."""
+
+    def new_state(self, state: State) -> None:
+        """A new chat: ``state`` replaces the chat's state."""
+
+    def busy(self, what: str) -> AbstractContextManager[None]: ...
+
+    def require(self, what: str) -> None: ...
+
+    def take_queued(self, kind: type[Command]) -> Command | None: ...
+
+    def replace_engine(self, new: Engine) -> None: ...
+
+    def drop_forks(self) -> None: ...
+
+    def autosave(self) -> None: ...
