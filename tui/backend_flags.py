@@ -16,11 +16,33 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         help="step the model of a running llama-server (http://HOST:PORT) instead of a local one",
     )
     p.add_argument(
+        "--api",
+        choices=["native", "openai"],
+        default=None,
+        help="with --server: llama-server's native /completion, or an OpenAI-compatible "
+        "/v1/completions (default: native where the server answers /props, else openai)",
+    )
+    p.add_argument(
+        "--server-model",
+        metavar="NAME",
+        default=None,
+        help="with --server and an OpenAI-compatible server: the model to step, one of its "
+        "/v1/models (needed when it serves several)",
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="with --server: sent as 'Authorization: Bearer KEY' (default $OPENAI_API_KEY); "
+        "never saved, traced or shown",
+    )
+    p.add_argument(
         "--n-probs",
         type=int,
-        default=100,
+        default=None,
         metavar="K",
-        help="with --server: candidates the server returns per step (default 100)",
+        help="with --server: candidates the server returns per step (default 100 natively, "
+        "20 over /v1: OpenAI's and vLLM's cap)",
     )
     p.add_argument(
         "--pick",

@@ -141,8 +141,11 @@ def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None 
 
         if (why := server_pick_refusal(settings)) is not None:
             raise TokenstepError(why)
-    if getattr(args, "n_probs", 100) < 1:
+    n_probs = getattr(args, "n_probs", None)
+    if n_probs is not None and n_probs < 1:
         raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
+    if getattr(args, "api", None) == "openai" and getattr(args, "slot", None) is not None:
+        raise TokenstepError("--slot is llama-server's native API; /v1/completions has no slots.")
     if (getattr(args, "slot", None) or 0) < 0:
         raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
 
@@ -151,14 +154,41 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
     from .engine.local_vocab import LocalVocab
+    from .engine.openai_api import detect_api
+    from .engine.openai_backend import api_key_from
     from .engine.remote import RemoteBackend
 
     server_conflicts(args, settings)
+    api = getattr(args, "api", None)
+    key = api_key_from(getattr(args, "api_key", None))
+    timeout = getattr(args, "timeout", 60.0)
     local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
+    if api is None:
+        api = detect_api(args.server, timeout, key)
+    if api == "openai":
+        from .engine.openai_backend import DEFAULT_OPENAI_N_PROBS, OpenAIBackend
+
+        if getattr(args, "slot", None) is not None:
+            raise TokenstepError(
+                "--slot is llama-server's native API; /v1/completions has no slots."
+            )
+        return cast(
+            Engine,
+            OpenAIBackend(
+                args.server,
+                settings,
+                n_probs=args.n_probs or DEFAULT_OPENAI_N_PROBS,
+                pick=args.pick,
+                timeout=timeout,
+                local_vocab=local_vocab,
+                model=getattr(args, "server_model", None),
+                api_key=key,
+            ),
+        )
     backend = RemoteBackend(
         args.server,
         settings,
-        n_probs=args.n_probs,
+        n_probs=args.n_probs or 100,
         pick=args.pick,
         slot=args.slot or 0,
         timeout=getattr(args, "timeout", 60.0),

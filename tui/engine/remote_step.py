@@ -72,6 +72,8 @@ class ServerStep:
     approx: str | None = None  # why tokenstep's pick from the top K may differ (None: exact)
     top_ids: list[int] = field(default_factory=list, repr=False)  # all K, best first
     top_logprobs: list[float] = field(default_factory=list, repr=False)
+    server_timings: bool = True  # False: the server reports no timings or cache counts
+    warning: str | None = None  # what of this reply is not what the panes hold (one sentence)
 
     @property
     def top_of(self) -> str:
@@ -83,6 +85,15 @@ class ServerStep:
         return max(self.round_trip_ms - self.prompt_ms - self.predicted_ms, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._fields()
+        if not self.server_timings:
+            out["timings_ms"] = {k: out["timings_ms"][k] for k in ("round_trip", "json")}
+            out["evaluated"] = out["cached"] = None  # the server does not say
+        if self.warning:
+            out["warning"] = self.warning
+        return out
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "url": self.url,
             "slot": self.slot,
