@@ -102,3 +102,30 @@ def test_the_server_s_own_pick_over_v1_follows_the_seed(over_v1):
         picks.append(b.sample().token)
         assert b.records[b.logits_record].server.server_pick == picks[-1]
     assert picks[0] == picks[1]  # one seed, one request, one pick
+
+
+def test_trace_over_v1_gives_the_native_trace_s_tokens(llama_server):  # noqa: F811
+    import json
+
+    from .conftest import run_cli
+
+    args = ("trace", "--server", llama_server.url, "-p", "The cat sat", "-n", "4", "--temp", "0")
+    native = run_cli(*args)
+    v1 = run_cli(*args, "--api", "openai")
+    assert native.returncode == 0 and v1.returncode == 0, v1.stderr.decode()
+    rows = [json.loads(line) for line in v1.stdout.decode().splitlines()]
+    base = [json.loads(line) for line in native.stdout.decode().splitlines()]
+    assert [r.get("sampled") for r in rows] == [r.get("sampled") for r in base]
+    assert all(r["server"]["candidates"] == "top 20 of 49152" for r in rows)
+    assert all(r["server"]["timings_ms"]["server_prompt"] >= 0 for r in rows)  # its own timings
+
+
+def test_verify_and_slot_with_the_openai_api_are_one_sentence(llama_server):  # noqa: F811
+    from .conftest import run_cli
+    from .test_remote_faults import _one_sentence
+
+    url = llama_server.url
+    err = _one_sentence(run_cli("verify", "--server", url, "--api", "openai", "-p", "x"))
+    assert "needs a local model" in err
+    err = _one_sentence(run_cli("trace", "--server", url, "--api", "openai", "--slot", "1", "-p", "x"))
+    assert "/v1/completions has no slots" in err

@@ -315,6 +315,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     gpu_flags(verify)
     repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
+    for flag in ("--api", "--server-model", "--api-key"):  # with either API, the same sentence
+        verify.add_argument(flag, help=argparse.SUPPRESS)
     verify.add_argument(
         "-n",
         "--n-predict",

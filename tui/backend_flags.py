@@ -52,6 +52,13 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         "server's own chain (its RNG restarts every request)",
     )
     p.add_argument(
+        "--server-chain-check",
+        action="store_true",
+        help="with --server (native API): after each pick, ask llama-server's own post-chain "
+        "probabilities (post_sampling_probs) with the same settings and show them beside "
+        "tokenstep's chain (a second request per token)",
+    )
+    p.add_argument(
         "--slot",
         type=int,
         default=None,

@@ -172,6 +172,11 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
             raise TokenstepError(
                 "--slot is llama-server's native API; /v1/completions has no slots."
             )
+        if getattr(args, "server_chain_check", False):
+            raise TokenstepError(
+                "--server-chain-check reads llama-server's native post_sampling_probs; "
+                "/v1/completions has none."
+            )
         return cast(
             Engine,
             OpenAIBackend(
@@ -193,6 +198,7 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
         slot=args.slot or 0,
         timeout=getattr(args, "timeout", 60.0),
         local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
+        check_chain=getattr(args, "server_chain_check", False),
     )
     return cast(Engine, backend)
 

@@ -35,17 +35,7 @@ from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
 from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
-from .remote_step import (
-    PICKS,
-    ServerStep,
-    chain_exactness,
-    fill_row,
-    read_reply,
-    request_body,
-    server_chain,
-    slot_busy,
-    top_probs,
-)
+from .remote_step import PICKS, ServerStep, ask_native, chain_exactness, fill_row, top_probs
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -79,9 +69,12 @@ class RemoteBackend(NoLocalContext):
         slot: int = 0,
         timeout: float = DEFAULT_TIMEOUT_S,
         local_vocab: LocalVocab | None = None,
+        check_chain: bool = False,
     ) -> None:
-        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned)."""
+        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned).
+        ``check_chain``: ask the server's own post-chain probabilities beside each pick."""
         self.local_vocab = local_vocab
+        self.check_chain = check_chain
         if n_probs < 1:
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
         if pick not in PICKS:
@@ -134,23 +127,7 @@ class RemoteBackend(NoLocalContext):
 
     def _ask(self, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
         """One ``POST /completion``: the checked answer and each candidate's (id, bytes)."""
-        try:
-            body = request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
-            if self.pick == "server":  # the server's own pick runs the whole chain
-                body.update(server_chain(self.settings, self.n_ctx))
-            reply = self.client.post("/completion", body)
-        except ServerError as exc:
-            busy = "did not answer" in str(exc) and slot_busy(self.client, self.url, self.slot)
-            if busy:
-                raise ServerError(
-                    f"slot {self.slot} of llama-server at {self.url} is busy with another "
-                    f"client's request (tokenstep waited {self.client.timeout:g} s).",
-                    retry=True,
-                ) from exc
-            raise
-        return read_reply(
-            self.url, reply, self.settings, self.n_probs, self.info.n_vocab, len(prompt)
-        )
+        return ask_native(self, prompt, reuse)
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -357,6 +334,12 @@ class RemoteBackend(NoLocalContext):
                 rec.server.approx = self.exactness(settings) or pick_exactness(
                     settings, rec.server.top_ids, result, token
                 )
+                if self.check_chain and force is None:
+                    from .remote_post import check_row
+
+                    rec.server.post_chain, rec.server.post_note = check_row(
+                        self, result, self.tokens
+                    )
         if eog:
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)

@@ -37,6 +37,7 @@ class RemoteView:
     server_timed: bool = True  # False: the server reports no timings (round trip only)
     warning: str | None = None  # what the server saw or sent that is not what the panes hold
     as_text: bool = False  # the server takes text only: the prompt went as the ids' text
+    post_note: str | None = None  # the server's own post-chain probabilities beside ours
 
     def lines(self) -> tuple[str, str]:
         """Two short lines for the logits pane: what crossed HTTP, and how exact the pick is."""
@@ -51,6 +52,8 @@ class RemoteView:
             second = "tokenstep's pick, exact: survivors inside the top K"
         else:
             second = self.pick_note.split(" (")[0]  # "approximation: the chain saw only ..."
+        if self.post_note:
+            second += " · " + self.post_note.split(" (")[0]
         return first, second
 
 
@@ -87,6 +90,7 @@ def remote_view(engine: Any) -> RemoteView | None:
         server_timed=step.server_timings,
         warning=step.warning,
         as_text=not getattr(engine, "ids_prompt", True),
+        post_note=step.post_note,
     )
 
 
