@@ -89,6 +89,7 @@ class Fake(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), FakeHandler)
         self.models = ["fake-model"]
         self.status: int | None = None  # answer /v1/completions with this status
+        self.get_status: int | None = None  # answer every GET with this status
         self.headers_out: dict[str, str] = {}
         self.no_logprobs = False
         self.hang = threading.Event()  # set: /v1/completions never answers (until released)
@@ -110,6 +111,9 @@ class FakeHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.seen_auth.append(self.headers.get("Authorization"))
+        if self.server.get_status is not None:
+            body = {"error": {"message": "Incorrect API key provided"}}
+            return self._send(self.server.get_status, body)
         if self.path == "/v1/models":
             data = [{"id": m, "object": "model"} for m in self.server.models]
             return self._send(200, {"object": "list", "data": data})

@@ -126,3 +126,12 @@ def test_the_api_key_never_reaches_a_trace_or_the_terminal(fake, tmp_path):  # n
         out = proc.stdout.decode() + proc.stderr.decode()
         assert KEY not in out and '"top 3 of 49152"' in out
         assert fake.seen_auth[-1] == f"Bearer {KEY}"
+
+
+def test_a_401_at_connect_is_the_key_s_sentence(fake):  # noqa: F811
+    fake.get_status = 401
+    args = ("trace", "--server", fake.url, "-m", str(default_model_path()), "-p", "x")
+    err = _one_sentence(run_cli(*args, "--api-key", KEY))
+    assert "HTTP 401" in err and "the API key given was refused" in err and KEY not in err
+    err = _one_sentence(run_cli(*args, env={"OPENAI_API_KEY": ""}))
+    assert "no API key was given" in err and "--api-key" in err

@@ -29,6 +29,8 @@ def detect_api(url: str, timeout: float = 30.0, api_key: str | None = None) -> s
         try:
             client.get("/v1/models")
         except ServerError as exc:
+            if "(HTTP 401)" in str(exc) or "(HTTP 403)" in str(exc):
+                raise  # an OpenAI-compatible server that wants a key: its own sentence
             reason = str(exc).rstrip(".")
             raise ServerError(
                 f"{client.url} is not llama-server (its GET /props has no "
