@@ -4,7 +4,9 @@ own speed in the same run (one ``/completion`` that streams the same number of t
 Where a remote step's time goes: the server evaluating the new token (``timings.prompt_ms``),
 JSON (encoding the request and decoding the answer, measured here), tokenstep's own part (the
 full-vocabulary row and the sampler chain) and the rest of the round trip (HTTP, the socket,
-the server's queue and its response building). Skipped, with a note, without the binary."""
+the server's queue and its response building). The same split for the same server's
+OpenAI-compatible ``/v1/completions`` (``OpenAIBackend``, ``logprobs`` 100), in the same rounds.
+Skipped, with a note, without the binary."""
 
 from __future__ import annotations
 

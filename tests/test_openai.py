@@ -129,3 +129,18 @@ def test_verify_and_slot_with_the_openai_api_are_one_sentence(llama_server):  # 
     assert "needs a local model" in err
     err = _one_sentence(run_cli("trace", "--server", url, "--api", "openai", "--slot", "1", "-p", "x"))
     assert "/v1/completions has no slots" in err
+
+
+def test_a_pick_whose_survivors_reach_past_the_top_k_is_marked_approximate(over_v1):
+    """No cut (top-k, top-p, min-p off) at T 1: the chain's survivors are the whole vocabulary,
+    of which /v1 sent 20: the pick says it is an approximation, as over the native API."""
+    b = over_v1(SamplerSettings(temp=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3))
+    b.prefill(b.vocab.tokenize("Once upon a time", add_special=True))
+    b.sample()
+    step = b.records[b.logits_record].server
+    assert step.approx is not None and step.approx.startswith("approximation")
+    assert "top 20 of 49152" in step.approx
+    greedy = over_v1(SamplerSettings(temp=0.0))
+    greedy.prefill(greedy.vocab.tokenize("Once upon a time", add_special=True))
+    greedy.sample()
+    assert greedy.records[greedy.logits_record].server.approx is None  # the argmax is inside
