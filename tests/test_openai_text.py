@@ -127,3 +127,18 @@ def test_texts_that_name_several_ids_are_marked(text_server):
     for tok in step.top_ids:  # every id kept is inside the vocabulary, each once
         assert 0 <= tok < b.info.n_vocab
     assert len(set(step.top_ids)) == len(step.top_ids)
+
+
+def test_the_server_s_own_pick_in_the_legacy_form_maps_to_an_id(text_server):
+    """--pick server: the sample's text (``logprobs.tokens[0]``) becomes the id tokenstep
+    feeds; one seed gives one pick."""
+    picks = []
+    for _ in range(2):
+        b = text_server(SamplerSettings(temp=0.8, seed=11), pick="server")
+        b.prefill(b.vocab.tokenize("Once upon a time", add_special=True))
+        token = b.sample().token
+        step = b.records[b.logits_record].server
+        assert step.server_pick == token and 0 <= token < b.info.n_vocab
+        assert step.to_dict()["pick"] == "server"
+        picks.append(token)
+    assert picks[0] == picks[1]
