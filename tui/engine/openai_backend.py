@@ -105,6 +105,8 @@ class OpenAIBackend(RemoteBackend):
                 self.props = handshake(self.client, 0)
                 meta = read_models(url, self.client.get("/v1/models").body)
             except ServerError as exc:
+                if "HTTP" not in str(exc) and "not JSON" not in str(exc):
+                    raise  # nothing answers, a timeout: that sentence, not "no tokenizer"
                 raise TokenstepError(
                     f"the server at {url} has no tokenizer tokenstep can reach (no /tokenize "
                     "of llama-server's): give the GGUF it serves with -m PATH (tokenstep loads "
