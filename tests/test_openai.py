@@ -144,3 +144,20 @@ def test_a_pick_whose_survivors_reach_past_the_top_k_is_marked_approximate(over_
     greedy.prefill(greedy.vocab.tokenize("Once upon a time", add_special=True))
     greedy.sample()
     assert greedy.records[greedy.logits_record].server.approx is None  # the argmax is inside
+
+
+def test_m_over_llama_server_s_v1_is_checked_against_its_tokenizer(llama_server):  # noqa: F811
+    from tui.engine import default_model_path
+    from tui.engine.local_vocab import LocalVocab
+
+    b = OpenAIBackend(
+        llama_server.url, SamplerSettings(temp=0.0), local_vocab=LocalVocab(default_model_path())
+    )
+    try:
+        toks = b.vocab.tokenize("The capital of France is", add_special=True)
+        b.prefill(toks)
+        native = b.records[-1].server
+        assert b.ids_prompt and native.top_of == "top 20 of 49152"
+        assert native.top_ids[0] == b.vocab.tokenize(" Paris", add_special=False)[0]
+    finally:
+        b.close()

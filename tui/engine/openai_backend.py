@@ -29,6 +29,7 @@ import llama_cpp
 from . import gguf_header
 from .errors import TokenstepError, one_line
 from .info import facts
+from .local_vocab import check_same_vocab
 from .model import ModelInfo
 from .openai_reply import (
     COMPLETIONS,
@@ -96,6 +97,9 @@ class OpenAIBackend(RemoteBackend):
                     f"-m {local.path} is not the model the server at {url} serves: its "
                     f"vocabulary has {local.n_vocab:,} tokens and the server's {served.n_vocab:,}."
                 )
+            native = self._native_vocab()
+            if native is not None:  # llama-server's /v1: the file must tokenize as it does
+                check_same_vocab(local, native, url)
             self.vocab = FileVocab(local)
             self.info = _file_info(local, url, served.id)
             self.n_ctx = served.n_ctx or self.info.n_ctx_train or MAX_CTX
@@ -116,6 +120,17 @@ class OpenAIBackend(RemoteBackend):
             self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))
             self.info = model_info(url, self.props, meta, self.vocab)
         self.ids_prompt = self._takes_ids()
+
+    def _native_vocab(self) -> RemoteVocab | None:
+        """llama-server's own /tokenize where the server is one (None elsewhere)."""
+        try:
+            handshake(self.client, 0)
+            meta = read_models(self.client.url, self.client.get("/v1/models").body)
+        except ServerError as exc:
+            if "HTTP" not in str(exc) and "not JSON" not in str(exc):
+                raise
+            return None
+        return RemoteVocab(self.client, int(meta["n_vocab"]))
 
     def _takes_ids(self) -> bool:
         """One request with a list of ids as ``prompt``: answered, the server takes ids; a
