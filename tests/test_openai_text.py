@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tui.engine import SamplerSettings, default_model_path, loop
+from tui.engine.errors import TokenstepError
 from tui.engine.local_vocab import LocalVocab
 from tui.engine.openai_api import detect_api
 from tui.engine.openai_backend import OpenAIBackend
@@ -142,3 +143,17 @@ def test_the_server_s_own_pick_in_the_legacy_form_maps_to_an_id(text_server):
         assert step.to_dict()["pick"] == "server"
         picks.append(token)
     assert picks[0] == picks[1]
+
+
+def test_another_model_s_file_is_one_sentence(llama_cpp_server, tmp_path):  # noqa: F811
+    """A text-only server has no /tokenize: the -m file is checked by the server's own count
+    of a probe text (``usage.prompt_tokens``). A byte-level 259-token vocabulary counts it
+    otherwise than SmolLM2's."""
+    from .swa_model import write_swa_model
+
+    other = write_swa_model(tmp_path / "other.gguf")
+    with pytest.raises(TokenstepError) as got:
+        OpenAIBackend(llama_cpp_server.url, SamplerSettings(temp=0.0), local_vocab=LocalVocab(other))
+    text = str(got.value)
+    assert "is not the model the server at" in text and "probe text is" in text
+    assert "\n" not in text

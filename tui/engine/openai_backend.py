@@ -29,7 +29,7 @@ import llama_cpp
 from . import gguf_header
 from .errors import TokenstepError, one_line
 from .info import facts
-from .local_vocab import check_same_vocab
+from .local_vocab import PROBE_TEXT, check_same_vocab
 from .model import ModelInfo
 from .openai_reply import (
     COMPLETIONS,
@@ -120,6 +120,22 @@ class OpenAIBackend(RemoteBackend):
             self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))
             self.info = model_info(url, self.props, meta, self.vocab)
         self.ids_prompt = self._takes_ids()
+        if not self.ids_prompt and local is not None:
+            self._check_text_tokenizer(local)
+
+    def _check_text_tokenizer(self, local: LocalVocab) -> None:
+        """A text-only server has no /tokenize, but counts our prompt (``usage.prompt_tokens``):
+        the probe text must count as many tokens there as the -m file makes of it."""
+        body = {"model": self.model, "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0}
+        reply = self.client.post(COMPLETIONS, body).body
+        usage = reply.get("usage") if isinstance(reply, dict) else None
+        theirs = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        mine = len(local.vocab.tokenize(PROBE_TEXT, add_special=True, parse_special=True))
+        if isinstance(theirs, int) and theirs != mine:
+            raise TokenstepError(
+                f"-m {local.path} is not the model the server at {self.client.url} serves: the "
+                f"same probe text is {mine} tokens here and {theirs} there."
+            )
 
     def _native_vocab(self) -> RemoteVocab | None:
         """llama-server's own /tokenize where the server is one (None elsewhere)."""
