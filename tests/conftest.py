@@ -88,10 +88,10 @@ def make_engine(model: Model):
 
 
 def run_cli(
-    *args: str, stdin: bytes | None = None, timeout: float = 120
+    *args: str, stdin: bytes | None = None, timeout: float = 120, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m tui ARGS`` as a user would, capturing bytes."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    """Run ``python -m tui ARGS`` as a user would, capturing bytes (``env``: added variables)."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tui", *args],
         input=stdin,

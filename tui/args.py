@@ -308,6 +308,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
     spec_flags(verify)
+    for flag in ("--api", "--server-model", "--api-key"):  # with either API, the same sentence
+        verify.add_argument(flag, help=argparse.SUPPRESS)
     verify.add_argument(
         "-n",
         "--n-predict",

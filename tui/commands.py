@@ -8,10 +8,10 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .args import read_prompt
-from .backend_flags import repack_with_server
+from .backend_flags import remote_from_args, server_conflicts
 from .engine import (
     Engine,
     EngineConfig,
@@ -128,48 +128,6 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     if template_text is not None:
         engine.info = dataclasses.replace(engine.info, chat_template=template_text)
     return engine
-
-
-def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
-    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
-    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
-    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
-
-    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
-    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
-    if refused is not None:
-        raise TokenstepError(refused)
-    if (clash := repack_with_server(args)) is not None:
-        raise TokenstepError(clash)
-    if getattr(args, "pick", None) == "server" and settings is not None:
-        from .engine.remote_step import server_pick_refusal
-
-        if (why := server_pick_refusal(settings)) is not None:
-            raise TokenstepError(why)
-    if getattr(args, "n_probs", 100) < 1:
-        raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
-    if (getattr(args, "slot", None) or 0) < 0:
-        raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
-
-
-def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
-    """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
-    from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
-    from .engine.local_vocab import LocalVocab
-    from .engine.remote import RemoteBackend
-
-    server_conflicts(args, settings)
-    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
-    backend = RemoteBackend(
-        args.server,
-        settings,
-        n_probs=args.n_probs,
-        pick=args.pick,
-        slot=args.slot or 0,
-        timeout=getattr(args, "timeout", 60.0),
-        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
-    )
-    return cast(Engine, backend)
 
 
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
