@@ -225,6 +225,10 @@ def test_verify_works_on_a_speculative_context():
     ("flags", "said"),
     [
         (("--spec-type", "ngram-simple", "--server", "http://127.0.0.1:9"), "--server"),
+        (
+            ("--spec-type", "ngram-simple", "--server", "http://127.0.0.1:9", "--api", "openai"),
+            "/v1/completions give one position's top K",
+        ),
         (("--spec-type", "draft-simple"), "needs a draft model: -md PATH."),
         (("--spec-type", "ngram-mod"), "is llama-server's"),
         (("--spec-type", "fast"), "must be none, ngram-simple or draft-simple"),

@@ -107,8 +107,9 @@ def check_spec(args: argparse.Namespace) -> str:
     md = getattr(args, "model_draft", None)
     if kind != "none" and getattr(args, "server", None):
         raise TokenstepError(
-            "--spec-type needs the logits of every row of one llama_decode, which "
-            "llama-server's /completion does not return; drop --server or --spec-type."
+            "--spec-type needs the logits of every row of one llama_decode, which no server "
+            "returns (llama-server's /completion and /v1/completions give one position's top "
+            "K); drop --server or --spec-type."
         )
     if kind == "draft-simple" and not md:
         raise TokenstepError("--spec-type draft-simple needs a draft model: -md PATH.")
