@@ -252,7 +252,7 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
                 "/v1/completions has none."
             )
         return cast(
-            Engine,
+            "Engine",
             OpenAIBackend(
                 args.server,
                 settings,
@@ -274,4 +274,4 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
         local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
         check_chain=getattr(args, "server_chain_check", False),
     )
-    return cast(Engine, backend)
+    return cast("Engine", backend)
