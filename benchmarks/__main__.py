@@ -1,5 +1,5 @@
 """``make bench``: the benchmarks of the performance issues (8, ``tokenstep trace`` end to end;
-9, attention memory; 10, the sampler chain; 11, the logit lens; 12, remote stepping), each
+9, attention memory; 10, the sampler chain; 11, the logit lens; 12, remote stepping; 13, speculative decoding), each
 figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
@@ -27,6 +27,7 @@ from . import (
     bench_memory,
     bench_remote,
     bench_render,
+    bench_spec,
     bench_startup,
     bench_trace,
 )
@@ -58,7 +59,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -76,6 +77,7 @@ def main() -> int:
         (10, "sampler chain", lambda: bench_chain.run(model, rounds=rounds)),
         (11, "lens", lambda: bench_lens.run(model, rounds=rounds)),
         (12, "remote", lambda: bench_remote.run(rounds=rounds)),
+        (13, "speculative decoding", lambda: bench_spec.run(model, rounds=rounds)),
     ]
     rows: list[Row] = []
     failed: list[str] = []

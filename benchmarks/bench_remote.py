@@ -4,7 +4,9 @@ own speed in the same run (one ``/completion`` that streams the same number of t
 Where a remote step's time goes: the server evaluating the new token (``timings.prompt_ms``),
 JSON (encoding the request and decoding the answer, measured here), tokenstep's own part (the
 full-vocabulary row and the sampler chain) and the rest of the round trip (HTTP, the socket,
-the server's queue and its response building). Skipped, with a note, without the binary."""
+the server's queue and its response building). The same split for the same server's
+OpenAI-compatible ``/v1/completions`` (``OpenAIBackend``, ``logprobs`` 100), in the same rounds.
+Skipped, with a note, without the binary."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from tui.engine import SamplerSettings, default_model_path, loop
+from tui.engine.openai_backend import OpenAIBackend
 from tui.engine.remote import RemoteBackend
 
 from .common import TEXT, Row, median
@@ -34,7 +37,13 @@ def server_binary() -> Path | None:
 
 
 def start_server(
-    binary: Path, log: Path, *, parallel: int = 1, n_ctx: int = 4096, threads: int = 1
+    binary: Path,
+    log: Path,
+    *,
+    parallel: int = 1,
+    n_ctx: int = 4096,
+    threads: int = 1,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,7 +55,7 @@ def start_server(
     args += ["-fa", "off", "--no-webui"]
     from tests.llama_server import repack_args  # --no-repack where the server has AMX kernels
 
-    args += repack_args(binary)
+    args += [*repack_args(binary), *extra]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -75,8 +84,14 @@ def _server_streaming(url: str, prompt: list[int]) -> float:
         return float(json.loads(r.read())["timings"]["predicted_per_token_ms"])
 
 
-def _remote_steps(url: str, prompt: list[int]) -> dict[str, float]:
-    r = RemoteBackend(url, SamplerSettings(temp=0.0))
+def _remote_steps(url: str, prompt: list[int], api: str = "native") -> dict[str, float]:
+    """Medians per step over the native /completion, or (``api`` "openai") over the same
+    server's /v1/completions with the same K (100)."""
+    r = (
+        OpenAIBackend(url, SamplerSettings(temp=0.0), n_probs=100)
+        if api == "openai"
+        else RemoteBackend(url, SamplerSettings(temp=0.0))
+    )
     try:
         r.sync_prompt(prompt, reuse=False)
         wall, server, json_ms, trip = [], [], [], []
@@ -113,14 +128,16 @@ def run(rounds: int = 3) -> list[Row]:
             r = RemoteBackend(url)
             prompt = r.vocab.tokenize(TEXT, add_special=False)
             r.close()
-            stream, steps = [], []
-            for _ in range(rounds):  # alternate, so both see the same machine load
+            stream, steps, v1 = [], [], []
+            for _ in range(rounds):  # alternate, so all see the same machine load
                 stream.append(_server_streaming(url, prompt))
                 steps.append(_remote_steps(url, prompt))
+                v1.append(_remote_steps(url, prompt, "openai"))
         finally:
             proc.terminate()
             proc.wait(30)
     s = {k: median([x[k] for x in steps]) for k in steps[0]}
+    o = {k: median([x[k] for x in v1]) for k in v1[0]}
     own = median(stream)
     return [
         Row(
@@ -132,5 +149,15 @@ def run(rounds: int = 3) -> list[Row]:
             f"server eval {s['server']:.1f} ms, HTTP+queue {s['http']:.1f} ms, JSON "
             f"{s['json']:.1f} ms, tokenstep row+chain {s['client']:.1f} ms "
             f"(n_probs 100, {N_TOKENS} tokens, medians of {rounds})",
-        )
+        ),
+        Row(
+            "12. remote step over /v1",
+            f"{o['wall']:.1f} ms/token",
+            "reported",
+            None,
+            f"the same server's /v1/completions (logprobs 100): {o['wall'] / s['wall']:.2f}x the "
+            f"native step; per step: server eval {o['server']:.1f} ms, HTTP+queue "
+            f"{o['http']:.1f} ms, JSON {o['json']:.1f} ms, tokenstep row+chain "
+            f"{o['client']:.1f} ms",
+        ),
     ]

@@ -88,10 +88,10 @@ def make_engine(model: Model):
 
 
 def run_cli(
-    *args: str, stdin: bytes | None = None, timeout: float = 120
+    *args: str, stdin: bytes | None = None, timeout: float = 120, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m tui ARGS`` as a user would, capturing bytes."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    """Run ``python -m tui ARGS`` as a user would, capturing bytes (``env``: added variables)."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "tui", *args],
         input=stdin,
@@ -100,3 +100,23 @@ def run_cli(
         cwd=ROOT,
         env=env,
     )
+
+
+@pytest.fixture(scope="session")
+def draft_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A draft model for speculative decoding: the bundled model requantized to Q2_K by
+    llama.cpp's own quantizer (``llama_model_quantize``, what ``llama-quantize
+    --allow-requantize`` calls). Same vocabulary, other weights: it drafts well but not
+    perfectly (about a third of its drafts accepted on a chat reply here)."""
+    import llama_cpp
+
+    out = tmp_path_factory.mktemp("draft") / "SmolLM2-135M-Instruct.Q2_K.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K
+    params.allow_requantize = True
+    params.nthread = 2
+    rc = llama_cpp.llama_model_quantize(
+        str(default_model_path()).encode(), str(out).encode(), params
+    )
+    assert rc == 0, f"llama_model_quantize returned {rc}"
+    return out

@@ -342,13 +342,21 @@ def test_where_the_stack_puts_the_crash() -> None:
 def test_a_crash_on_a_thread_python_does_not_know_is_told(tmp_path: Path) -> None:
     """A native thread (as llama.cpp's OpenMP workers are) that jumps to address 0: faulthandler
     still writes every Python thread's stack, and the next start tells it."""
+    # The native thread starts only once the main thread sleeps (line 12): started from the
+    # main thread itself, it could crash before pthread_create had returned there (seen under
+    # load: the main thread's frame was still on the pthread_create line).
     code = (
-        "import ctypes, sys, time\n"
+        "import ctypes, sys, threading, time\n"
         "from pathlib import Path\n"
         "from tui import crash\n"
         "crash.CrashLog(Path(sys.argv[1])).install('llama.cpp: ...')\n"
-        "t = ctypes.c_ulong()\n"
-        "ctypes.CDLL(None).pthread_create(ctypes.byref(t), None, ctypes.c_void_p(0), None)\n"
+        "main = threading.main_thread().ident\n"
+        "def start():\n"
+        "    while sys._current_frames()[main].f_lineno != 12:\n"
+        "        time.sleep(0.001)\n"
+        "    t = ctypes.c_ulong()\n"
+        "    ctypes.CDLL(None).pthread_create(ctypes.byref(t), None, ctypes.c_void_p(0), None)\n"
+        "threading.Thread(target=start, daemon=True).start()\n"
         "time.sleep(60)\n"
     )
     res = subprocess.run(
@@ -361,7 +369,7 @@ def test_a_crash_on_a_thread_python_does_not_know_is_told(tmp_path: Path) -> Non
     (path,) = crash_files(tmp_path)
     text = path.read_text()
     assert "Fatal Python error: Segmentation fault" in text and "Current thread" not in text
-    assert 'File "<string>", line 7 in <module>' in text  # the main thread, asleep
+    assert 'File "<string>", line 12 in <module>' in text  # the main thread, asleep
     assert crash.previous_crash(tmp_path) == (
         f"The last run ended in a native crash (Segmentation fault); its stack is in {path}."
     )

@@ -33,6 +33,7 @@ from .widgets.run_chart import RunChart
 from .widgets.save_dialog import SaveScreen, default_save_path
 from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
+from .worker.commands import SpecRow
 
 if TYPE_CHECKING:
     from .worker import View
@@ -118,6 +119,9 @@ class AppActions(App[int]):
         ):
             self.controller.pause()
         logits.move(delta)
+
+    def action_spec_row(self, delta: int) -> None:  # --spec-type: across the verify rows
+        self.controller.put(SpecRow(delta))
 
     def action_force(self) -> None:
         row = self.main.query_one(LogitsPane).highlighted

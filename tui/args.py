@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .backend_flags import gpu_flags, repack_flags, server_flags
+from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
 from .engine.errors import TokenstepError
+from .spec_flags import spec_flags
 from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
@@ -121,18 +122,7 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
     )
-    _swa_flag(p)
-
-
-def _swa_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--swa-full",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="models with sliding-window layers: a full-size cache for those layers too, so "
-        "rewind, prefix reuse and shifts keep working (default on; --no-swa-full gives "
-        "llama.cpp's tools' smaller window-sized cache)",
-    )
+    swa_flag(p)
 
 
 def _number(text: str) -> float:
@@ -218,6 +208,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     server_flags(app)
     gpu_flags(app)
     repack_flags(app)
+    spec_flags(app)
     app.add_argument("-p", "--prompt", metavar="TEXT", help="pre-fill the chat box")
     app.add_argument("--raw", action="store_true", help="plain completion, no chat template")
     app.add_argument(
@@ -272,6 +263,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         help="tokens to generate (default 32)",
     )
     _graph_flags(trace)
+    spec_flags(trace)
     trace.add_argument(
         "--lens",
         action="store_true",
@@ -299,7 +291,7 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         metavar="N",
         help="context size for the KV sizes (default: n_ctx_train)",
     )
-    _swa_flag(info)
+    swa_flag(info)
     repack_flags(info)
     info.add_argument("--json", action="store_true", help="print JSON")
 
@@ -315,6 +307,9 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     gpu_flags(verify)
     repack_flags(verify)
     verify.add_argument("--server", help=argparse.SUPPRESS)  # refused: verify needs a context
+    spec_flags(verify)
+    for flag in ("--api", "--server-model", "--api-key"):  # with either API, the same sentence
+        verify.add_argument(flag, help=argparse.SUPPRESS)
     verify.add_argument(
         "-n",
         "--n-predict",

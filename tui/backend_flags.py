@@ -1,11 +1,19 @@
 """Where the model runs: the flags for a remote llama-server (``--server``) and for GPU
 offload of a local model (``-ngl``, ``-sm``, ``-ts``, ``-mg``, ``--no-kv-offload``), with
-llama.cpp's names. Part of the command line (:mod:`tui.args`)."""
+llama.cpp's names. Part of the command line (:mod:`tui.args`); :func:`remote_from_args` turns
+the server's flags into the backend the worker and ``trace`` drive."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING, cast
+
+from .engine.errors import TokenstepError
+
+if TYPE_CHECKING:
+    from .engine.sampler_settings import SamplerSettings
+    from .engine.session import Engine
 
 
 def server_flags(p: argparse.ArgumentParser) -> None:
@@ -16,11 +24,33 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         help="step the model of a running llama-server (http://HOST:PORT) instead of a local one",
     )
     p.add_argument(
+        "--api",
+        choices=["native", "openai"],
+        default=None,
+        help="with --server: llama-server's native /completion, or an OpenAI-compatible "
+        "/v1/completions (default: native where the server answers /props, else openai)",
+    )
+    p.add_argument(
+        "--server-model",
+        metavar="NAME",
+        default=None,
+        help="with --server and an OpenAI-compatible server: the model to step, one of its "
+        "/v1/models (needed when it serves several)",
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="with --server: sent as 'Authorization: Bearer KEY' (default $OPENAI_API_KEY); "
+        "never saved, traced or shown",
+    )
+    p.add_argument(
         "--n-probs",
         type=int,
-        default=100,
+        default=None,
         metavar="K",
-        help="with --server: candidates the server returns per step (default 100)",
+        help="with --server: candidates the server returns per step (default 100 natively, "
+        "20 over /v1: OpenAI's and vLLM's cap)",
     )
     p.add_argument(
         "--pick",
@@ -28,6 +58,13 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         default="tokenstep",
         help="with --server: who samples, tokenstep's chain on the top K (default) or the "
         "server's own chain (its RNG restarts every request)",
+    )
+    p.add_argument(
+        "--server-chain-check",
+        action="store_true",
+        help="with --server (native API): after each pick, ask llama-server's own post-chain "
+        "probabilities (post_sampling_probs) with the same settings and show them beside "
+        "tokenstep's chain (a second request per token)",
     )
     p.add_argument(
         "--slot",
@@ -149,3 +186,92 @@ def repack_with_server(args: argparse.Namespace) -> str | None:
         f"{flag} and --server both given: the server loads its own model (pass {flag} to "
         "llama-server)."
     )
+
+
+def swa_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--swa-full",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="models with sliding-window layers: a full-size cache for those layers too, so "
+        "rewind, prefix reuse and shifts keep working (default on; --no-swa-full gives "
+        "llama.cpp's tools' smaller window-sized cache)",
+    )
+
+
+def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
+    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
+    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
+    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
+
+    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
+    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
+    if refused is not None:
+        raise TokenstepError(refused)
+    if (clash := repack_with_server(args)) is not None:
+        raise TokenstepError(clash)
+    if getattr(args, "pick", None) == "server" and settings is not None:
+        from .engine.remote_step import server_pick_refusal
+
+        if (why := server_pick_refusal(settings)) is not None:
+            raise TokenstepError(why)
+    n_probs = getattr(args, "n_probs", None)
+    if n_probs is not None and n_probs < 1:
+        raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
+    if getattr(args, "api", None) == "openai" and getattr(args, "slot", None) is not None:
+        raise TokenstepError("--slot is llama-server's native API; /v1/completions has no slots.")
+    if (getattr(args, "slot", None) or 0) < 0:
+        raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
+
+
+def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
+    """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
+    from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+    from .engine.local_vocab import LocalVocab
+    from .engine.openai_api import detect_api
+    from .engine.openai_backend import api_key_from
+    from .engine.remote import RemoteBackend
+
+    server_conflicts(args, settings)
+    api = getattr(args, "api", None)
+    key = api_key_from(getattr(args, "api_key", None))
+    timeout = getattr(args, "timeout", 60.0)
+    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
+    if api is None:
+        api = detect_api(args.server, timeout, key)
+    if api == "openai":
+        from .engine.openai_backend import DEFAULT_OPENAI_N_PROBS, OpenAIBackend
+
+        if getattr(args, "slot", None) is not None:
+            raise TokenstepError(
+                "--slot is llama-server's native API; /v1/completions has no slots."
+            )
+        if getattr(args, "server_chain_check", False):
+            raise TokenstepError(
+                "--server-chain-check reads llama-server's native post_sampling_probs; "
+                "/v1/completions has none."
+            )
+        return cast(
+            "Engine",
+            OpenAIBackend(
+                args.server,
+                settings,
+                n_probs=args.n_probs or DEFAULT_OPENAI_N_PROBS,
+                pick=args.pick,
+                timeout=timeout,
+                local_vocab=local_vocab,
+                model=getattr(args, "server_model", None),
+                api_key=key,
+            ),
+        )
+    backend = RemoteBackend(
+        args.server,
+        settings,
+        n_probs=args.n_probs or 100,
+        pick=args.pick,
+        slot=args.slot or 0,
+        timeout=getattr(args, "timeout", 60.0),
+        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
+        check_chain=getattr(args, "server_chain_check", False),
+    )
+    return cast("Engine", backend)

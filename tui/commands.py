@@ -7,10 +7,11 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import cast
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from .args import read_prompt
-from .backend_flags import repack_with_server
+from .backend_flags import remote_from_args, server_conflicts
 from .engine import (
     Engine,
     EngineConfig,
@@ -25,6 +26,10 @@ from .engine import (
 from .engine import chat as chat_mod
 from .engine.model import probe
 from .engine.offload import Offload
+
+if TYPE_CHECKING:
+    from .engine.spec_verify import Speculator
+    from .engine.step import StepRecord
 
 GGML_MAX_N_THREADS = 512  # ggml.h
 
@@ -125,48 +130,6 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
     return engine
 
 
-def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
-    """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
-    and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
-    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
-
-    on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
-    refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
-    if refused is not None:
-        raise TokenstepError(refused)
-    if (clash := repack_with_server(args)) is not None:
-        raise TokenstepError(clash)
-    if getattr(args, "pick", None) == "server" and settings is not None:
-        from .engine.remote_step import server_pick_refusal
-
-        if (why := server_pick_refusal(settings)) is not None:
-            raise TokenstepError(why)
-    if getattr(args, "n_probs", 100) < 1:
-        raise TokenstepError(f"--n-probs must be 1 or more, not {args.n_probs}.")
-    if (getattr(args, "slot", None) or 0) < 0:
-        raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
-
-
-def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
-    """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
-    from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
-    from .engine.local_vocab import LocalVocab
-    from .engine.remote import RemoteBackend
-
-    server_conflicts(args, settings)
-    local_vocab = LocalVocab(args.model) if args.model else None  # the file, before connecting
-    backend = RemoteBackend(
-        args.server,
-        settings,
-        n_probs=args.n_probs,
-        pick=args.pick,
-        slot=args.slot or 0,
-        timeout=getattr(args, "timeout", 60.0),
-        local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
-    )
-    return cast(Engine, backend)
-
-
 def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     """--attention / --lens / --graph / --profile as one eval-callback observer (a context has one
     cb_eval). None of them: no callback at all, so decoding costs nothing extra."""
@@ -216,8 +179,11 @@ def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> li
 
 def preflight(args: argparse.Namespace) -> None:
     """What the interactive app checks before it takes the screen: flags, then the model."""
+    from .spec_flags import check_spec
+
     config_from_args(args)
     settings = settings_from_args(args)
+    check_spec(args)
     if getattr(args, "server", None):
         from .engine.remote_http import parse_url
 
@@ -228,6 +194,8 @@ def preflight(args: argparse.Namespace) -> None:
         return
     offload_from_args(args)
     probe(args.model)
+    if getattr(args, "model_draft", None):
+        probe(args.model_draft)
 
 
 def trace_main(args: argparse.Namespace) -> int:
@@ -235,11 +203,16 @@ def trace_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)  # flags first: a typo should not wait for a model load
     config_from_args(args)
+    from .spec_flags import check_spec, speculator_from_args
+
+    check_spec(args)
     text = read_prompt(args)
     if not text.strip():  # before the model load, like the flags
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
+    spec = None
     try:
+        spec = speculator_from_args(args, engine)
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out, n_sampled = sys.stdout, 0
         lens = None
@@ -247,17 +220,30 @@ def trace_main(args: argparse.Namespace) -> int:
             from .engine.lens_capture import find_lens
 
             lens = find_lens(engine)
-        for rec in loop.generate(engine, args.n_predict, toks):
+        for rec in generate_records(engine, spec, args.n_predict, toks):
             if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
                 lens.note_pick(engine, rec)
             out.write(trace.dumps(engine, rec) + "\n")
             out.flush()
-            n_sampled += rec.sampled is not None
+            n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
         if n_sampled < args.n_predict and engine.stop_reason:
             print(stopped_early(engine, n_sampled, args.n_predict), file=sys.stderr)
     finally:
+        if spec is not None:
+            spec.close()
         engine.close()
     return 0
+
+
+def generate_records(
+    engine: Engine, spec: Speculator | None, n_predict: int, toks: list[int]
+) -> Iterator[StepRecord]:
+    """The loop's records, or with --spec-type one record per draft-verify round."""
+    if spec is None:
+        return loop.generate(engine, n_predict, toks)
+    from .engine import spec_verify
+
+    return spec_verify.generate(engine, spec, n_predict, toks)
 
 
 def stopped_early(engine: Engine, n_sampled: int, n_predict: int) -> str:

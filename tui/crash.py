@@ -36,6 +36,17 @@ _TOLD = "told at the next start"
 _FRAME = re.compile(r'^\s+File "([^"]+)", line \d+ in (\S+)', re.M)
 
 
+def shown_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the value of ``--api-key`` hidden: a crash log is shared."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a.startswith("--api-key="):
+            out[i] = "--api-key=…"
+        elif a == "--api-key" and i + 1 < len(out):
+            out[i + 1] = "…"
+    return out
+
+
 class CrashLog:
     """faulthandler writing to a file in ``folder`` for as long as the app runs."""
 
@@ -55,7 +66,7 @@ class CrashLog:
         except OSError:
             return False
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        fh.write(f"tokenstep pid {os.getpid()}, started {started}: {' '.join(sys.argv)}\n")
+        fh.write(f"tokenstep pid {os.getpid()}, started {started}: {' '.join(shown_argv(sys.argv))}\n")
         if about:
             fh.write(about.rstrip("\n") + "\n")
         fh.write("\n")

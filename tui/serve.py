@@ -36,6 +36,7 @@ from .engine.errors import TokenstepError
 from .engine.info import facts
 from .engine.model import default_model_path
 from .serve_input import MAX_FRAME, Relay, RequestErrors, clamp_size, pace, read_frame
+from .serve_remote import remote_api, without_api_key
 from .worker import session_store
 
 log = logging.getLogger("tokenstep.serve")
@@ -345,16 +346,23 @@ def serve_main(args: argparse.Namespace) -> int:
     app_args = build_parsers()["app"].parse_args(args.app_argv)
     preflight(app_args)  # a bad app flag or model file fails once here, not in every tab
     slots, title = None, ""
+    app_argv, key_env = without_api_key(list(args.app_argv))
     if app_args.server:
         if app_args.slot is not None:
             raise TokenstepError(
                 "tokenstep serve gives each tab its own slot of the llama-server; leave out --slot."
             )
-        slots, name = remote_slots(app_args.server)
-        title = f"tokenstep · {name} (llama-server)"
+        api, name = remote_api(app_args)
+        if api == "openai":  # no slots over /v1: every tab sends its own requests
+            title = f"tokenstep · {name} (OpenAI-compatible server)"
+            if app_args.api is None:
+                app_argv += ["--api", "openai"]
+        else:
+            slots, name = remote_slots(app_args.server)
+            title = f"tokenstep · {name} (llama-server)"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     server = TabServer(
-        list(args.app_argv),
+        app_argv,
         host=args.host,
         port=args.port,
         max_sessions=args.max_sessions,
@@ -362,6 +370,7 @@ def serve_main(args: argparse.Namespace) -> int:
         autosave_root=session_store.default_autosave_dir() / f"serve-{stamp}-{os.getpid()}",
         slots=slots,
     )
+    server.env.update(key_env)  # the key reaches each tab's environment, never its argv
     if not is_loopback(args.host):
         print(
             f"tokenstep serve: warning: listening on {args.host}, so anyone who can reach port "

@@ -18,8 +18,10 @@ from .engine.chat import CHATML
 from .engine.errors import TokenstepError
 from .engine.model import system_info
 from .engine.session import Engine
+from .spec_flags import speculator_from_args
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
+from .worker.spec_run import SpecRun
 
 
 def app_threads() -> int:
@@ -103,6 +105,14 @@ def _run(
             raise
         raise TokenstepError(f"resuming {args.resume}: {exc}") from None
     app = build_app(engine, args, autosave_dir=session_store.default_autosave_dir())
+    spec = None
+    try:
+        spec = speculator_from_args(args, engine)  # --spec-type: the draft model loads here
+    except BaseException:
+        engine.close()
+        raise
+    if spec is not None:
+        app.controller.spec = SpecRun(spec)
     if header is not None:
         try:
             restore(app.controller, header, args.resume)
@@ -117,5 +127,7 @@ def _run(
         pass
     finally:
         guard.release()  # the app gave the terminal back (a crash never gets here)
-        app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
+        stopped = app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
+        if spec is not None and stopped:  # not under a decode still running
+            spec.close()
     return 0

@@ -7,11 +7,31 @@ import argparse
 import sys
 
 from .args import read_prompt
-from .commands import _safe, config_from_args, engine_from_args, prompt_tokens, settings_from_args
-from .engine import Engine, TokenstepError, loop
+from .commands import (
+    _safe,
+    config_from_args,
+    engine_from_args,
+    generate_records,
+    prompt_tokens,
+    settings_from_args,
+)
+from .engine import Engine, TokenstepError
+from .engine.spec_verify import Speculator
 from .engine.step import StepRecord
 from .engine.tokens import display_bytes
 from .engine.verify import VerifyResult
+from .spec_flags import check_spec, speculator_from_args
+
+
+def spec_summary(spec: Speculator) -> str:
+    """Drafted and accepted tokens (llama-server's draft_n, draft_n_accepted) and decodes."""
+    st = spec.stats
+    acc = f" ({st.acceptance:.0%})" if st.acceptance is not None else ""
+    per = f"{st.tokens_per_decode:.2f}" if st.tokens_per_decode is not None else "-"
+    return (
+        f"{st.drafted} drafted, {st.accepted} accepted{acc}; {st.rounds} verify decodes and "
+        f"{st.plain} one-token decodes emitted {st.emitted} tokens ({per} per llama_decode)"
+    )
 
 
 def verify_main(args: argparse.Namespace) -> int:
@@ -25,13 +45,16 @@ def verify_main(args: argparse.Namespace) -> int:
         raise TokenstepError(f"-n/--n-predict must be 0 or more, not {args.n_predict}.")
     settings_from_args(args)
     config_from_args(args)
+    check_spec(args)
     text = read_prompt(args)
     if not text.strip():
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
     out = sys.stdout
     bad = 0
+    spec = None
     try:
+        spec = speculator_from_args(args, engine)
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
         out.write(
             f"verify: {len(toks)} prompt tokens, flash attention {engine.flash_attn_resolved}, "
@@ -44,7 +67,7 @@ def verify_main(args: argparse.Namespace) -> int:
         # yielded once the token sampled from it is known and before that token is fed, so
         # the check sees exactly the context the record left.
         for i, rec in enumerate(
-            r for r in loop.generate(engine, args.n_predict, toks) if r.has_logits
+            r for r in generate_records(engine, spec, args.n_predict, toks) if r.has_logits
         ):
             res = engine.verify_last("batched")
             last = res
@@ -69,7 +92,11 @@ def verify_main(args: argparse.Namespace) -> int:
             f"work: {w.with_cache:,} token-forward passes with the cache, "
             f"{w.without_cache:,} without one ({w.ratio:.1f}x)\n"
         )
+        if spec is not None:
+            out.write(f"spec: {spec.name}, {spec_summary(spec)}\n")
     finally:
+        if spec is not None:
+            spec.close()
         engine.close()
     if bad:
         print(f"tokenstep: {bad} check(s) picked a different top-1 token.", file=sys.stderr)

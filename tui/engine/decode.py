@@ -19,7 +19,7 @@ from .batch import DecodeCall
 from .errors import ContextFullError, TokenstepError
 from .logits import read_row, top_candidates
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
-from .step import SeqRow, ShiftEvent, StepRecord
+from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
     from .parts import EngineParts
@@ -62,6 +62,7 @@ def decode(
     has_logits: bool = True,
     shift: ShiftEvent | None = None,
     seq_rows: Sequence[tuple[int, int]] = (),
+    all_rows: bool = False,
 ) -> StepRecord:
     """Decode ``call`` and complete its record.
 
@@ -93,7 +94,18 @@ def decode(
     rec.kv_used = engine.kv.used
     rec.kv_bytes = engine.kv_bytes_used
     rec.kv_problems = engine.kv.check(engine.ctx)
-    if seq_rows:
+    if all_rows:
+        n0 = rec.n_ctx_tokens - call.n_tokens
+        rows = []
+        for i in range(call.n_tokens):
+            logits = read_row(engine.ctx, i, n_vocab)
+            top, entropy = top_candidates(logits, engine.vocab)
+            rows.append(SpecRow(top, entropy))
+            engine.logits_memory.set(logits, rec.index, n0 + 1 + i)
+            contexts.append(n0 + 1 + i)
+        rec.spec = SpecInfo(rows=rows)
+        rec.top, rec.entropy = rows[-1].top, rows[-1].entropy
+    elif seq_rows:
         first = rec.rows[seq_rows[0][0]]
         rec.top, rec.entropy = first.top, first.entropy
     elif has_logits:

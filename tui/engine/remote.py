@@ -35,16 +35,7 @@ from .logits import TOP_N, LogitsMemory
 from .records import RecordLog
 from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
-from .remote_step import (
-    PICKS,
-    chain_exactness,
-    fill_row,
-    read_reply,
-    request_body,
-    server_chain,
-    slot_busy,
-    top_probs,
-)
+from .remote_step import PICKS, ServerStep, ask_native, chain_exactness, fill_row, top_probs
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -55,12 +46,18 @@ from .work import WorkCounter
 if TYPE_CHECKING:
     from .backend import Backend
     from .local_vocab import LocalVocab
+    from .model import ModelInfo
 
 DEFAULT_N_PROBS = 100
 
 
 class RemoteBackend(NoLocalContext):
     """llama-server, stepped one request per token. Not thread-safe (one worker owns it)."""
+
+    info: ModelInfo  # set by _connect, as n_ctx, vocab and props
+    n_ctx: int
+    vocab: Any
+    props: dict[str, Any]
 
     def __init__(
         self,
@@ -72,25 +69,24 @@ class RemoteBackend(NoLocalContext):
         slot: int = 0,
         timeout: float = DEFAULT_TIMEOUT_S,
         local_vocab: LocalVocab | None = None,
+        check_chain: bool = False,
     ) -> None:
-        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned)."""
+        """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned).
+        ``check_chain``: ask the server's own post-chain probabilities beside each pick."""
         self.local_vocab = local_vocab
+        self.check_chain = check_chain
         if n_probs < 1:
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
         if pick not in PICKS:
             raise TokenstepError(f"--pick must be one of {', '.join(PICKS)}, not {pick!r}.")
-        self.client = ServerClient(url, timeout)
+        self.client = self._client(url, timeout)
         self.url = self.client.url
         self.settings = settings or SamplerSettings()
         self.settings.validate()
         self.n_probs, self.pick, self.slot = n_probs, pick, slot
         self._capabilities = remote_capabilities(self.url)
         self.chain: SamplerChain | None = None
-        self.props = handshake(self.client, slot)
-        meta = model_meta(self.client)
-        self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])  # checked: >= 1
-        self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))  # checked: 1..MAX_VOCAB
-        self.info = model_info(self.url, self.props, meta, self.vocab)
+        self._connect()
         self.config = EngineConfig(n_ctx=self.n_ctx, n_batch=0, n_ubatch=0, n_seq_max=1)
         self.flash_attn_resolved = "unknown (the server's -fa)"
         self.chain, self._capabilities = chain_for(
@@ -117,6 +113,21 @@ class RemoteBackend(NoLocalContext):
         self.n_prompt = 0
         self._sent: list[int] = []  # the prompt of the last answered request (the slot's cache)
         self._pending: tuple[int, int | None, int] | None = None  # a pick whose feed failed
+
+    def _client(self, url: str, timeout: float) -> ServerClient:
+        return ServerClient(url, timeout)
+
+    def _connect(self) -> None:
+        """The handshake: the context size, the vocabulary and the model's facts."""
+        self.props = handshake(self.client, self.slot)
+        meta = model_meta(self.client)
+        self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])  # checked: >= 1
+        self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))  # checked: 1..MAX_VOCAB
+        self.info = model_info(self.url, self.props, meta, self.vocab)
+
+    def _ask(self, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
+        """One ``POST /completion``: the checked answer and each candidate's (id, bytes)."""
+        return ask_native(self, prompt, reuse)
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -186,28 +197,12 @@ class RemoteBackend(NoLocalContext):
                 f"the prompt needs {len(prompt)} tokens but a prompt may fill {self.n_ctx - 1} of "
                 f"the server's {self.n_ctx}; use a shorter prompt or a larger -c on the server."
             )
-        try:
-            body = request_body(self.settings, prompt, reuse, self.n_probs, self.slot)
-            if self.pick == "server":  # the server's own pick runs the whole chain
-                body.update(server_chain(self.settings, self.n_ctx))
-            reply = self.client.post("/completion", body)
-        except ServerError as exc:
-            busy = "did not answer" in str(exc) and slot_busy(self.client, self.url, self.slot)
-            if busy:
-                raise ServerError(
-                    f"slot {self.slot} of llama-server at {self.url} is busy with another "
-                    f"client's request (tokenstep waited {self.client.timeout:g} s).",
-                    retry=True,
-                ) from exc
-            raise
+        step, top = self._ask(prompt, reuse)
         expected = 0  # the prefix the slot should still hold from our last request
         while expected < min(len(self._sent), len(prompt) - 1) and (
             self._sent[expected] == prompt[expected]
         ):
             expected += 1
-        step, top = read_reply(
-            self.url, reply, self.settings, self.n_probs, self.info.n_vocab, len(prompt)
-        )
         for tok, piece in top:
             self.vocab.learn(tok, piece)
         row, step.mass = fill_row(step.top_ids, step.top_logprobs, self.info.n_vocab)
@@ -219,7 +214,7 @@ class RemoteBackend(NoLocalContext):
         self._sent = prompt
         step.slot = step.slot if step.slot >= 0 else self.slot
         step.pick = self.pick
-        step.cache_lost = reuse and step.cache_n < expected
+        step.cache_lost = reuse and step.server_timings and step.cache_n < expected
         cache_n = step.cache_n
         index = len(self.records)
         self._truncate(n_keep)
@@ -339,6 +334,12 @@ class RemoteBackend(NoLocalContext):
                 rec.server.approx = self.exactness(settings) or pick_exactness(
                     settings, rec.server.top_ids, result, token
                 )
+                if self.check_chain and force is None:
+                    from .remote_post import check_row
+
+                    rec.server.post_chain, rec.server.post_note = check_row(
+                        self, result, self.tokens
+                    )
         if eog:
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)

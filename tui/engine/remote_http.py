@@ -117,10 +117,22 @@ def parse_url(url: str) -> tuple[str, int, str]:
 class ServerClient:
     """One keep-alive connection to llama-server, reopened after a failure."""
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        *,
+        api_key: str | None = None,
+        what: str = "llama-server",
+    ) -> None:
+        """``api_key``: sent as ``Authorization: Bearer`` and kept nowhere else (no message,
+        repr or record holds it). ``what``: the server's name in every sentence."""
         self.host, self.port, self.prefix = parse_url(url)
         self.url = f"http://{self.host}:{self.port}{self.prefix}"
         self.timeout = timeout
+        self.what = what
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._retry_after: str | None = None
         self._conn: _Connection | None = None
 
     def get(self, path: str, timeout: float | None = None) -> Reply:
@@ -154,12 +166,12 @@ class ServerClient:
         if not isinstance(parsed, (dict, list)):
             raise ServerError(
                 f"{self.url} answered {method} {path} with something that is not JSON: "
-                "it does not look like llama-server."
+                f"it does not look like {self.what}."
             )
         if status != 200:
             raise ServerError(
                 self._refusal(status, path, parsed if isinstance(parsed, dict) else {}),
-                retry=status in (500, 503),
+                retry=status in (429, 500, 502, 503, 504),
             )
         return Reply(parsed, (t2 - t0) * 1000.0, json_ms)
 
@@ -173,13 +185,14 @@ class ServerClient:
             conn.set_deadline(deadline)
             try:
                 headers = {"Content-Type": "application/json"} if data is not None else {}
-                conn.request(method, self.prefix + path, body=data, headers=headers)
+                conn.request(method, self.prefix + path, body=data, headers=headers | self._auth)
                 resp = conn.getresponse()
+                self._retry_after = resp.getheader("Retry-After")
                 return resp.status, self._body(resp, path)
             except TimeoutError as exc:
                 self.close()
                 raise ServerError(
-                    f"the llama-server at {self.url} did not answer {path} within "
+                    f"the {self.what} at {self.url} did not answer {path} within "
                     f"{self.timeout:g} s (--timeout bounds each whole request; the server is "
                     "busy with another client's request, or slow).",
                     retry=True,
@@ -189,13 +202,13 @@ class ServerClient:
                 if attempt == 0:
                     continue  # a keep-alive connection the server closed: open a new one
                 raise ServerError(
-                    f"the llama-server at {self.url} closed the connection (stopped or restarted?).",
+                    f"the {self.what} at {self.url} closed the connection (stopped or restarted?).",
                     retry=True,
                 ) from exc
             except ConnectionRefusedError as exc:
                 self.close()
                 raise ServerError(
-                    f"nothing answers at {self.url} (connection refused): is llama-server "
+                    f"nothing answers at {self.url} (connection refused): is {self.what} "
                     "running there?",
                     retry=True,
                 ) from exc
@@ -219,7 +232,7 @@ class ServerClient:
         if too_long or len(raw) > MAX_REPLY_BYTES:
             self.close()
             raise ServerError(
-                f"the llama-server at {self.url} sent a {path} reply longer than "
+                f"the {self.what} at {self.url} sent a {path} reply longer than "
                 f"{MAX_REPLY_BYTES // 2**20} MiB, more than tokenstep reads of one reply.",
                 retry=True,
             )
@@ -240,15 +253,27 @@ class ServerClient:
         else:  # quoted inside one sentence: one line, short
             message = " ".join(message.split())
             message = message if len(message) <= 300 else message[:300] + "…"
-        if status == 503:
-            return f"the llama-server at {self.url} is still loading its model ({message or 'HTTP 503'})."
+        if status == 503 and self.what == "llama-server":
+            return f"the {self.what} at {self.url} is still loading its model ({message or 'HTTP 503'})."
         if status == 404:
             return (
-                f"{self.url} has no {path} (HTTP 404): it is not llama-server, or not a "
+                f"{self.url} has no {path} (HTTP 404): it is not {self.what}, or not a "
                 "version tokenstep knows."
             )
+        if status in (401, 403):
+            given = "the API key given was refused" if self._auth else "no API key was given"
+            return (
+                f"the {self.what} at {self.url} refused {path} (HTTP {status}): {given}; "
+                "pass --api-key KEY or set $OPENAI_API_KEY."
+            )
+        if status == 429:
+            wait = (self._retry_after or "").strip()
+            after = f"it asks to wait {wait} s" if wait.isdigit() else "it gives no wait"
+            return (
+                f"the {self.what} at {self.url} is rate-limiting requests (HTTP 429, {after})."
+            )
         detail = f": {' '.join(str(message).split())}" if message else ""
-        return f"the llama-server at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
+        return f"the {self.what} at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
 
     def close(self) -> None:
         if self._conn is not None:

@@ -72,6 +72,10 @@ class ServerStep:
     approx: str | None = None  # why tokenstep's pick from the top K may differ (None: exact)
     top_ids: list[int] = field(default_factory=list, repr=False)  # all K, best first
     top_logprobs: list[float] = field(default_factory=list, repr=False)
+    server_timings: bool = True  # False: the server reports no timings or cache counts
+    warning: str | None = None  # what of this reply is not what the panes hold (one sentence)
+    post_chain: list[tuple[int, float]] = field(default_factory=list, repr=False)
+    post_note: str | None = None  # the server's own chain beside ours (remote_post)
 
     @property
     def top_of(self) -> str:
@@ -83,6 +87,20 @@ class ServerStep:
         return max(self.round_trip_ms - self.prompt_ms - self.predicted_ms, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
+        out = self._fields()
+        if not self.server_timings:
+            out["timings_ms"] = {k: out["timings_ms"][k] for k in ("round_trip", "json")}
+            out["evaluated"] = out["cached"] = None  # the server does not say
+        if self.warning:
+            out["warning"] = self.warning
+        if self.post_note:
+            out["server_chain"] = {
+                "survivors": [[t, round(p, 6)] for t, p in self.post_chain],
+                "note": self.post_note,
+            }
+        return out
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "url": self.url,
             "slot": self.slot,
@@ -290,3 +308,22 @@ def slot_busy(client: ServerClient, url: str, slot: int) -> bool:
         return read_slots(url, client.get("/slots", timeout=5.0).body, slot)
     except ServerError:
         return False
+
+
+def ask_native(b: Any, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
+    """One ``POST /completion`` for RemoteBackend ``b``; a timeout on a slot another client
+    holds is said as that (``GET /slots``)."""
+    try:
+        body = request_body(b.settings, prompt, reuse, b.n_probs, b.slot)
+        if b.pick == "server":  # the server's own pick runs the whole chain
+            body.update(server_chain(b.settings, b.n_ctx))
+        reply = b.client.post("/completion", body)
+    except ServerError as exc:
+        if "did not answer" in str(exc) and slot_busy(b.client, b.url, b.slot):
+            raise ServerError(
+                f"slot {b.slot} of llama-server at {b.url} is busy with another "
+                f"client's request (tokenstep waited {b.client.timeout:g} s).",
+                retry=True,
+            ) from exc
+        raise
+    return read_reply(b.url, reply, b.settings, b.n_probs, b.info.n_vocab, len(prompt))

@@ -36,15 +36,28 @@ def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampl
         if engine.logits is None or engine.logits_record is None:
             engine.ensure_logits()
         logits, record = engine.logits, engine.logits_record
-        chain, settings = engine.chain, engine.settings
     else:
         br = engine.branches[seq]
         if br.logits is None:
             raise TokenstepError(f"sequence {seq} has no logits.")
         logits, record = br.logits, br.record
-        chain, settings = br.chain, replace(engine.settings, seed=br.seed)
     assert logits is not None
-    history = engine.kv.tokens(seq)  # llama-server: the prompt, then each generated token
+    return pick_from(engine, seq, logits, record, engine.kv.tokens(seq), force)
+
+
+def pick_from(
+    engine: EngineParts,
+    seq: int,
+    logits: np.ndarray,
+    record: int | None,
+    history: list[int],
+    force: int | None = None,
+) -> Sampled:
+    """The pick itself, from an explicit row: ``history`` is the context the row belongs to
+    (what penalties and DRY see; the grammar sees this turn's part of it). A speculative
+    verify samples each of its rows this way, the row's own context as history."""
+    chain = engine.chain if seq == 0 else engine.branches[seq].chain
+    settings = engine.settings if seq == 0 else replace(engine.settings, seed=chain.seed)
     generated = history[min(engine.gen_start, len(history)) :]  # the grammar's: this turn's
     if force is not None:
         if not 0 <= force < engine.info.n_vocab:
@@ -71,9 +84,9 @@ def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampl
     p, entropy = pick_p(logits, source, token, seq)
     picked = Surprise(token, p, result.p_final(token), entropy, False)
     if seq == 0:
-        engine.surprise.note(engine.n_past, picked)
+        engine.surprise.note(len(history), picked)
     else:
-        engine.branches[seq].values.note(engine.kv.count(seq), picked)
+        engine.branches[seq].values.note(len(history), picked)
     return Sampled(seq, token, result, logits, source, force is not None, eog, p)
 
 

@@ -46,6 +46,33 @@ class SeqRow:
 
 
 @dataclass
+class SpecRow:
+    """One row of a speculative verify decode: its top candidates, and the target's pick from
+    it with the chain's stages (None for the rows after the first mismatch: never sampled)."""
+
+    top: list[Candidate]
+    entropy: float
+    pick: int | None = None
+    chain: ChainResult | None = None
+
+
+@dataclass
+class SpecInfo:
+    """A draft-verify round (``--spec-type``): the draft, how much of it the target accepted,
+    and the target's picks row by row up to and including the first that differs (so the
+    round emitted exactly ``picks``)."""
+
+    type: str = ""
+    draft: list[int] = field(default_factory=list)
+    accepted: int = 0
+    picks: list[int] = field(default_factory=list)
+    rows: list[SpecRow] = field(default_factory=list)  # one per token of the verify batch
+    removed: int = 0  # KV cells cut after the verify (llama_memory_seq_rm): the rejected tail
+    draft_ms: float = 0.0  # llama_decode time of the draft model for this draft (0: none ran)
+    draft_decodes: int = 0
+
+
+@dataclass
 class ShiftEvent:
     """A context shift: the first ``n_keep`` tokens stay, the next ``n_discard`` are forgotten,
     the rest slide back ``n_discard`` positions (llama_memory_seq_rm + llama_memory_seq_add)."""
@@ -100,6 +127,7 @@ class StepRecord:
     shift: ShiftEvent | None = None  # the context shift made just before this call
     server: ServerStep | None = None  # the llama-server request behind this record (remote)
     scored_rows: int = 0  # prompt rows asked for logits only to score the prompt (surprise map)
+    spec: SpecInfo | None = None  # a speculative round's verify decode (spec_verify.py)
 
     def note_pick(
         self,

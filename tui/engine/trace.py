@@ -111,6 +111,24 @@ def record_to_dict(engine: Source, rec: StepRecord, *, weights: bool = True) -> 
             "n_discard": rec.shift.n_discard,
             "forgotten": [_piece(engine, f.token) | {"pos": f.pos} for f in rec.shift.forgotten],
         }
+    if rec.spec is not None:  # a draft-verify round (--spec-type)
+        sp = rec.spec
+        d["spec"] = {
+            "type": sp.type,
+            "draft": list(sp.draft),
+            "accepted": sp.accepted,
+            "picks": list(sp.picks),
+            "removed": sp.removed,
+            "draft_ms": round(sp.draft_ms, 3),
+            "draft_decodes": sp.draft_decodes,
+            "rows": [
+                {
+                    "pick": r.pick,
+                    "top": [{"id": c.id, "logit": round(c.logit, 5)} for c in r.top[:5]],
+                }
+                for r in sp.rows
+            ],
+        }
     if rec.rows:  # several sequences in this call (after a fork)
         d["seqs"] = {
             str(s): {

@@ -47,6 +47,9 @@ class StatusHeader(Pane):
         if v.capabilities.kv_cells:  # a local context (a server does not say its -fa)
             t.append(f"FA {v.header.flash_attn} ", DIM)
             t.append("│ ", DIM)
+        if v.header.spec:  # --spec-type: arithmetic on this run's verify records
+            t.append(f"{v.header.spec} ", Style(color="bright_magenta"))
+            t.append("│ ", DIM)
         if v.header.where:  # llama-server's URL, or where llama.cpp put layers and KV
             t.append(f"{v.header.where} ", Style(color="bright_cyan"))
             t.append("│ ", DIM)

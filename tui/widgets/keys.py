@@ -62,6 +62,8 @@ KEYS: tuple[Key, ...] = (
         "parameter by llama.cpp's flag name (defaults shown); re-runs on the same logits.",
         "sampler",
     ),
+    Key("less_than_sign", "spec_row(-1)", "", "", "", "step"),  # --spec-type: verify rows
+    Key("greater_than_sign", "spec_row(1)", "", "", "", "step"),
     Key("left_square_bracket", "chain('cursor', '-1')", "", "", "", "sampler"),
     Key("right_square_bracket", "chain('cursor', '1')", "", "", "", "sampler"),
     Key("left_curly_bracket", "chain('move', '-1')", "", "", "", "sampler"),

@@ -86,9 +86,12 @@ class LogitsPane(Pane):
             self.cursor = min(self.cursor, len(view.logits.candidates) - 1)
         seqs = [sv.seq_id for sv in view.text.seqs]
         self.border_title = (
-            f"logits → sampler · seq 0's row (of seqs {', '.join(map(str, seqs))})"
-            if view.text.fork_at is not None and len(seqs) > 1
-            else "logits → sampler"
+            view.logits.spec_row  # a row of the last verify batch (--spec-type, < >)
+            or (
+                f"logits → sampler · seq 0's row (of seqs {', '.join(map(str, seqs))})"
+                if view.text.fork_at is not None and len(seqs) > 1
+                else "logits → sampler"
+            )
         )
         self._subtitle()
 

@@ -302,6 +302,13 @@ def _over_http(v: View, out: list[str]) -> None:
     out[2] = (
         f"on the server: {rv.evaluated} evaluated, {rv.cached} from its cache{lost} · "
         f"server {rv.server_ms:.1f} ms, round trip {rv.round_trip_ms:.1f} ms"
+        if rv.server_timed
+        else f"on the server: no timings or cache counts reported · round trip "
+        f"{rv.round_trip_ms:.1f} ms (all of it)"
     )
     out[3] = known
-    out[6] = f"fed back: the request sent all {rv.sent} token ids; the server caches them"
+    out[6] = (
+        f"fed back: the request sent the text of all {rv.sent} tokens; the server tokenizes it"
+        if rv.as_text
+        else f"fed back: the request sent all {rv.sent} token ids; the server caches them"
+    )

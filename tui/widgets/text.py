@@ -20,13 +20,14 @@ from ..worker.views import SeqView, View
 from .common import DIM, GAP, HEX_STYLE, ROLE_NAMES, ROLE_STYLES, SEQ_COLORS, literal
 from .flow import Atom, FlowPane, changed_from
 from .surprise import legend, token_style
-from .text_flow import STEP_HINT, TextFlow, conversation_parts, gap_words, plain_of
+from .text_flow import STEP_HINT, TextFlow, conversation_parts, gap_words, plain_of, spec_tail
 
 NEWEST = Style(reverse=True, bold=True)
 BOUNDARY_STYLES = (Style(bgcolor="#20304a"), Style(bgcolor="#3a2a4a"))
 FORGOTTEN = Style(color="grey50", strike=True)
 FORK = Style(color="grey62", italic=True)
 MARK = Style(underline=True, bold=True, color="bright_yellow")
+ACCEPTED = Style(underline=True, color="bright_green")  # drafted, verified, accepted
 
 
 def span_text(
@@ -106,14 +107,18 @@ class ConversationPane(FlowPane):
 
     def token_styles(self, view: View) -> tuple[Style | None, ...]:
         """The surprise map's background per token (key u), and the chart's cursor."""
-        sv = view.text.surprise
-        key = (sv.scale, id(sv.values), self.mark)
+        sv, sp = view.text.surprise, view.text.spec
+        key = (sv.scale, id(sv.values), self.mark, sp)
         if key != self._styles_key:
             self._styles_key = key
-            if sv.scale == "off" and self.mark is None:
+            if sv.scale == "off" and self.mark is None and sp is None:
                 self._styles = ()
             else:
                 out = [token_style(v, sv.scale) for v in sv.values]
+                if sp is not None:  # --spec-type: the drafted tokens the last round accepted
+                    out += [None] * max(0, sp.end - len(out))
+                    for i in range(sp.start, sp.end):
+                        out[i] = (out[i] or Style()) + ACCEPTED
                 if self.mark is not None and self.mark < len(out):
                     out[self.mark] = (out[self.mark] or Style()) + MARK
                 self._styles = tuple(out)
@@ -270,6 +275,9 @@ class ConversationPane(FlowPane):
                 FORK,
             )
             return t
+        for atom in spec_tail(v):  # --spec-type: the rejected draft token, the waiting pick
+            for seg in atom.segments:
+                t.append(seg.text, seg.style)
         if not v.raw and v.text.reply_start is not None and not v.text.reply_tokens:
             t.append("\nmodel ▸ ", ROLE_STYLES["reply"] + Style(bold=True))
         if v.activity == "generating" and v.mode == "step":

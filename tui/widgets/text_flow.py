@@ -145,6 +145,7 @@ class TextFlow:
                     note = f"({len(block.pending)} byte(s) of a character still to come)"
                     out.append(Atom((Segment(note, DIM),), cell_len(note)))
         self._blocks = used
+        out.extend(spec_tail(v))
         if not v.raw and v.text.reply_start is not None and not v.text.reply_tokens:
             out.append(Atom((), 0, True))
             head = "model ▸ "
@@ -164,6 +165,24 @@ class TextFlow:
 
 
 STEP_HINT = "→ decodes the first token, space plays the reply"
+REJECTED = Style(color="red", strike=True)
+PENDING = Style(color="black", bgcolor="bright_magenta")
+
+
+def spec_tail(v: View) -> list[Atom]:
+    """--spec-type: after the context, the round's first rejected draft token struck
+    through, then the target's pick that replaced it (or came after a fully accepted
+    draft): picked, not decoded yet, the next verify batch's first token."""
+    sp = v.text.spec
+    if sp is None or sp.pending is None:
+        return []
+    out = []
+    for piece, style in ((sp.rejected, REJECTED), (sp.pending, PENDING)):
+        if piece is None:
+            continue
+        text = literal(piece.decode("utf-8", errors="replace"))
+        out.append(Atom((Segment(text, style),), cell_len(text)))
+    return out
 
 
 def gap_words(v: View) -> str:

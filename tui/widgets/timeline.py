@@ -1,6 +1,7 @@
 """Tab 3 (key 3), timeline: every ``llama_decode`` call in order, its width from its measured time.
 
-A prefill is one wide block (many tokens in one call); each decode step is a narrow cell. The
+A prefill is one wide block (many tokens in one call); each decode step is a narrow cell; a
+speculative verify (``--spec-type``) is a magenta block labelled with its k + 1 tokens. The
 rates are computed separately for prefill and decode from the measured ``llama_decode`` times
 (sampling and drawing are not included)."""
 
@@ -15,6 +16,7 @@ from .common import DIM, Pane, fmt_ms, fmt_rate, show_timings
 PREFILL = Style(color="white", bgcolor="dodger_blue3", bold=True)
 PREFILL_FILL = (Style(color="dodger_blue3"), Style(color="steel_blue1"))
 DECODE = (Style(color="green3"), Style(color="spring_green1"))
+VERIFY = (Style(color="black", bgcolor="magenta"), Style(color="black", bgcolor="orchid"))
 SCALES = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -86,6 +88,10 @@ class TimelinePane(Pane):
                 cells += [(ch, PREFILL) for ch in label]
                 cells += [("█", PREFILL_FILL[j % 2])] * (w - len(label))
                 j += 1
+            elif ph == "verify":  # --spec-type: k + 1 tokens in one decode, its width its time
+                label = f"{n}"[: max(w - 1, 0)]
+                cells += [(ch, VERIFY[k % 2]) for ch in label.ljust(w)]
+                k += 1
             else:
                 block = "▌" if w == 1 else "█" * (w - 1) + "▏"
                 cells += [(ch, DECODE[k % 2]) for ch in block]

@@ -139,6 +139,7 @@ class ViewBuilder:
             n_ubatch=eng.config.n_ubatch,
             returned_text=s.returned_text,
             where=where_it_runs(eng),
+            spec=w.spec.summary() if w.spec is not None else None,
         )
 
     def text(self, pieces: tuple[bytes, ...]) -> TextView:
@@ -157,6 +158,7 @@ class ViewBuilder:
             fork_at=s.fork_at,
             seqs=self.seq_views(),
             surprise=self.surprise.get(),
+            spec=w.spec.marks if w.spec is not None and w.spec.pending is not None else None,
         )
 
     def batch(self) -> BatchView:
@@ -190,6 +192,10 @@ class ViewBuilder:
         rows, chain, entropy, next_pick = (
             _NO_CANDIDATES if self.w.engine.logits is None else self.candidates.get()
         )
+        shown = spec_row_candidates(self.w)  # --spec-type: a row of the last verify batch
+        spec_title = None
+        if shown is not None:
+            rows, chain, entropy, next_pick, spec_title = shown
         return LogitsView(
             candidates=rows,
             chain=chain,
@@ -200,6 +206,7 @@ class ViewBuilder:
             remote=remote_view(self.w.engine),
             chain_cursor=self.w.desk.cursor,
             next_piece=None if next_pick is None else self.w.engine.vocab.piece(next_pick),
+            spec_row=spec_title,
         )
 
     def cache(self) -> CacheView:
@@ -302,6 +309,26 @@ class ViewBuilder:
             )
         )
         return rows, chain, entropy, chain.selected
+
+
+def spec_row_candidates(w: Any) -> tuple[Any, ...] | None:
+    """The verify row the logits pane was moved to (< >): its top candidates as the verify
+    decode left them, and the chain's cuts where the target sampled it."""
+    run = w.spec
+    if run is None or run.row is None or run.record is None or run.record.spec is None:
+        return None
+    row = run.record.spec.rows[run.row]
+    ids = [c.id for c in row.top]
+    chain = row.chain
+    p_final = chain.p_final_many(ids) if chain is not None else [0.0] * len(ids)
+    cut = chain.cut_by_many(ids) if chain is not None else [None] * len(ids)
+    rows = tuple(
+        CandidateRow(c.id, c.piece, c.logit, c.p, pf, cb)
+        for c, pf, cb in zip(row.top, p_final, cut, strict=True)
+    )
+    n = len(run.record.spec.rows)
+    title = f"logits → sampler · verify row {run.row} of {n}"
+    return rows, chain, row.entropy, row.pick, title
 
 
 def _n_top(eng: Any) -> int:

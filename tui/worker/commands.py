@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,14 @@ class SurpriseScale:
 
 
 @dataclass(frozen=True)
+class SpecRow:
+    """--spec-type: move the logits pane across the last verify batch's rows (0: back to the
+    current row)."""
+
+    delta: int
+
+
+@dataclass(frozen=True)
 class Call:
     """Run ``fn`` on the worker thread between decode calls (tests, tools: the engine may only
     be touched there), like any key press."""
@@ -166,6 +175,35 @@ Command = (
     | JumpPath
     | PathsShown
     | SurpriseScale
+    | SpecRow
     | Call
     | Stop
 )
+
+
+def attention_command(name: str, args: tuple[Any, ...], capture_all: Callable[[], None]) -> Command:
+    """The attention pane's commands by name: "toggle", "all" (every layer at once), "layer" n,
+    "head" h (None = the mean), "tabs" (the matrix and census tabs showing or not)."""
+    if name == "toggle":
+        return AttentionToggle()
+    if name == "all":
+        return Call(capture_all)
+    if name == "layer":
+        return AttentionLayer(int(args[0]))
+    if name == "head":
+        return AttentionHead(args[0])
+    if name == "tabs":
+        return AttentionTabs(bool(args[0]), bool(args[1]))
+    raise ValueError(name)
+
+
+def lens_command(name: str, args: tuple[Any, ...], toggle_grid: Callable[[], None]) -> Command:
+    """The lens's commands by name: "tab" visible (the Lens tab showing or not), "mode" (the
+    preview or the last step), "grid" (G: the position x layer grid)."""
+    if name == "tab":
+        return LensTab(bool(args[0]))
+    if name == "mode":
+        return LensMode()
+    if name == "grid":
+        return Call(toggle_grid)
+    raise ValueError(name)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .commands import Command
     from .key_lane import KeyLane
     from .sampler_desk import SamplerDesk
+    from .spec_run import SpecRun
     from .state import State
 
 
@@ -45,6 +46,7 @@ class WorkerParts(Protocol):
 
     raw: bool
     prefix_cache: bool
+    spec: SpecRun | None  # --spec-type: the draft-verify rounds
 
     @property
     def system_prompt(self) -> str | None: ...

@@ -34,18 +34,26 @@ class RemoteView:
     sent: int = 0  # token ids the request behind the shown row sent (the whole context)
     unsent: int | None = None  # a pick whose request failed: the next step sends it again
     unsent_piece: bytes = b""
+    server_timed: bool = True  # False: the server reports no timings (round trip only)
+    warning: str | None = None  # what the server saw or sent that is not what the panes hold
+    as_text: bool = False  # the server takes text only: the prompt went as the ids' text
+    post_note: str | None = None  # the server's own post-chain probabilities beside ours
 
     def lines(self) -> tuple[str, str]:
         """Two short lines for the logits pane: what crossed HTTP, and how exact the pick is."""
         first = f"{self.top_of} hold {self.mass:.1%} · log p = logit + c"
         if self.cache_lost:
             first += " · the server had lost its cache"
+        if self.warning:
+            first += " · ⚠ see the notice"
         if self.pick == "server":
             second = "server's pick: its RNG restarts every request (same seed each step)"
         elif self.pick_note is None:
             second = "tokenstep's pick, exact: survivors inside the top K"
         else:
             second = self.pick_note.split(" (")[0]  # "approximation: the chain saw only ..."
+        if self.post_note:
+            second += " · " + self.post_note.split(" (")[0]
         return first, second
 
 
@@ -79,6 +87,10 @@ def remote_view(engine: Any) -> RemoteView | None:
         sent=step.prompt_tokens,
         unsent=unsent,
         unsent_piece=engine.vocab.piece(unsent) if unsent is not None else b"",
+        server_timed=step.server_timings,
+        warning=step.warning,
+        as_text=not getattr(engine, "ids_prompt", True),
+        post_note=step.post_note,
     )
 
 
@@ -87,7 +99,11 @@ def lost_cache_note(rec: Any) -> str:
     or another client used the slot); "" otherwise. The pane's "55 evaluated, 0 from its cache"
     alone does not say that anything was lost."""
     step = getattr(rec, "server", None)
-    if step is None or not step.cache_lost:
+    if step is None:
+        return ""
+    if step.warning:  # an OpenAI-compatible server's text prompt or candidate texts
+        return " " + step.warning
+    if not step.cache_lost:
         return ""
     return (
         f" The server had lost its cache (restarted, or another client used slot {step.slot}): "
@@ -102,6 +118,11 @@ def prefill_note(rec: Any) -> str | None:
     step = getattr(rec, "server", None)
     if step is None:
         return None
+    if not step.server_timings:
+        return (
+            f"Prefill on the server: {step.prompt_tokens} tokens sent; it reports no timings or "
+            "cache counts, only the round trip is measured"
+        )
     return (
         f"Prefill on the server: {step.prompt_tokens} token ids sent, {step.prompt_n} evaluated, "
         f"{step.cache_n} from its slot's cache"

@@ -15,7 +15,7 @@ from ..engine import loop
 from ..engine.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
 from ..engine.tokens import quoted
-from . import chat, paths, saving
+from . import chat, paths, saving, spec_step
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
@@ -54,6 +54,9 @@ def step(w: WorkerParts, forced: int | None) -> None:
         return
     if eng.branches:
         step_forked(w, forced)
+        return
+    if w.spec is not None and forced is None:  # --spec-type: one draft-verify round
+        spec_step.step(w, w.spec, turn_ended)
         return
     before = eng.kv.used
     rec = decode_one(w, forced)

@@ -36,6 +36,8 @@ from .lens import LensControl
 from .playback import Playback
 from .publisher import Publisher
 from .sampler_desk import SamplerDesk
+from .spec_run import SpecRun
+from .spec_step import settle_before, spec_row
 from .state import State
 from .tokenize import tokenize_note
 from .views import View
@@ -77,6 +79,7 @@ class Worker:
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
+        self.spec: SpecRun | None = None  # --spec-type: draft-verify rounds
         self._q: queue.Queue[cmd_types.Command] = queue.Queue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,6 +112,7 @@ class Worker:
             cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
             cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
             cmd_types.PathsShown: lambda c: self.state.show_paths(c.shown),
+            cmd_types.SpecRow: lambda c: spec_row(self, c.delta),
             cmd_types.Call: lambda c: c.fn(),
         }
 
@@ -201,30 +205,10 @@ class Worker:
         self.put(cmd_types.Save(path))
 
     def attention_cmd(self, name: str, *args: Any) -> None:
-        """Attention: "toggle", "layer" n, "head" h (None = mean), "tabs" (matrix, census)."""
-        if name == "toggle":
-            self.put(cmd_types.AttentionToggle())
-        elif name == "all":
-            self.put(cmd_types.Call(self.attention.capture_all))
-        elif name == "layer":
-            self.put(cmd_types.AttentionLayer(int(args[0])))
-        elif name == "head":
-            self.put(cmd_types.AttentionHead(args[0]))
-        elif name == "tabs":
-            self.put(cmd_types.AttentionTabs(bool(args[0]), bool(args[1])))
-        else:
-            raise ValueError(name)
+        self.put(cmd_types.attention_command(name, args, self.attention.capture_all))
 
     def lens_cmd(self, name: str, *args: Any) -> None:
-        """The lens: "tab" visible (the Lens tab shows or not), "mode" (preview / last step)."""
-        if name == "tab":
-            self.put(cmd_types.LensTab(bool(args[0])))
-        elif name == "mode":
-            self.put(cmd_types.LensMode())
-        elif name == "grid":  # G: the position x layer grid
-            self.put(cmd_types.Call(self.lens.toggle_grid))
-        else:
-            raise ValueError(name)
+        self.put(cmd_types.lens_command(name, args, self.lens.toggle_grid))
 
     def tokenize_text(self, text: str) -> None:
         """/tokenize TEXT: its tokens in the notice, nothing sent."""
@@ -328,6 +312,8 @@ class Worker:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""
         self.commands += 1
         self.state.handled()
+        if self.spec is not None:  # a pick waiting for the next verify batch (--spec-type)
+            settle_before(self, self.spec, cmd)
         self._handlers[type(cmd)](cmd)
 
     def run_now(self, cmd: cmd_types.Command) -> None:

@@ -22,6 +22,7 @@ from .chat import Span
 from .lens import LensView
 from .paths import PathsView
 from .remote_view import RemoteView
+from .spec_run import SpecMarks
 from .state import Pick, Tokenized
 from .surprise import SurpriseView
 from .timeline import TimelineTotals
@@ -69,6 +70,7 @@ class HeaderView:
     returned_text: str | None = None  # a message that could not be sent, for the chat box
     # Where the model runs: the layers and KV cache (llama.cpp's log), or the server's URL.
     where: str | None = None
+    spec: str | None = None  # --spec-type: acceptance, tokens per decode, speed vs plain
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class TextView:
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork
     surprise: SurpriseView = SurpriseView("off")  # the surprise map (and the run chart)
+    spec: SpecMarks | None = None  # --spec-type: the last round's accepted/rejected tokens
 
     @property
     def n_past(self) -> int:
@@ -143,6 +146,7 @@ class LogitsView:
     remote: RemoteView | None = None  # over llama-server: top K of N, logprobs, who picks
     chain_cursor: int = 0  # the stage the chain keys act on (an index into settings.samplers)
     next_piece: bytes | None = None  # the next pick's piece (it may be on no row)
+    spec_row: str | None = None  # --spec-type: the pane shows this row of the verify batch
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,179 @@
+"""Speculative decoding in the app (``--spec-type``): one draft-verify round per step.
+
+A round (:meth:`tui.engine.spec_verify.Speculator.round`) ends on a pick that is not decoded
+yet: the target's replacement for the first rejected draft token, or the one more after a
+fully accepted draft. llama-server keeps it the same way, as the first token of the next
+verify batch. So while speculation runs the worker holds that pick (``SpecRun.pending``):
+the text draws it after the context, marked as picked and waiting for the next batch. Any
+other command first settles it (:func:`settle` decodes it alone), so the rest of the worker
+keeps its rule that every pick is in the cache.
+
+The header figure is arithmetic on the records: accepted / drafted, tokens emitted per
+``llama_decode``, and tokens per second of the rounds' decode time (verify decodes, one-token
+decodes and the draft model's) against this run's plain one-token decodes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine import loop
+from ..engine.step import StepRecord
+from ..engine.tokens import quoted
+from . import commands as cmd_types
+from .spec_run import SpecMarks, SpecRun
+from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .parts import WorkerParts
+
+
+def step(w: WorkerParts, run: SpecRun, turn_ended: Callable[[WorkerParts], None]) -> None:
+    """One round: draft after the pick waiting (the reply's first pick is sampled here as
+    usual), verify in one llama_decode, accept, and cut the rejected tail. ``turn_ended`` is
+    playback's own end of a reply (autosave, then the queued message)."""
+    s, eng = w.state, w.engine
+    before = eng.kv.used
+    s.ran("step", unsaved=True)
+    if run.pending is None:  # the reply's first pick, from the prompt's logits
+        turn = loop.sample_step(eng)
+        sp = turn.sampled
+        w.picked((eng.logits_record, repr(eng.settings.to_dict()), sp.chain) if sp.eog else None)
+        if turn.stop is not None:
+            _ended(w, turn_ended)
+            return
+        run.hold(turn.token)
+    assert run.pending is not None
+    got = run.spec.round(eng, run.pending)
+    if got is None:
+        run.take_pending()
+        _ended(w, turn_ended)
+        return
+    note_round(w, run, got, before)
+    if run.pending is not None and eng.vocab.is_eog(run.pending):
+        run.take_pending()  # the end token is never decoded: the reply ends here
+        s.playback.end("end of generation")
+        s.light((SAMPLE, DETOKENIZE))
+        s.note("End of generation: the round's last pick was an end token.")
+        turn_ended(w)
+
+
+KEEPS_PENDING = (
+    cmd_types.Step,
+    cmd_types.TogglePlay,
+    cmd_types.Pause,
+    cmd_types.Rewind,
+    cmd_types.Adjust,
+    cmd_types.Greedy,
+    cmd_types.Seed,
+    cmd_types.ChainEdit,
+    cmd_types.PathsShown,
+    cmd_types.SurpriseScale,
+    cmd_types.LensTab,
+    cmd_types.AttentionTabs,
+    cmd_types.SpecRow,
+)
+
+
+def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
+    """Before a command: a rewind forgets the pending pick, anything that works on the
+    context decodes it first (:func:`settle`), the rest leave it waiting."""
+    if run.pending is None:
+        return
+    if isinstance(cmd, (cmd_types.Rewind, cmd_types.NewChat)):
+        drop(run)
+    elif not isinstance(cmd, KEEPS_PENDING):
+        settle(w, run)
+
+
+def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> None:
+    """The record for the panes, the marks for the text, and the sentence for the notice."""
+    s, eng = w.state, w.engine
+    sp = rec.spec
+    assert sp is not None
+    k, a = len(sp.draft), sp.accepted
+    piece = eng.vocab.piece
+    rejected = piece(sp.draft[a]) if a < k and len(sp.picks) == a + 1 else None
+    n = eng.n_past
+    start = n - a if k else n
+    pick = sp.picks[-1]
+    run.verified(rec, SpecMarks(start, n, rejected, piece(pick), run.summary()))
+    s.light((SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS))
+    s.note_records((rec,), (before, eng.kv.used))  # the cells the round kept
+    if not k:
+        run.decoded_alone(rec.decode_ms)
+        s.note("Nothing to draft here: one token decoded as usual, its pick waits.")
+        return
+    got = quoted(piece(pick), pick)
+    how = (
+        f"the first differing pick {got} replaces {quoted(piece(sp.draft[a]), sp.draft[a])}"
+        if rejected is not None
+        else f"all accepted, and the last row gives one more: {got}"
+    )
+    s.note(
+        f"Drafted {k} ({sp.type}), verified in ONE llama_decode of {k + 1} tokens with logits "
+        f"on every row: accepted {a}; {how}; {sp.removed} cell(s) cut "
+        f"(llama_memory_seq_rm). {got} is the next batch's first token; < > move the "
+        "logits pane across the rows."
+    )
+
+
+def spec_row(w: WorkerParts, delta: int) -> None:
+    """< and >: the logits pane shows the last verify batch's row before/after (past either
+    end: the current logits again)."""
+    run, s = w.spec, w.state
+    rec = run.record if run is not None else None
+    if run is None or rec is None or rec.spec is None or run.pending is None:
+        s.note("No verify batch to look at: < > move across a round's rows (--spec-type).")
+        return
+    n = len(rec.spec.rows)
+    at = (n if run.row is None else run.row) + delta
+    run.show_row(at if 0 <= at < n else None)
+    if run.row is None:
+        s.note("The logits pane shows the current row again: the one the waiting pick came from.")
+        return
+    tok = rec.call.tokens[run.row]
+    row = rec.spec.rows[run.row]
+    after = quoted(w.engine.vocab.piece(tok.id), tok.id)
+    if row.pick is None:
+        what = "never sampled: it comes after the first mismatch"
+    else:
+        what = f"the target picked {quoted(w.engine.vocab.piece(row.pick), row.pick)}"
+        if run.row < len(rec.spec.draft):
+            d = rec.spec.draft[run.row]
+            what += (
+                ", the draft's token"
+                if d == row.pick
+                else (f", not the draft's {quoted(w.engine.vocab.piece(d), d)}")
+            )
+    s.note(f"Verify row {run.row} of {n} (after {after}, pos {tok.pos}): {what}.")
+
+
+def settle(w: WorkerParts, run: SpecRun) -> None:
+    """Decode the pending pick alone, so the context holds every pick again."""
+    token = run.take_pending()
+    if token is None:
+        return
+    before = w.engine.kv.used
+    rec = w.engine.feed(token)
+    if rec is not None:
+        run.decoded_alone(rec.decode_ms)
+        w.state.note_records((rec,), (before, w.engine.kv.used))
+
+
+def drop(run: SpecRun) -> None:
+    """Forget the pending pick (a rewind or a new message: it was never decoded)."""
+    run.take_pending()
+
+
+def _ended(w: WorkerParts, turn_ended: Callable[[WorkerParts], None]) -> None:
+    s, eng = w.state, w.engine
+    s.playback.end(eng.stop_reason)
+    s.light((SAMPLE, DETOKENIZE))
+    if eng.stop_reason == "end of generation":
+        s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
+    else:
+        s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
+    turn_ended(w)
