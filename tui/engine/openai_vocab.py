@@ -37,6 +37,11 @@ class FileVocab(Vocab):
     def learn(self, token: int, piece: bytes) -> None:
         """The file knows every piece; the server's text for it is not taken over it."""
 
+    def end_with(self, ids: set[int]) -> None:
+        """The end-of-generation tokens (as :meth:`ServerVocab.end_with`: the chain's check
+        hands every vocabulary of a server the local file's)."""
+        self.eog_ids = set(ids)
+
     def is_eog(self, token: int) -> bool:
         return token in self.eog_ids
 
