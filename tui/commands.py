@@ -4,7 +4,6 @@ app shares with them (:func:`engine_from_args`, :func:`preflight`)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ GGML_MAX_N_THREADS = 512  # ggml.h
 
 
 def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
-    from .sampler_flags import apply_chain_flags
+    from .sampler_flags import chain_fields
 
     saved = getattr(args, "saved_settings", None)
     if isinstance(saved, dict):  # --resume: the saved chain, every parameter
@@ -52,8 +51,8 @@ def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
         min_p=args.min_p,
         seed=args.seed,
         greedy=args.greedy,
+        **chain_fields(args),
     )
-    apply_chain_flags(args, s)
     s.validate()
     return s
 
@@ -126,7 +125,7 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
                 cap.set_grid(True)
                 engine.score_prompts(True)  # every prompt row's l_out reaches the last layer
     if template_text is not None:
-        engine.info = dataclasses.replace(engine.info, chat_template=template_text)
+        engine.use_chat_template(template_text)
     return engine
 
 

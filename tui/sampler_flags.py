@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
+from typing import Any
 
 from .engine.bounds import check_grammar_size, need_utf8
 from .engine.errors import TokenstepError
 from .engine.sampler_settings import (
     DEFAULT_BREAKERS,
-    SamplerSettings,
     parse_logit_bias,
     parse_samplers,
     parse_sampling_seq,
@@ -161,31 +161,44 @@ def grammar_from_args(args: argparse.Namespace) -> str:
     return text
 
 
-def apply_chain_flags(args: argparse.Namespace, s: SamplerSettings) -> None:
-    """Copy the chain flags (when the parser has them) onto ``s``."""
+def chain_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The chain flags (when the parser has them) as SamplerSettings fields."""
     if not hasattr(args, "repeat_penalty"):
-        return
-    s.repeat_penalty, s.repeat_last_n = args.repeat_penalty, args.repeat_last_n
-    s.presence_penalty, s.frequency_penalty = args.presence_penalty, args.frequency_penalty
-    s.dry_multiplier, s.dry_base = args.dry_multiplier, args.dry_base
-    s.dry_allowed_length, s.dry_penalty_last_n = args.dry_allowed_length, args.dry_penalty_last_n
+        return {}
     breakers = args.dry_sequence_breaker
-    if breakers is not None:
-        s.dry_sequence_breakers = [] if breakers == ["none"] else [_unescape(b) for b in breakers]
+    if breakers is None:
+        dry_breakers = list(DEFAULT_BREAKERS)
     else:
-        s.dry_sequence_breakers = list(DEFAULT_BREAKERS)
-    s.top_n_sigma, s.typical_p = args.top_nsigma, args.typical
-    s.xtc_probability, s.xtc_threshold = args.xtc_probability, args.xtc_threshold
-    s.dynatemp_range, s.dynatemp_exponent = args.dynatemp_range, args.dynatemp_exp
-    s.mirostat, s.mirostat_eta, s.mirostat_tau = args.mirostat, args.mirostat_lr, args.mirostat_ent
-    s.logit_bias = [parse_logit_bias(x) for x in args.logit_bias or []]
+        dry_breakers = [] if breakers == ["none"] else [_unescape(b) for b in breakers]
+    f: dict[str, Any] = {
+        "repeat_penalty": args.repeat_penalty,
+        "repeat_last_n": args.repeat_last_n,
+        "presence_penalty": args.presence_penalty,
+        "frequency_penalty": args.frequency_penalty,
+        "dry_multiplier": args.dry_multiplier,
+        "dry_base": args.dry_base,
+        "dry_allowed_length": args.dry_allowed_length,
+        "dry_penalty_last_n": args.dry_penalty_last_n,
+        "dry_sequence_breakers": dry_breakers,
+        "top_n_sigma": args.top_nsigma,
+        "typical_p": args.typical,
+        "xtc_probability": args.xtc_probability,
+        "xtc_threshold": args.xtc_threshold,
+        "dynatemp_range": args.dynatemp_range,
+        "dynatemp_exponent": args.dynatemp_exp,
+        "mirostat": args.mirostat,
+        "mirostat_eta": args.mirostat_lr,
+        "mirostat_tau": args.mirostat_ent,
+        "logit_bias": [parse_logit_bias(x) for x in args.logit_bias or []],
+    }
     if args.samplers is not None and args.sampling_seq is not None:
         raise TokenstepError("--samplers and --sampling-seq both give the order: pass only one.")
     if args.samplers is not None:
-        s.samplers = parse_samplers(args.samplers)
+        f["samplers"] = parse_samplers(args.samplers)
     elif args.sampling_seq is not None:
-        s.samplers = parse_sampling_seq(args.sampling_seq)
-    s.grammar = grammar_from_args(args)
+        f["samplers"] = parse_sampling_seq(args.sampling_seq)
+    f["grammar"] = grammar_from_args(args)
+    return f
 
 
 def _unescape(text: str) -> str:

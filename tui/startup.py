@@ -6,7 +6,6 @@ flags and the model file, so a mistake is one sentence before the UI takes the s
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from typing import Any
@@ -37,7 +36,7 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
     start-up) and the system prompt."""
     fallback = not args.raw and not engine.info.chat_template
     if fallback:  # llama.cpp's fallback, as llama-server uses: say so before anyone types
-        engine.info = dataclasses.replace(engine.info, chat_template=CHATML)
+        engine.use_chat_template(CHATML)
     app = TokenstepApp(
         engine,
         raw=args.raw,

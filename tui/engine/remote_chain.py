@@ -28,6 +28,7 @@ from .remote_vocab import remote_capabilities
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 
 if TYPE_CHECKING:
+    from .model import ModelInfo
     from .step import StepRecord
     from .verify import VerifyResult
 
@@ -39,6 +40,11 @@ class NoLocalContext:
     _capabilities: Capabilities
     settings: SamplerSettings
     score_prompt: bool
+    info: ModelInfo
+
+    def use_chat_template(self, template: str) -> None:
+        """Format chats with ``template`` (as :meth:`Engine.use_chat_template`)."""
+        self.info = dataclasses.replace(self.info, chat_template=template)
 
     def score_prompts(self, on: bool) -> None:
         """Kept for the surprise map's wording: a server's prompt rows have no logits here."""

@@ -13,6 +13,7 @@ Not thread-safe by design: exactly one thread may own an Engine (the TUI's decod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
@@ -166,6 +167,11 @@ class Engine:
             self.branches[seq].stop_reason = reason
         else:
             self.stop_reason = reason
+
+    def use_chat_template(self, template: str) -> None:
+        """Format chats with ``template`` (``--chat-template``, or ChatML for a model that has
+        none, as llama-server falls back); the model's facts otherwise stay as read."""
+        self.info = dataclasses.replace(self.info, chat_template=template)
 
     def score_prompts(self, on: bool) -> None:
         """Decode prompts with logits on every row (the surprise map, the lens grid) or not."""
