@@ -35,6 +35,7 @@ from .remote_reply import (
     MAX_PIECE_BYTES,
     MAX_VOCAB,
     Fields,
+    read_candidates,
 )
 from .remote_reply import Candidate as Candidate
 
@@ -182,23 +183,7 @@ def _content(
     """llama-server's /v1 form: ids and bytes."""
     first = f.obj(f.items(lp["content"], "logprobs.content", MAX_CTX)[0], "logprobs.content[0]")
     where = "logprobs.content[0].top_logprobs"
-    entries = first.get("top_logprobs")
-    if not entries:
-        raise f.missing(where)
-    top: list[Candidate] = []
-    seen: set[int] = set()
-    for i, c in enumerate(f.items(entries, where, min(n_vocab, n_probs + 1))):
-        c = f.obj(c, f"{where}[{i}]")
-        for key in ("id", "logprob"):
-            if key not in c:
-                raise f.missing(f"{where}[{i}].{key}")
-        tok = f.token(c["id"], f"{where}[{i}].id", n_vocab)
-        if tok in seen:
-            raise f.error(f"{where}[{i}].id", tok, "listed twice")
-        seen.add(tok)
-        raw = c.get("bytes") if c.get("bytes") is not None else c.get("token", "")
-        piece = f.piece(raw, f"{where}[{i}].bytes")
-        top.append(Candidate(tok, _logprob(f, c["logprob"], f"{where}[{i}].logprob"), piece))
+    top = read_candidates(f, first.get("top_logprobs"), where, min(n_vocab, n_probs + 1), n_vocab)
     pick = first.get("id")
     return top, None if pick is None else f.token(pick, "logprobs.content[0].id", n_vocab)
 

@@ -241,6 +241,32 @@ class Completion:
     server_pick: int | None
 
 
+def read_candidates(
+    f: Fields, entries: Any, where: str, most: int, n_vocab: int
+) -> list[Candidate]:
+    """llama-server's list of candidates (``/completion`` and its ``/v1`` alike): at most
+    ``most`` entries, each an ``id`` inside the vocabulary, listed once, with a ``logprob``
+    (finite, at most 0) and its ``bytes`` (or ``token`` text)."""
+    if not entries:
+        raise f.missing(where)
+    top: list[Candidate] = []
+    seen: set[int] = set()
+    for i, c in enumerate(f.items(entries, where, most)):
+        c = f.obj(c, f"{where}[{i}]")
+        for key in ("id", "logprob"):
+            if key not in c:
+                raise f.missing(f"{where}[{i}].{key}")
+        tok = f.token(c["id"], f"{where}[{i}].id", n_vocab)
+        if tok in seen:
+            raise f.error(f"{where}[{i}].id", tok, "listed twice")
+        seen.add(tok)
+        lp = f.number(c["logprob"], f"{where}[{i}].logprob", -math.inf, LOGPROB_SLACK, LOGPROB)
+        raw = c.get("bytes") if c.get("bytes") is not None else c.get("token", "")
+        lp = min(max(lp, FLOAT32_LOWEST), 0.0)  # llama-server writes log(0) as this lowest
+        top.append(Candidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
+    return top
+
+
 def read_completion(url: str, body: Any, n_probs: int, n_vocab: int, n_prompt: int) -> Completion:
     """The top K of the next position, each id inside the vocabulary and each logprob a
     log-probability (finite, at most 0, together at most a mass of 1), and the timings."""
@@ -254,23 +280,7 @@ def read_completion(url: str, body: Any, n_probs: int, n_vocab: int, n_prompt: i
     )
     where = "completion_probabilities[0].top_logprobs"
     entries = first.get("top_logprobs")
-    if not entries:
-        raise f.missing(where)
-    top: list[Candidate] = []
-    seen: set[int] = set()
-    for i, c in enumerate(f.items(entries, where, min(n_vocab, max(n_probs, 1)))):
-        c = f.obj(c, f"{where}[{i}]")
-        for key in ("id", "logprob"):
-            if key not in c:
-                raise f.missing(f"{where}[{i}].{key}")
-        tok = f.token(c["id"], f"{where}[{i}].id", n_vocab)
-        if tok in seen:
-            raise f.error(f"{where}[{i}].id", tok, "listed twice")
-        seen.add(tok)
-        lp = f.number(c["logprob"], f"{where}[{i}].logprob", -math.inf, LOGPROB_SLACK, LOGPROB)
-        raw = c.get("bytes") if c.get("bytes") is not None else c.get("token", "")
-        lp = min(max(lp, FLOAT32_LOWEST), 0.0)  # llama-server writes log(0) as this lowest
-        top.append(Candidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
+    top = read_candidates(f, entries, where, min(n_vocab, max(n_probs, 1)), n_vocab)
     mass = math.fsum(math.exp(c.logprob) for c in top)
     if mass > 1.0 + MASS_SLACK:
         raise f.error(where, entries, f"probabilities that sum to {mass:.4f}, more than 1")

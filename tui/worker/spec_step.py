@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from .parts import WorkerParts
 
 
-def step(w: WorkerParts, run: SpecRun, turn_ended: Callable[[WorkerParts], None]) -> None:
+def step(w: WorkerParts, run: SpecRun, ended: Callable[[WorkerParts], None]) -> None:
     """One round: draft after the pick waiting (the reply's first pick is sampled here as
-    usual), verify in one llama_decode, accept, and cut the rejected tail. ``turn_ended`` is
-    playback's own end of a reply (autosave, then the queued message)."""
+    usual), verify in one llama_decode, accept, and cut the rejected tail. ``ended`` is
+    playback's own end of a reply (why it stopped, the autosave, the queued message)."""
     s, eng = w.state, w.engine
     before = eng.kv.used
     s.ran("step", unsaved=True)
@@ -42,22 +42,20 @@ def step(w: WorkerParts, run: SpecRun, turn_ended: Callable[[WorkerParts], None]
         sp = turn.sampled
         w.picked((eng.logits_record, repr(eng.settings.to_dict()), sp.chain) if sp.eog else None)
         if turn.stop is not None:
-            _ended(w, turn_ended)
+            ended(w)
             return
         run.hold(turn.token)
     assert run.pending is not None
     got = run.spec.round(eng, run.pending)
     if got is None:
         run.take_pending()
-        _ended(w, turn_ended)
+        ended(w)
         return
     note_round(w, run, got, before)
     if run.pending is not None and eng.vocab.is_eog(run.pending):
         run.take_pending()  # the end token is never decoded: the reply ends here
-        s.playback.end("end of generation")
-        s.light((SAMPLE, DETOKENIZE))
-        s.note("End of generation: the round's last pick was an end token.")
-        turn_ended(w)
+        eng.stopped("end of generation")
+        ended(w)
 
 
 KEEPS_PENDING = (
@@ -166,14 +164,3 @@ def settle(w: WorkerParts, run: SpecRun) -> None:
 def drop(run: SpecRun) -> None:
     """Forget the pending pick (a rewind or a new message: it was never decoded)."""
     run.take_pending()
-
-
-def _ended(w: WorkerParts, turn_ended: Callable[[WorkerParts], None]) -> None:
-    s, eng = w.state, w.engine
-    s.playback.end(eng.stop_reason)
-    s.light((SAMPLE, DETOKENIZE))
-    if eng.stop_reason == "end of generation":
-        s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
-    else:
-        s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
-    turn_ended(w)

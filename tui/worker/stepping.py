@@ -56,19 +56,13 @@ def step(w: WorkerParts, forced: int | None) -> None:
         step_forked(w, forced)
         return
     if w.spec is not None and forced is None:  # --spec-type: one draft-verify round
-        spec_step.step(w, w.spec, turn_ended)
+        spec_step.step(w, w.spec, reply_ended)
         return
     before = eng.kv.used
     rec = decode_one(w, forced)
     s.ran("force" if forced is not None else "step", unsaved=True)
     if rec is None:
-        s.playback.end(eng.stop_reason)
-        s.light((SAMPLE, DETOKENIZE))
-        if eng.stop_reason == "end of generation":
-            s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
-        else:
-            s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
-        turn_ended(w)
+        reply_ended(w)
         return
     if stepped(w, rec, before):
         return  # the notice says what the shift forgot
@@ -183,6 +177,19 @@ def pick_probabilities(sp: Sampled) -> tuple[float, float]:
     if p is None:
         p = float(softmax(sp.logits)[sp.token])
     return p, sp.chain.p_final(sp.token)
+
+
+def reply_ended(w: WorkerParts) -> None:
+    """The loop stopped (an end token was picked, or the context is full): say why, then
+    the turn's end."""
+    s, eng = w.state, w.engine
+    s.playback.end(eng.stop_reason)
+    s.light((SAMPLE, DETOKENIZE))
+    if eng.stop_reason == "end of generation":
+        s.note("End of generation: the model sampled an end token. ← rewinds and resamples.")
+    else:
+        s.note(f"Context full ({eng.n_ctx} tokens): ctrl+n starts a new chat.", "warn")
+    turn_ended(w)
 
 
 def turn_ended(w: WorkerParts) -> None:
