@@ -62,6 +62,15 @@ KEYS: tuple[Key, ...] = (
         "parameter by llama.cpp's flag name (defaults shown); re-runs on the same logits.",
         "sampler",
     ),
+    Key(
+        "full_stop",
+        "spec_stage",
+        ".",
+        "stages",
+        "--spec-type: replay the last round's stages in order (1 draft, 2 verify batch, "
+        "3 accept, 4 cut the cache), from its record; < > move the logits pane across its rows.",
+        "step",
+    ),
     Key("less_than_sign", "spec_row(-1)", "", "", "", "step"),  # --spec-type: verify rows
     Key("greater_than_sign", "spec_row(1)", "", "", "", "step"),
     Key("left_square_bracket", "chain('cursor', '-1')", "", "", "", "sampler"),
