@@ -187,6 +187,11 @@ async def test_the_app_replays_a_round_and_marks_the_cut_cells(make_engine, tmp_
             for r in range(grid.legend_rows, grid.count_rows())
         )
         assert drawn[a:b] == "✕" * (b - a) and drawn[b] == "·" and drawn[a - 1] != "✕"
+        from tui.widgets.keybar import KeyBar
+
+        await pilot.press("escape")  # the controls' bar (the chat box has its own)
+        bar = app.query_one(KeyBar)
+        await wait_for(pilot, lambda: ". stages" in str(bar.render()), "the . chip on the bar")
         await pilot.press("full_stop")
         await wait_for(
             pilot,
