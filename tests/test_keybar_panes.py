@@ -96,7 +96,13 @@ def test_every_pane_key_is_a_real_binding_of_its_pane():
         assert items[0][3] == "pane"  # the pane's own keys come first
     # a global key the pane does not take keeps its chip as it was
     assert any(item[0] == "space" for item, _ in bar_items("run"))
-    assert len([k for k in KEYS if k.label]) <= len(bar_items(None))
+    # every labelled key has a chip: all of them while speculation runs, the others always
+    assert len([k for k in KEYS if k.label and not k.spec]) <= len(bar_items(None))
+    assert len([k for k in KEYS if k.label]) <= len(bar_items(None, spec=True))
+    # the --spec-type keys get a chip only while speculation runs
+    spec_labels = {k.label for k in KEYS if k.spec and k.label}
+    assert spec_labels and spec_labels <= {item[0] for item, _ in bar_items(None, spec=True)}
+    assert not spec_labels & {item[0] for item, _ in bar_items(None)}
 
 
 @run_async

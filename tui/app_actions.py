@@ -33,7 +33,7 @@ from .widgets.run_chart import RunChart
 from .widgets.save_dialog import SaveScreen, default_save_path
 from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
-from .worker.commands import SpecRow
+from .worker.commands import SpecRow, SpecStage
 
 if TYPE_CHECKING:
     from .worker import View
@@ -122,6 +122,9 @@ class AppActions(App[int]):
 
     def action_spec_row(self, delta: int) -> None:  # --spec-type: across the verify rows
         self.controller.put(SpecRow(delta))
+
+    def action_spec_stage(self) -> None:  # --spec-type: the last round's stages, in order
+        self.controller.put(SpecStage())
 
     def action_force(self) -> None:
         row = self.main.query_one(LogitsPane).highlighted

@@ -73,6 +73,7 @@ class DraftSimple:
     engine: Engine = field(init=False)
     draft_ms: float = 0.0  # the llama_decode time of the last draft in the draft context
     draft_decodes: int = 0  # llama_decode calls the last draft made
+    source: int | None = None  # a model drafts: no context index to copy from
 
     name = "draft-simple"
 
@@ -122,9 +123,12 @@ class DraftSimple:
             return []
         return out
 
-    def keep(self, n_keep: int) -> None:
-        """After the target's verify: the draft context keeps the first ``n_keep`` tokens."""
+    def keep(self, n_keep: int) -> int:
+        """After the target's verify: the draft context keeps the first ``n_keep`` tokens
+        (llama_memory_seq_rm in its own cache); the cells that left."""
+        before = self.engine.kv.used
         self.engine.truncate(n_keep)
+        return before - self.engine.kv.used
 
     def close(self) -> None:
         model = self.engine.model

@@ -37,10 +37,17 @@ class NgramSimple:
 
     def draft(self, tokens: Sequence[int], sampled: int) -> list[int]:
         """The draft after ``tokens`` (the context) and ``sampled`` (the pick not yet fed)."""
+        at = self.source(tokens, sampled)
+        if at is None:
+            return []
+        return list(tokens[at : at + min(self.size_m, len(tokens) - at)])
+
+    def source(self, tokens: Sequence[int], sampled: int) -> int | None:
+        """The context index the draft is copied from (right after the match), or None."""
         n, m = self.size_n, self.size_m
         cur = len(tokens)
         if cur <= n + m + 1:
-            return []
+            return None
         pattern = [*tokens[cur - n + 1 :], sampled]
         match = 0
         for j in range(cur - n - 1, 0, -1):
@@ -48,8 +55,6 @@ class NgramSimple:
                 match = j
                 break
         if match == 0:
-            return []
+            return None
         copy = min(m, cur - (match + n))
-        if copy < n:
-            return []
-        return list(tokens[match + n : match + n + copy])
+        return match + n if copy >= n else None

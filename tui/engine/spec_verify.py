@@ -45,15 +45,18 @@ if TYPE_CHECKING:
 class Drafter(Protocol):
     """A draft source: ``draft`` proposes up to ``room`` tokens after the context and the pick
     not yet fed; ``draft_ms``/``draft_decodes`` are what the last draft cost in llama_decode
-    calls of its own (0 for ngram-simple); ``keep`` follows a cut of the target's context."""
+    calls of its own (0 for ngram-simple); ``source`` the context index an ngram draft was
+    copied from (None: a model drafted it); ``keep`` follows a cut of the target's context and
+    returns the cells it removed from the drafter's own cache."""
 
     name: str
     draft_ms: float
     draft_decodes: int
+    source: int | None
 
     def draft(self, tokens: Sequence[int], sampled: int, room: int) -> list[int]: ...
 
-    def keep(self, n_keep: int) -> None: ...
+    def keep(self, n_keep: int) -> int: ...
 
     def close(self) -> None: ...
 
@@ -66,13 +69,16 @@ class NgramDrafter:
     name: str = "ngram-simple"
     draft_ms: float = 0.0
     draft_decodes: int = 0
+    source: int | None = None
 
     def draft(self, tokens: Sequence[int], sampled: int, room: int) -> list[int]:
+        self.source = self.ngram.source(tokens, sampled)
         out = self.ngram.draft(tokens, sampled)
         return list(out[:room]) if room > 0 else list(out)
 
-    def keep(self, n_keep: int) -> None:
+    def keep(self, n_keep: int) -> int:
         """Nothing to cut: the context itself is the n-gram table."""
+        return 0
 
     def close(self) -> None:
         """Nothing to free."""
@@ -162,13 +168,14 @@ class Speculator:
             st.plain += 1
             st.plain_ms += rec.decode_ms
             st.emitted += 1
-            self._keep(engine)
+            rec.spec.draft_removed = self._keep(engine)
             return rec
         rec = self._verify(engine, last, draft)
         spec = rec.spec
         assert spec is not None
         spec.type, spec.draft = self.name, list(draft)
         spec.draft_ms, spec.draft_decodes = draft_ms, draft_decodes
+        spec.source = drafter.source
         st.rounds += 1
         st.drafted += len(draft)
         st.accepted += spec.accepted
@@ -221,11 +228,12 @@ class Speculator:
             engine.surprise.note(n_keep, kept)
         rec.n_ctx_tokens, rec.kv_used = engine.n_past, engine.kv.used
         rec.kv_bytes = engine.kv_bytes_used
-        self._keep(engine)
+        spec.draft_removed = self._keep(engine)
         return rec
 
-    def _keep(self, engine: Engine) -> None:
-        self.drafter.keep(engine.n_past)  # the draft context drops what the target dropped
+    def _keep(self, engine: Engine) -> int:
+        """The draft context drops what the target dropped; the cells it removed."""
+        return self.drafter.keep(engine.n_past)
 
     def close(self) -> None:
         self.drafter.close()

@@ -70,6 +70,8 @@ class SpecInfo:
     removed: int = 0  # KV cells cut after the verify (llama_memory_seq_rm): the rejected tail
     draft_ms: float = 0.0  # llama_decode time of the draft model for this draft (0: none ran)
     draft_decodes: int = 0
+    source: int | None = None  # ngram-simple: the context index the draft was copied from
+    draft_removed: int = 0  # cells the draft model's own cache cut to follow (0: no cache)
 
 
 @dataclass

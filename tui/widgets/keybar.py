@@ -69,9 +69,12 @@ def families(keys: tuple[Key, ...]) -> list[tuple[Key, list[str], list[Key]]]:
     return out
 
 
-def bar_items(pane: str | None) -> list[tuple[Item, tuple[tuple[str, str], ...]]]:
+def bar_items(
+    pane: str | None, spec: bool = False
+) -> list[tuple[Item, tuple[tuple[str, str], ...]]]:
     """The chips for the controls with ``pane`` focused: each item with the (key name,
-    action) pairs it stands for, pane actions unprefixed, app actions as ``app.NAME``."""
+    action) pairs it stands for, pane actions unprefixed, app actions as ``app.NAME``;
+    ``spec``: speculation runs, so its keys get a chip too."""
     mine = tuple(k for k in PANE_KEYS.get(pane or "", ()) if not k.action.startswith("app."))
     taken = {n: k for k in mine for n in _names(k)}  # an "app." pane key keeps the app's chip
     out: list[tuple[Item, tuple[tuple[str, str], ...]]] = []
@@ -79,6 +82,8 @@ def bar_items(pane: str | None) -> list[tuple[Item, tuple[tuple[str, str], ...]]
         pairs = tuple((n, m.action) for m in members for n in _names(m))
         out.append(((k.label, k.short, f"app.simulate_key('{own[0]}')", "pane"), pairs))
     for k, own, members in sorted(families(KEYS), key=lambda f: ORDER[f[0].group]):
+        if k.spec and not spec:
+            continue
         pairs = tuple(
             (n, f"app.{m.action}") for m in members for n in _names(m) if n not in taken
         )
@@ -105,17 +110,21 @@ class KeyBar(Widget):
         self.chat_focused = True
         self.queued = False
         self.pane: str | None = None  # the focused bottom pane, when it takes keys
+        self.spec = False  # a round has run (--spec-type): its keys get chips
 
-    def set_context(self, chat_focused: bool, queued: bool = False, pane: str | None = None) -> None:
+    def set_context(
+        self, chat_focused: bool, queued: bool = False, pane: str | None = None, spec: bool = False
+    ) -> None:
         pane = pane if pane in PANE_KEYS else None
-        if (chat_focused, queued, pane) != (self.chat_focused, self.queued, self.pane):
-            self.chat_focused, self.queued, self.pane = chat_focused, queued, pane
+        now = (chat_focused, queued, pane, spec)
+        if now != (self.chat_focused, self.queued, self.pane, self.spec):
+            self.chat_focused, self.queued, self.pane, self.spec = now
             self.refresh()
 
     def meaning(self, key: str) -> tuple[str, str, str] | None:
         """What the bar says ``key`` (a Textual key name) does on the controls now: (chip
         label, its words, the action the chip stands for)."""
-        for (label, what, _, _), pairs in bar_items(self.pane):
+        for (label, what, _, _), pairs in bar_items(self.pane, self.spec):
             for name, action in pairs:
                 if name == key:
                     return label, what, action
@@ -134,7 +143,7 @@ class KeyBar(Widget):
                     )
                 )
             return out
-        return [item for item, _ in bar_items(self.pane)]
+        return [item for item, _ in bar_items(self.pane, self.spec)]
 
     def layout_lines(self, items: list[Item], width: int, short: bool) -> list[Text]:
         lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]

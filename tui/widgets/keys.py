@@ -14,6 +14,7 @@ class Key:
     help: str  # one line for the help screen
     group: str
     anywhere: bool = False  # also works while typing in the chat box
+    spec: bool = False  # only does something with --spec-type: the bar shows it only then
 
 
 KEYS: tuple[Key, ...] = (
@@ -61,6 +62,16 @@ KEYS: tuple[Key, ...] = (
         "Sampler chain: [ ] pick a stage, { } move it up/down, x turn it off/on, : set any "
         "parameter by llama.cpp's flag name (defaults shown); re-runs on the same logits.",
         "sampler",
+    ),
+    Key(
+        "full_stop",
+        "spec_stage",
+        ".",
+        "stages",
+        "--spec-type: replay the last round's stages in order (1 draft, 2 verify batch, "
+        "3 accept, 4 cut the cache), from its record; < > move the logits pane across its rows.",
+        "step",
+        spec=True,
     ),
     Key("less_than_sign", "spec_row(-1)", "", "", "", "step"),  # --spec-type: verify rows
     Key("greater_than_sign", "spec_row(1)", "", "", "", "step"),

@@ -6,7 +6,9 @@ wrote are lit, so a prefill lights a block and a decode step one cell. After a c
 lines above the grid say what each shift forgot, and the seam is marked in the grid: the cell
 right after the ``n_keep`` kept ones, where the forgotten tokens used to follow. Sizes come from the
 engine: bytes per token from the model's layer shapes and the cache types, checked against
-the size llama.cpp logged when it allocated the cache."""
+the size llama.cpp logged when it allocated the cache. Right after a draft-verify round
+(``--spec-type``) the cells the verify wrote for the rejected rows, which
+``llama_memory_seq_rm`` removed again, are marked ✕ after the kept ones, with a legend line."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ NEWEST = Style(color="bright_white", bold=True)
 LABEL = Style(color="grey50")
 LABEL_W = 6
 GAP_TEXT = Style(color="grey50", strike=True)
+CUT = Style(color="red", bold=True)  # written by a verify, then cut (llama_memory_seq_rm)
 SHIFT_LINES = 3  # the newest shifts listed above the grid (a summary line counts them all)
 
 
@@ -60,11 +63,22 @@ class KVCachePane(LinePane):
         return self.view.kv.kv_used if self.view else 0
 
     @property
-    def legend_rows(self) -> int:
-        """Lines above the grid: a summary of the shifts, then the newest few, one a line."""
+    def cut(self) -> tuple[int, int]:
+        """[start, end) of the cells the last verify wrote and then cut (empty: none)."""
+        return self.view.batch.cut_cells if self.view is not None else (0, 0)
+
+    @property
+    def shift_rows(self) -> int:
+        """Legend lines for the shifts: a summary, then the newest few, one a line."""
         if self.view is None or not self.view.cache.shifts:
             return 0
         return 1 + min(len(self.view.cache.shifts), SHIFT_LINES)
+
+    @property
+    def legend_rows(self) -> int:
+        """Lines above the grid: the shifts', then one for a verify's cut cells."""
+        a, b = self.cut
+        return self.shift_rows + (b > a)
 
     @property
     def seam(self) -> int | None:
@@ -93,6 +107,8 @@ class KVCachePane(LinePane):
         """What the shifts forgot: the total, then per shift the count and the text."""
         v = self.view
         assert v is not None
+        if row == self.shift_rows:
+            return self.cut_legend()
         shifts = v.cache.shifts
         if row == 0:
             total = sum(len(ev.forgotten) for ev in shifts)
@@ -117,6 +133,18 @@ class KVCachePane(LinePane):
             Segment(f"shift {ev.index + 1}", Style(color="yellow", bold=True)),
             Segment(f": forgot {len(ev.forgotten):,}{others} after cell {ev.n_keep} ", LABEL),
             Segment(text, GAP_TEXT),
+        ]
+
+    def cut_legend(self) -> list[Segment]:
+        """The last round: the cells its verify wrote, the kept ones lit, the rejected cut."""
+        v = self.view
+        assert v is not None
+        (a, b), (c, d) = v.batch.new_cells, self.cut
+        return [
+            Segment("█", NEW),
+            Segment(f" verify wrote {b - a + d - c} cells: {b - a} kept · ", LABEL),
+            Segment("✕", CUT),
+            Segment(f" {d - c} rejected, cut by llama_memory_seq_rm", LABEL),
         ]
 
     def _titles(self) -> None:
@@ -159,6 +187,7 @@ class KVCachePane(LinePane):
         start = row * self.cols
         segs = [Segment(f"{start:>{LABEL_W - 1}} ", LABEL)]
         a, b = v.batch.new_cells
+        cut_a, cut_b = self.cut
         cells = v.kv.kv_cells
         # Neighbouring cells of one style become one Segment: a row is a few runs, not 100+.
         run: list[str] = []
@@ -175,6 +204,8 @@ class KVCachePane(LinePane):
                 ch = "█" if len(seqs) <= 1 else "▓"
                 if cells[i][1] == seam:  # the first token after the forgotten ones
                     ch, style = "▐", _seam_style(seqs[0] if seqs else None)
+            elif cut_a <= i < cut_b:
+                style, ch = CUT, "✕"
             else:
                 style, ch = FREE, "·"
             if style is not run_style and run:
@@ -202,4 +233,6 @@ class KVCachePane(LinePane):
             if pos == self.seam:
                 self.tooltip += " · the forgotten tokens were just before this one"
         elif i < v.text.n_ctx:
-            self.tooltip = f"cell {i}: free"
+            a, b = self.cut
+            cut = " · the last verify wrote a rejected row here, then cut it" if a <= i < b else ""
+            self.tooltip = f"cell {i}: free{cut}"

@@ -169,6 +169,7 @@ class ViewBuilder:
             last_records=s.last_records,
             batch_pieces=tuple(tuple(piece(t.id) for t in r.call.tokens) for r in s.last_records),
             new_cells=s.new_cells,
+            cut_cells=s.cut_cells,
         )
 
     def kv(self) -> KVView:

@@ -139,6 +139,12 @@ class SpecRow:
 
 
 @dataclass(frozen=True)
+class SpecStage:
+    """--spec-type: the notice replays the last round's next stage (draft, verify batch,
+    accept, cut the cache), from its record."""
+
+
+@dataclass(frozen=True)
 class Call:
     """Run ``fn`` on the worker thread between decode calls (tests, tools: the engine may only
     be touched there), like any key press."""
@@ -176,6 +182,7 @@ Command = (
     | PathsShown
     | SurpriseScale
     | SpecRow
+    | SpecStage
     | Call
     | Stop
 )

@@ -34,6 +34,7 @@ class SpecRun:
     plain_ms: list[float] = field(default_factory=list)  # one-token decodes outside rounds
     record: StepRecord | None = None  # the last round's decode (its rows for the logits pane)
     row: int | None = None  # the verify row the logits pane shows (None: the current logits)
+    stage: int | None = None  # the last round's stage the notice replays (0 draft ... 3 cut)
 
     # -- its changes, each named after what happened ----------------------------------------
     def hold(self, token: int) -> None:
@@ -44,15 +45,19 @@ class SpecRun:
         """A round's verify decode: its last pick waits, the logits pane is on the current row."""
         assert rec.spec is not None
         self.pending, self.record, self.row = rec.spec.picks[-1], rec, None
-        self.marks = marks
+        self.marks, self.stage = marks, None
 
     def show_row(self, row: int | None) -> None:
         """The verify row the logits pane shows (None: the current logits)."""
         self.row = row
 
+    def show_stage(self, stage: int | None) -> None:
+        """The stage of the last round the notice replays (None: the round as a whole)."""
+        self.stage = stage
+
     def take_pending(self) -> int | None:
         """The waiting pick, handed over to be decoded alone (or dropped); none waits after."""
-        token, self.pending, self.row = self.pending, None, None
+        token, self.pending, self.row, self.stage = self.pending, None, None, None
         self.marks = SpecMarks(summary=self.summary())
         return token
 

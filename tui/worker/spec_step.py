@@ -15,12 +15,13 @@ decodes and the draft model's) against this run's plain one-token decodes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..engine import loop
 from ..engine.step import StepRecord
 from ..engine.tokens import quoted
 from . import commands as cmd_types
+from . import spec_stages
 from .spec_run import SpecMarks, SpecRun
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 
@@ -72,7 +73,16 @@ KEEPS_PENDING = (
     cmd_types.LensTab,
     cmd_types.AttentionTabs,
     cmd_types.SpecRow,
+    cmd_types.SpecStage,
 )
+
+
+def spec_commands(w: WorkerParts) -> dict[type, Callable[[Any], None]]:
+    """The worker's handlers for the speculative-decoding keys (< > rows, . stages)."""
+    return {
+        cmd_types.SpecRow: lambda c: spec_row(w, c.delta),
+        cmd_types.SpecStage: lambda c: spec_stages.next_stage(w),
+    }
 
 
 def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
@@ -99,7 +109,8 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     pick = sp.picks[-1]
     run.verified(rec, SpecMarks(start, n, rejected, piece(pick), run.summary()))
     s.light((SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS))
-    s.note_records((rec,), (before, eng.kv.used))  # the cells the round kept
+    # the cells the round kept, and the rejected rows' cells that left right after the verify
+    s.note_records((rec,), (before, eng.kv.used), (eng.kv.used, eng.kv.used + sp.removed))
     if not k:
         run.decoded_alone(rec.decode_ms)
         s.note("Nothing to draft here: one token decoded as usual, its pick waits.")
@@ -114,7 +125,7 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
         f"Drafted {k} ({sp.type}), verified in ONE llama_decode of {k + 1} tokens with logits "
         f"on every row: accepted {a}; {how}; {sp.removed} cell(s) cut "
         f"(llama_memory_seq_rm). {got} is the next batch's first token; < > move the "
-        "logits pane across the rows."
+        "logits pane across the rows, . walks the round's stages."
     )
 
 

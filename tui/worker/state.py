@@ -69,6 +69,7 @@ class State:
     reply_start: int | None = None
     last_records: tuple[StepRecord, ...] = ()  # the llama_decode calls of the last command
     new_cells: tuple[int, int] = (0, 0)  # [start, end) of the KV cells those calls wrote
+    cut_cells: tuple[int, int] = (0, 0)  # [start, end) of cells a verify wrote, then cut
     timeline: Timeline = field(default_factory=Timeline)
     last_pick: Pick | None = None
     tokenized: Tokenized | None = None
@@ -234,13 +235,19 @@ class State:
         jump); ``cells``: the new-cells range the KV grid lights from now (None: kept)."""
         self.last_pick, self.last_records = None, ()
         if cells is not None:
-            self.new_cells = cells
+            self.new_cells, self.cut_cells = cells, (0, 0)
 
-    def note_records(self, records: Sequence[StepRecord], new_cells: tuple[int, int]) -> None:
+    def note_records(
+        self,
+        records: Sequence[StepRecord],
+        new_cells: tuple[int, int],
+        cut_cells: tuple[int, int] = (0, 0),
+    ) -> None:
         """The llama_decode calls a command made: the batch pane draws them, the KV grid
-        lights the cells they wrote, the timeline adds them."""
+        lights the cells they wrote (``cut_cells``: the ones a verify wrote and its
+        llama_memory_seq_rm removed again), the timeline adds them."""
         self.last_records = tuple(records)
-        self.new_cells = new_cells
+        self.new_cells, self.cut_cells = new_cells, cut_cells
         self.timeline.add(records)
 
     def restore(
@@ -265,7 +272,7 @@ class State:
         self.action = "resume"
         self.lit = (BATCH, DECODE, LOGITS) if records else ()
         self.last_records = tuple(records)
-        self.new_cells = new_cells
+        self.new_cells, self.cut_cells = new_cells, (0, 0)
         self.timeline = Timeline(records)
         self.dirty_since_save = False
         self.note(notice)

@@ -37,7 +37,7 @@ from .playback import Playback
 from .publisher import Publisher
 from .sampler_desk import SamplerDesk
 from .spec_run import SpecRun
-from .spec_step import settle_before, spec_row
+from .spec_step import settle_before, spec_commands
 from .state import State
 from .tokenize import tokenize_note
 from .views import View
@@ -112,7 +112,7 @@ class Worker:
             cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
             cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
             cmd_types.PathsShown: lambda c: self.state.show_paths(c.shown),
-            cmd_types.SpecRow: lambda c: spec_row(self, c.delta),
+            **spec_commands(self),
             cmd_types.Call: lambda c: c.fn(),
         }
 

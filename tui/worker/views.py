@@ -108,6 +108,7 @@ class BatchView:
     last_records: tuple[StepRecord, ...]  # the llama_decode calls of the last decoding command
     batch_pieces: tuple[tuple[bytes, ...], ...]  # the pieces of those calls' tokens
     new_cells: tuple[int, int]  # [start, end) of the KV cells those calls wrote
+    cut_cells: tuple[int, int] = (0, 0)  # cells a verify wrote and then cut (--spec-type)
 
 
 @dataclass(frozen=True)
