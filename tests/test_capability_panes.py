@@ -37,7 +37,7 @@ def fake_view(caps: Capabilities) -> SimpleNamespace:
             kv_problems=(),
             kv_report=None,
         ),
-        batch=SimpleNamespace(new_cells=(0, 3)),
+        batch=SimpleNamespace(new_cells=(0, 3), cut_cells=(0, 0)),
         cache=SimpleNamespace(
             shifts=(),
             shift_pieces=(),
