@@ -119,7 +119,9 @@ async def test_the_paste_message_outlives_the_views_of_a_playing_reply(make_engi
     """As seen in CI: each view of a playing reply (the same "Playing" notice every step)
     replaced the app's own message at once, so under load the paste's notice was never drawn.
     It now stays until the worker says something new."""
-    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=512, context_full="shift")
+    # A context shift is news the worker says (it rightly replaces the message): a context
+    # of 4096 keeps it far past the test's steps (at -c 512 a loaded run reached it first).
+    engine = make_engine(SamplerSettings(temp=0.0), n_ctx=4096, context_full="shift")
     eog = [t for t in range(engine.info.n_vocab) if engine.vocab.is_eog(t)]
     engine.settings = dataclasses.replace(
         engine.settings, logit_bias=[(t, -math.inf) for t in eog]
