@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own llama-server from the same llama.cpp that llama-cpp-python vendors, so
+# Build llama.cpp's own llama-server (and llama-perplexity, the compare tests' oracle) from the same llama.cpp that llama-cpp-python vendors, so
 # the remote-backend tests compare one llama.cpp with itself. Nothing is downloaded but the
 # llama-cpp-python sdist from PyPI (pip's cache keeps it); the web UI and curl are left out.
 # Usage: scripts/build_llama_server.sh PYTHON DEST   (DEST/bin/llama-server is the result)
@@ -21,7 +21,7 @@ cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON >"$WORK/cmake.log" 2>&1 \
   || { tail -30 "$WORK/cmake.log"; exit 1; }
-cmake --build "$WORK/build" --target llama-server -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+cmake --build "$WORK/build" --target llama-server llama-perplexity -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
 rm -rf "$DEST"
 mkdir -p "$DEST"
