@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path
+# llama.cpp's OpenMP workers spin while they wait for work (GNU OpenMP's default). On a
+# loaded 2-core machine (CI, or a suite beside other work) a spinning worker holds a core the
+# thread it waits for needs, and a decode measured at 10 ms here took seconds. Passive waiting
+# costs a little speed on a quiet machine and no figure: it must be set before llama.cpp's
+# library loads, and llama-server processes the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
