@@ -33,10 +33,12 @@ def test_after_a_prefill_the_recompute_is_bit_identical(make_engine):
 
 def test_fresh_recompute_equals_llama_evaluating_the_whole_context(make_engine, oracle):
     """The verifier's from-scratch logits are what llama-cpp-python's Llama computes for the
-    whole context in one eval; the cached logits agree on the top-1 token at every step."""
+    whole context in one eval (the same batch shape: one call). The cached logits are held to
+    the oracle with their own shape, a replay of the engine's calls, bit for bit. Against the
+    batched recompute they move by the batch shape's rounding (with -fa off, on an AVX2 build,
+    by up to 0.6), so a top-1 flip there is a near tie and is said to be one."""
     eng = make_engine(n_ctx=256, flash_attn="off")
     eng.prefill(eng.vocab.tokenize(PROMPT))
-    diffs = []
     for _ in range(6):
         assert eng.step() is not None
         res = eng.verify_last("batched")
@@ -45,10 +47,14 @@ def test_fresh_recompute_equals_llama_evaluating_the_whole_context(make_engine, 
         oracle.eval(eng.tokens)
         want = np.asarray(oracle.scores[oracle.n_tokens - 1])
         assert np.max(np.abs(fresh - want)) < 1e-4
-        assert res.top1_agree, res.explain()
-        diffs.append(res.max_abs_diff)
-    # Honest numbers: batched vs one-token kernels round differently; the table shows it.
-    assert all(np.isfinite(diffs))
+        cached = np.asarray(eng.logits, dtype=np.float64)
+        assert res.top1_cached == int(np.argmax(cached))
+        if not res.top1_agree:  # a flip needs the leading pair within twice the rounding
+            gap = cached[res.top1_cached] - cached[res.top1_fresh]
+            assert 0 <= gap <= 2 * res.max_abs_diff
+            assert "a DIFFERENT top-1" in res.explain()
+        rep = eng.verify_last("replay")
+        assert rep.exact and rep.top1_agree, rep.explain()
 
 
 def test_replaying_the_engines_own_calls_is_bit_identical(make_engine):
