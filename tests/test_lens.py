@@ -16,15 +16,41 @@ from tui.engine.lens_capture import AttentionLensCapture, LensCapture
 from .conftest import run_cli
 from .swa_model import write_swa_model
 
-# SmolLM2's head is Q8_0: llama.cpp multiplies it quantized (activations quantized to Q8_0
-# too), the lens in float32. Measured here: 0.21 to 0.27 over the steps below.
-SMOL_TOL = 0.35
+# SmolLM2's head is Q8_0: llama.cpp multiplies it quantized, with its input quantized to Q8_0
+# too (blocks of 32, scale d = max|x|/127), and the lens in float32 without that rounding. The
+# tolerance is not a measured number but the bound that rounding allows, token by token:
+# |Δlogit_t| <= sum over blocks b of d_b/2 * sum_{i in b} |w_ti| (see ``q8_bound``). Measured
+# against it: 0.21 to 0.27 on an AVX-512 build, up to 0.36 on an AVX2 build, both within it.
+SMOL_TOL = None
 GEMMA_TOL = 1e-3  # float32 weights on both sides
 MIDDLE = 15
 
 
-def _run(model: Model, prompt: str, n: int, middle: int) -> tuple[Engine, LensCapture, list]:
-    cap = LensCapture(n_layer=model.info.n_layer, capture=(f"l_out-{middle}",))
+def q8_bound(path: Path, hidden: np.ndarray) -> np.ndarray:
+    """Per token, how far llama.cpp's Q8_0 head can land from the exact product: the head's
+    input (the normed last hidden state) is rounded to Q8_0, each element by at most half its
+    block's scale, and each rounding moves logit t by at most that times |w_ti|."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    t = {x.name: x for x in r.tensors}
+    arch = r.fields["general.architecture"].contents()
+    eps = float(r.fields[f"{arch}.attention.layer_norm_rms_epsilon"].contents())
+    norm = gguf.quants.dequantize(t["output_norm.weight"].data, t["output_norm.weight"].tensor_type)
+    mat = t.get("output.weight") or t["token_embd.weight"]
+    w = np.abs(gguf.quants.dequantize(mat.data, mat.tensor_type).astype(np.float32))
+    h = hidden.astype(np.float64)
+    x = h / np.sqrt(np.mean(h * h) + eps) * norm.reshape(-1).astype(np.float64)
+    half = np.abs(x).reshape(-1, 32).max(axis=1) / 127 / 2  # d_b / 2
+    blocks = w.reshape(w.shape[0], -1, 32).sum(axis=2)  # sum of |w| in each block
+    return blocks @ half.astype(np.float32) + 1e-3  # and float32 sums' own rounding
+
+
+def _run(
+    model: Model, prompt: str, n: int, middle: int, *, last: bool = False
+) -> tuple[Engine, LensCapture, list]:
+    names = (f"l_out-{middle}",) + ((f"l_out-{model.info.n_layer - 1}",) if last else ())
+    cap = LensCapture(n_layer=model.info.n_layer, capture=names)
     eng = Engine(model, EngineConfig(n_ctx=256, n_threads=2), SamplerSettings(temp=0.0), [cap])
     out = []
     for rec in loop.generate(eng, n, eng.vocab.tokenize(prompt, add_special=True)):
@@ -33,7 +59,11 @@ def _run(model: Model, prompt: str, n: int, middle: int) -> tuple[Engine, LensCa
             hidden = cap.captured[f"l_out-{middle}"][-1].reshape(-1, model.info.n_embd)[-1]
             logits = eng.logits
             assert logits is not None
-            out.append((rec, hidden.copy(), logits.copy()))
+            row = (rec, hidden.copy(), logits.copy())
+            if last:
+                key = f"l_out-{model.info.n_layer - 1}"
+                row += (cap.captured[key][-1].reshape(-1, model.info.n_embd)[-1].copy(),)
+            out.append(row)
     return eng, cap, out
 
 
@@ -56,28 +86,38 @@ def _numpy_head(path: Path, hidden: np.ndarray, softcap: float | None) -> np.nda
     return logits
 
 
-def _check_last_layer(out: list, tol: float) -> int:
+def _check_last_layer(out: list, tol: float | None, path: Path | None = None) -> int:
     """The last layer against llama.cpp's logits; returns in how many steps the top 5 is the
     same set as llama.cpp's. Where it differs, each token in one set and not the other is
-    within the rounding (2 x tol) of llama.cpp's 5th logit: a near-tie, not a wrong token."""
+    within the rounding (twice the tolerance) of llama.cpp's 5th logit: a near tie, not a wrong
+    token. ``tol`` None: the tolerance is :func:`q8_bound`'s, token by token."""
     same = 0
-    for rec, _hidden, final in out:
+    for rec, _hidden, final, *last_hidden in out:
+        bound = (
+            q8_bound(path, last_hidden[0])
+            if tol is None and path is not None
+            else np.full(final.shape, tol)
+        )
         last = rec.extras["lens"][-1]["top"]
         check = rec.extras["lens_check"]
-        assert check["max_abs_diff"] <= tol
+        assert check["max_abs_diff"] <= float(bound.max())
         for t in last:  # each top logit against llama.cpp's logit for the same token
-            assert abs(t["logit"] - float(final[t["id"]])) <= tol
+            assert abs(t["logit"] - float(final[t["id"]])) <= bound[t["id"]]
         order = np.argsort(-final)
-        assert last[0]["id"] == int(order[0]) == check["top1"]["id"]
+        assert check["top1"]["id"] == int(order[0])
+        if last[0]["id"] != int(order[0]):  # only at a near tie of llama.cpp's top two
+            a, b = last[0]["id"], int(order[0])
+            assert float(final[b] - final[a]) <= bound[a] + bound[b]
         mine, theirs = {t["id"] for t in last}, set(order[:5].tolist())
         same += mine == theirs
         for t in mine ^ theirs:
-            assert abs(float(final[t]) - float(final[order[4]])) <= 2 * tol
+            edge = int(order[4])
+            assert abs(float(final[t]) - float(final[edge])) <= bound[t] + bound[edge]
     return same
 
 
 def _check_middle(out: list, path: Path, layer: int, softcap: float | None) -> None:
-    for rec, hidden, _final in out:
+    for rec, hidden, _final, *_ in out:
         logits = _numpy_head(path, hidden, softcap)
         order = np.argsort(-logits)[:5]
         entry = rec.extras["lens"][layer]
@@ -92,14 +132,14 @@ def _check_middle(out: list, path: Path, layer: int, softcap: float | None) -> N
 
 
 def test_lens_on_smollm2_matches_llama_cpp_and_numpy(model: Model, model_path: Path) -> None:
-    eng, cap, out = _run(model, "The capital of France is", 8, MIDDLE)
+    eng, cap, out = _run(model, "The capital of France is", 8, MIDDLE, last=True)
     try:
         assert len(out) >= 8
-        for rec, _, _ in out:
+        for rec, *_ in out:
             lens = rec.extras["lens"]
             assert [e["layer"] for e in lens] == list(range(model.info.n_layer))
             assert all(len(e["top"]) == 5 for e in lens)
-        assert _check_last_layer(out, SMOL_TOL) >= len(out) // 2
+        assert _check_last_layer(out, SMOL_TOL, model_path) >= len(out) // 2
         _check_middle(out, model_path, MIDDLE, None)
         check = out[0][0].extras["lens_check"]
         assert check["top1"]["piece"] == " Paris"
