@@ -101,6 +101,8 @@ def _check_last_layer(out: list, tol: float | None, path: Path | None = None) ->
         last = rec.extras["lens"][-1]["top"]
         check = rec.extras["lens_check"]
         assert check["max_abs_diff"] <= float(bound.max())
+        if tol is None:  # the record's own bound is this one, derived in the engine
+            assert abs(check["rounding_bound"] - float(bound.max())) < 0.01 * float(bound.max())
         for t in last:  # each top logit against llama.cpp's logit for the same token
             assert abs(t["logit"] - float(final[t["id"]])) <= bound[t["id"]]
         order = np.argsort(-final)
@@ -206,8 +208,14 @@ def test_trace_lens_flag() -> None:
         for e in d["lens"]:
             assert len(e["top"]) >= 5
             assert set(e["top"][0]) >= {"id", "piece", "logit", "p"}
-        assert d["lens"][-1]["top"][0]["id"] == d["top"][0]["id"]
-        assert d["lens_check"]["max_abs_diff"] <= SMOL_TOL
+        check = d["lens_check"]
+        # The lens's last layer is llama.cpp's logits up to the head's 8-bit activation
+        # rounding, whose bound the record states (derived again in NumPy: q8_bound).
+        assert 0 < check["max_abs_diff"] <= check["rounding_bound"] < 5
+        lens_top, top = d["lens"][-1]["top"][0]["id"], d["top"]
+        if lens_top != top[0]["id"]:  # a near tie, within the rounding of both sides
+            theirs = next(t["logit"] for t in top if t["id"] == lens_top)
+            assert top[0]["logit"] - theirs <= 2 * check["rounding_bound"]
 
 
 def test_lens_says_so_for_a_decode_of_several_sequences(model: Model) -> None:
