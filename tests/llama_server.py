@@ -143,10 +143,18 @@ class Server:
 
 
 def start_server(
-    log_dir: Path, *, port: int | None = None, extra: tuple[str, ...] = (), wait: bool = True
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    extra: tuple[str, ...] = (),
+    wait: bool = True,
+    flash_attn: str = "off",
 ) -> Server:
-    """Start llama-server with the bundled model (-fa off, 2 slots, no web UI) and, with
-    ``wait``, poll ``/health`` until it answers 200."""
+    """Start llama-server with the bundled model (-fa off unless ``flash_attn`` says, 2 slots,
+    no web UI) and, with ``wait``, poll ``/health`` until it answers 200. A test that compares
+    logits or greedy text with a local engine starts both with the same flash-attention
+    setting: without flash attention, CPUs without AVX-512 give a batch's rows logits that
+    differ from one-row decodes by up to 0.6 here, enough to flip a near tie."""
     binary = require_binary()
     port = port or free_port()
     log = log_dir / f"llama-server-{port}-{time.monotonic_ns()}.log"
@@ -165,7 +173,7 @@ def start_server(
         "-t",
         "1",
         "-fa",
-        "off",
+        flash_attn,
         "--no-webui",
         *repack_args(binary),
         *extra,

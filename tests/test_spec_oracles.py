@@ -73,7 +73,11 @@ def server_reply(server, toks: list[int], n: int) -> dict:
 
 @pytest.fixture
 def greedy_engine(model):
-    eng = Engine(model, EngineConfig(n_ctx=2048, n_threads=2), SamplerSettings(greedy=True))
+    eng = Engine(
+        model,
+        EngineConfig(n_ctx=2048, n_threads=2, flash_attn="on"),
+        SamplerSettings(greedy=True),
+    )
     yield eng
     eng.close()
 
@@ -99,7 +103,7 @@ def test_ngram_simple_counts_equal_llama_servers(tmp_path, greedy_engine, text, 
             "--spec-ngram-simple-size-m",
             str(size_m),
         )
-    server = start_server(tmp_path, extra=flags)
+    server = start_server(tmp_path, extra=flags, flash_attn="on")
     try:
         toks = greedy_engine.vocab.tokenize(text, add_special=True, parse_special=True)
         n = 48
@@ -121,14 +125,14 @@ def test_draft_simple_text_equals_llama_servers(tmp_path, greedy_engine, draft_m
     plain decoding (measured here: top-2 gap 0.09 at token 26, where its verify rows rounded
     the other way); when the texts agree, the drafted and accepted counts agree too."""
     flags = ("--spec-type", "draft-simple", "-md", str(draft_model_path))
-    server = start_server(tmp_path, extra=(*flags, "--spec-draft-n-max", "4"))
+    server = start_server(tmp_path, extra=(*flags, "--spec-draft-n-max", "4"), flash_attn="on")
     toks = greedy_engine.vocab.tokenize(CHAT, add_special=True, parse_special=True)
     n = 32
     try:
         spec_reply = server_reply(server, toks, n)
     finally:
         server.stop()
-    server = start_server(tmp_path)
+    server = start_server(tmp_path, flash_attn="on")
     try:
         plain_reply = server.post(
             "/completion",
