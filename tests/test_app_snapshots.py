@@ -1,9 +1,10 @@
 """Snapshot tests (pytest-textual-snapshot) of the real app on the bundled model.
 
-Greedy sampling makes the tokens deterministic; measured times are hidden (``show_timings``
-off) so the pictures do not depend on the machine's speed; autosave is off so no temporary
-path appears. Update with ``pytest tests/test_app_snapshots.py --snapshot-update`` and look at
-the SVGs before committing them."""
+Greedy sampling makes the tokens deterministic on one build; the pictures that print the
+model's probabilities are kept per kernel family (tests/kernel_class.py). Measured times are
+hidden (``show_timings`` off) so the pictures do not depend on the machine's speed; autosave
+is off so no temporary path appears. Update with ``pytest tests/test_app_snapshots.py
+--snapshot-update`` and look at the SVGs before committing them."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from textual.widgets import Input
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
+
+from .kernel_class import need_picture, per_kernels
 
 
 def make_app(make_engine, **kw) -> TokenstepApp:
@@ -40,7 +43,9 @@ def steady_cursor(app: TokenstepApp) -> None:
     app.query_one("#chat", Input).cursor_blink = False
 
 
-def test_main_screen_after_a_chat_turn(snap_compare, make_engine):
+@per_kernels
+def test_main_screen_after_a_chat_turn(snap_compare, make_engine, request, kernels):
+    need_picture(request, "test_app_snapshots", kernels)
     app = make_app(make_engine, autoplay=True)
 
     async def run_before(pilot) -> None:
@@ -60,7 +65,9 @@ def test_help_screen(snap_compare, make_engine):
     assert snap_compare(app, press=["f1"], terminal_size=(120, 40), run_before=run_before)
 
 
-def test_compact_step_mode_at_80x24(snap_compare, make_engine):
+@per_kernels
+def test_compact_step_mode_at_80x24(snap_compare, make_engine, request, kernels):
+    need_picture(request, "test_app_snapshots", kernels)
     app = make_app(make_engine, autoplay=False)
 
     async def run_before(pilot) -> None:

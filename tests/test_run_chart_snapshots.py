@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tui.widgets.run_chart import RunChart
 
+from .kernel_class import need_picture, per_kernels
 from .test_app_snapshots import make_app, steady_cursor, wait_for
 
 MESSAGE = "Write a story about the sea."
@@ -27,11 +28,15 @@ def _run_before(app, extra: tuple[str, ...]):
     return run_before
 
 
-def test_run_chart_at_120x40(snap_compare, make_engine):
+@per_kernels
+def test_run_chart_at_120x40(snap_compare, make_engine, request, kernels):
+    need_picture(request, "test_run_chart_snapshots", kernels)
     app = make_app(make_engine, autoplay=False)
     assert snap_compare(app, terminal_size=(120, 40), run_before=_run_before(app, ()))
 
 
-def test_run_chart_enlarged_at_80x24(snap_compare, make_engine):
+@per_kernels
+def test_run_chart_enlarged_at_80x24(snap_compare, make_engine, request, kernels):
+    need_picture(request, "test_run_chart_snapshots", kernels)
     app = make_app(make_engine, autoplay=False)
     assert snap_compare(app, terminal_size=(80, 24), run_before=_run_before(app, ("z",)))
