@@ -315,6 +315,8 @@ class Tour:
     @property
     def current(self) -> Page | None:
         """The page on screen; None while its chapter is still running on the model."""
+        if self.finished:
+            return None
         got = self.pages.get(self.name)
         return got[self.page] if got else None
 
@@ -324,7 +326,7 @@ class Tour:
 
     @property
     def answer(self) -> tuple[str, bool] | None:
-        return self.answers.get((self.name, self.page))
+        return None if self.finished else self.answers.get((self.name, self.page))
 
     def forward(self) -> bool:
         """Next page (an unanswered guess counts as skipped); False past the last page."""

@@ -25,7 +25,7 @@ from .chapters import Page, Tour
 from .lab import CHAPTERS, Facts, Lab, Skipped
 from .strings_en import STRINGS as EN
 from .strings_zh import STRINGS as ZH
-from .wrap import wrap
+from .wrap import pack, wrap
 
 LANGS = {"en": EN, "zh": ZH}
 OWN_KEYS = {"enter", "right", "left", "q", "escape", *map(str, range(1, 10))}
@@ -206,8 +206,7 @@ class TourScreen(Screen[None]):
             return out
         out = Text(f"{head} · {page.title}\n", style="bold")
         if page.stages:
-            strip = "  ".join(page.stages)
-            lines = self._lines(strip, width, "dim")
+            lines = Text("\n".join(pack(list(page.stages), width)) + "\n", style="dim")
             if page.lit >= 0:
                 lines.highlight_words([page.stages[page.lit]], "bold reverse")
             out.append(lines)

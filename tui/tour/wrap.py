@@ -66,3 +66,17 @@ def wrap_line(line: str, width: int) -> list[str]:
 def wrap(text: str, width: int) -> list[str]:
     """Every paragraph of ``text`` wrapped to ``width`` cells."""
     return [out for line in text.split("\n") for out in wrap_line(line, width)]
+
+
+def pack(items: list[str], width: int, sep: str = "  ") -> list[str]:
+    """Short items (the seven stage names) on as few lines as fit, never one cut in two."""
+    lines: list[str] = []
+    cur = ""
+    for item in items:
+        trial = f"{cur}{sep}{item}" if cur else item
+        if cur and cell_len(trial) > width:
+            lines.append(cur)
+            cur = item
+        else:
+            cur = trial
+    return [*lines, cur] if cur else lines
