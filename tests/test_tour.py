@@ -73,7 +73,12 @@ def test_tokens_are_pieces_of_the_text(smol, model):
     assert b"".join(v.piece(t) for t in f.hanzi_ids) == HANZI.encode("utf-8")
     assert f.hanzi_utf8 == 3 and 1 <= len(f.hanzi_ids) <= 3
     chat = chat_tokens(v, model.info.chat_template or CHATML, [Message("user", f.message)])
-    assert f.chat_count == len(chat.tokens) > f.plain_count == len(v.tokenize(f.message, add_special=False))
+    assert (
+        f.chat_count
+        == len(chat.tokens)
+        > f.plain_count
+        == len(v.tokenize(f.message, add_special=False))
+    )
 
 
 def test_the_prefill_is_one_call_per_batch(smol):
@@ -135,7 +140,10 @@ def test_kv_bytes_per_token_from_the_header_and_llama_cpps_log(smol, gemma, tmp_
     assert f.bytes_per_token == 30 * (3 * 64 + 3 * 64) * 2 == _header_bytes(None)[0]
     assert f.caches and all(c.agrees for c in f.caches)
     assert sum(c.cells for c in f.caches) == 512
-    assert f.big_bytes_per_token == 32 * 2 * 8 * 128 * 2 and f.big_total == f.big_bytes_per_token * 8192
+    assert (
+        f.big_bytes_per_token == 32 * 2 * 8 * 128 * 2
+        and f.big_total == f.big_bytes_per_token * 8192
+    )
     g = gemma["ram"]
     assert len(g.caches) == 2 and all(c.agrees for c in g.caches)  # Gemma 2: SWA and global
     assert g.bytes_per_token == 4 * 2 * (2 * 16) * 2
@@ -207,7 +215,10 @@ def test_chinese_text_wraps_by_cells():
         assert "".join(lines).replace(" ", "") == text.replace("\n", "").replace(" ", "")
     assert wrap("the unbelievably long word", 12) == ["the", "unbelievably", "long word"]
     assert wrap("一二三四五六", 7) == ["一二三", "四五六"]  # 3 wide characters are 6 cells
-    assert pack(["1 切分 token", "2 组成 batch", "7 回送"], 26) == ["1 切分 token  2 组成 batch", "7 回送"]
+    assert pack(["1 切分 token", "2 组成 batch", "7 回送"], 26) == [
+        "1 切分 token  2 组成 batch",
+        "7 回送",
+    ]
 
 
 def test_the_locale_picks_the_language():

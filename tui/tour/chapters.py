@@ -79,13 +79,17 @@ def _choice(s: Strings, key: str, actual: object, others: list[object], **kw: ob
     if all(isinstance(v, int) for v in values):
         values.sort()  # type: ignore[type-var]
     choices = tuple(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
-    return Guess(s[f"{key}.q"].format(**kw), choices, values.index(actual), why=s[f"{key}.why"].format(**kw))
+    return Guess(
+        s[f"{key}.q"].format(**kw), choices, values.index(actual), why=s[f"{key}.why"].format(**kw)
+    )
 
 
 def _loop(f: LoopFacts, s: Strings) -> list[Page]:
     names = tuple(s[f"stage.{k}"] for k in STAGES)
     live = (
-        s["loop.1"].format(n=len(f.ids), pieces=" | ".join(f.pieces), ids=", ".join(map(str, f.ids))),
+        s["loop.1"].format(
+            n=len(f.ids), pieces=" | ".join(f.pieces), ids=", ".join(map(str, f.ids))
+        ),
         s["loop.2"].format(n=len(f.ids), last=len(f.ids) - 1),
         s["loop.3"].format(cells=f.cells_before),
         s["loop.4"].format(n_vocab=f.n_vocab, top1=f.top1),
@@ -104,7 +108,9 @@ def _loop(f: LoopFacts, s: Strings) -> list[Page]:
                 typed=f.top1_piece.strip() or f.top1_piece,
                 why=s["loop.guess_next.why"].format(piece=f.top1_piece, id=f.top1),
             )
-            pages.append(Page("loop", s["loop.title"], s["guess.title"], s["pane.logits"], g, names, i))
+            pages.append(
+                Page("loop", s["loop.title"], s["guess.title"], s["pane.logits"], g, names, i)
+            )
         if i == 6:
             g = _choice(
                 s,
@@ -123,18 +129,33 @@ def _loop(f: LoopFacts, s: Strings) -> list[Page]:
 def _tokens(f: TokenFacts, s: Strings) -> list[Page]:
     n = len(f.hanzi_ids)
     g = _choice(
-        s, "tokens.guess", n, [1, 2, 3, f.hanzi_utf8], hanzi=f.hanzi, utf8=f.hanzi_utf8,
+        s,
+        "tokens.guess",
+        n,
+        [1, 2, 3, f.hanzi_utf8],
+        hanzi=f.hanzi,
+        utf8=f.hanzi_utf8,
         pieces=" | ".join(f.hanzi_pieces),
     )
     t = s["tokens.title"]
     return [
-        Page("tokens", t, s["tokens.word"].format(word=f.word, n=len(f.word_pieces), pieces=" | ".join(f.word_pieces)), s["pane.tokens"]),
+        Page(
+            "tokens",
+            t,
+            s["tokens.word"].format(
+                word=f.word, n=len(f.word_pieces), pieces=" | ".join(f.word_pieces)
+            ),
+            s["pane.tokens"],
+        ),
         Page("tokens", t, s["guess.title"], s["pane.tokens"], g),
         Page(
             "tokens",
             t,
             s["tokens.chat"].format(
-                msg=f.message, plain=f.plain_count, chat=f.chat_count, extra=f.chat_count - f.plain_count,
+                msg=f.message,
+                plain=f.plain_count,
+                chat=f.chat_count,
+                extra=f.chat_count - f.plain_count,
                 pieces=" | ".join(f.chat_pieces),
             ),
             s["pane.tokens"],
@@ -146,11 +167,19 @@ def _batch(f: BatchFacts, s: Strings) -> list[Page]:
     g = _choice(s, "batch.guess", f.prefill_calls, [1, f.n_prompt], n=f.n_prompt, b=f.n_batch)
     ratio = f.prefill_ms / f.decode_ms if f.decode_ms else 0.0
     body = s["batch.times"].format(
-        n=f.n_prompt, prefill=f.prefill_ms, per=f.ms_per_prompt_token, decode=f.decode_ms,
-        steps=f.n_decodes, ratio=ratio,
+        n=f.n_prompt,
+        prefill=f.prefill_ms,
+        per=f.ms_per_prompt_token,
+        decode=f.decode_ms,
+        steps=f.n_decodes,
+        ratio=ratio,
     )
     t = s["batch.title"]
-    return [Page("batch", t, s["batch.intro"], s["pane.batch"]), Page("batch", t, s["guess.title"], s["pane.batch"], g), Page("batch", t, body, s["pane.timeline"])]
+    return [
+        Page("batch", t, s["batch.intro"], s["pane.batch"]),
+        Page("batch", t, s["guess.title"], s["pane.batch"], g),
+        Page("batch", t, body, s["pane.timeline"]),
+    ]
 
 
 def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
@@ -166,7 +195,12 @@ def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
     t = s["sampler.title"]
     return [
         Page("sampler", t, s["sampler.probs"].format(n_vocab=f.n_vocab, top=top), s["pane.logits"]),
-        Page("sampler", t, s["sampler.chain"].format(n_vocab=f.n_vocab, stages=stages), s["pane.logits"]),
+        Page(
+            "sampler",
+            t,
+            s["sampler.chain"].format(n_vocab=f.n_vocab, stages=stages),
+            s["pane.logits"],
+        ),
         Page("sampler", t, s["guess.title"], s["pane.logits"], g),
     ]
 
@@ -175,10 +209,17 @@ def _inside(f: InsideFacts, s: Strings) -> list[Page]:
     n = f.n_tokens
     g = _choice(s, "inside.guess", f.allowed, [n, n * n, f.masked], n=n, masked=f.masked)
     rows = min(n, 8)
-    tri = "\n".join("  " + " ".join("■" if c <= r else "·" for c in range(rows)) for r in range(rows))
+    tri = "\n".join(
+        "  " + " ".join("■" if c <= r else "·" for c in range(rows)) for r in range(rows)
+    )
     body = s["inside.attn"].format(
-        layer=f.layer, n_head=f.n_head, above=f.above_diagonal, err=f.row_sum_err,
-        last=f.last_piece, top=f.top_piece, w=f.top_weight,
+        layer=f.layer,
+        n_head=f.n_head,
+        above=f.above_diagonal,
+        err=f.row_sum_err,
+        last=f.last_piece,
+        top=f.top_piece,
+        w=f.top_weight,
     )
     t = s["inside.title"]
     return [
@@ -198,7 +239,9 @@ def _exact(f: ExactFacts, s: Strings) -> list[Page]:
         why=s["exact.guess.why"].format(d=f.replay_max),
     )
     body = s["exact.batched"].format(
-        calls=f.batched_calls, d=f.batched_max, agree=s["yes"] if f.top1_agree else s["no"],
+        calls=f.batched_calls,
+        d=f.batched_max,
+        agree=s["yes"] if f.top1_agree else s["no"],
         fa=f.flash_attn,
     )
     t = s["exact.title"]
@@ -215,28 +258,51 @@ def _wall(f: WallFacts, s: Strings) -> list[Page]:
     shown = [p for p in f.series if p[0] in (1, 2, 4, 8, n) or p[0] == n]
     table = "\n".join(f"  {c:>4} {w:>8,} {wo:>10,}" for c, w, wo in shown)
     body = s["wall.table"].format(
-        n=n, table=table, w=f.with_cache, wo=f.without_cache, formula=f.formula,
+        n=n,
+        table=table,
+        w=f.with_cache,
+        wo=f.without_cache,
+        formula=f.formula,
         ratio=f.without_cache / f.with_cache if f.with_cache else 0.0,
     )
     t = s["wall.title"]
-    return [Page("wall", t, s["wall.intro"].format(n=n), s["pane.cache"]), Page("wall", t, s["guess.title"], s["pane.cache"], g), Page("wall", t, body, s["pane.cache"])]
+    return [
+        Page("wall", t, s["wall.intro"].format(n=n), s["pane.cache"]),
+        Page("wall", t, s["guess.title"], s["pane.cache"], g),
+        Page("wall", t, body, s["pane.cache"]),
+    ]
 
 
 def _ram(f: RamFacts, s: Strings) -> list[Page]:
     wrong = [f.mha_bytes_per_token, f.bytes_per_token // 2, f.n_layer * f.k_row]
     g = _choice(s, "ram.guess", f.bytes_per_token, wrong, name=f.name)
     body = s["ram.formula"].format(
-        layers=f.n_layer, kv=f.n_head_kv, dk=f.head_dim_k, dv=f.head_dim_v, tk=f.type_k,
-        tv=f.type_v, k=f.k_row, v=f.v_row, per=f.bytes_per_token, heads=f.n_head,
+        layers=f.n_layer,
+        kv=f.n_head_kv,
+        dk=f.head_dim_k,
+        dv=f.head_dim_v,
+        tk=f.type_k,
+        tv=f.type_v,
+        k=f.k_row,
+        v=f.v_row,
+        per=f.bytes_per_token,
+        heads=f.n_head,
         mha=f.mha_bytes_per_token,
     )
-    checks = "\n".join(
-        s["ram.cache"].format(
-            kind=c.kind, cells=c.cells, layers=c.layers, ours=c.ours_mib, logged=c.logged_mib,
-            ok=s["yes"] if c.agrees else s["no"],
+    checks = (
+        "\n".join(
+            s["ram.cache"].format(
+                kind=c.kind,
+                cells=c.cells,
+                layers=c.layers,
+                ours=c.ours_mib,
+                logged=c.logged_mib,
+                ok=s["yes"] if c.agrees else s["no"],
+            )
+            for c in f.caches
         )
-        for c in f.caches
-    ) or s["ram.no_log"]
+        or s["ram.no_log"]
+    )
     big = s["ram.big"].format(per=f.big_bytes_per_token, ctx=f.big_ctx, mib=f.big_total / (1 << 20))
     t = s["ram.title"]
     return [
@@ -248,16 +314,29 @@ def _ram(f: RamFacts, s: Strings) -> list[Page]:
 
 def _full(f: FullFacts, s: Strings) -> list[Page]:
     g = _choice(
-        s, "full.guess", f.n_discard, [f.n_past, f.n_past - f.n_keep, 1], n=f.n_ctx, keep=f.n_keep,
+        s,
+        "full.guess",
+        f.n_discard,
+        [f.n_past, f.n_past - f.n_keep, 1],
+        n=f.n_ctx,
+        keep=f.n_keep,
         past=f.n_past,
     )
     body = s["full.shift"].format(
-        discard=f.n_discard, keep=f.n_keep, past=f.n_past, after=f.after,
+        discard=f.n_discard,
+        keep=f.n_keep,
+        past=f.n_past,
+        after=f.after,
         gone="".join(f.forgotten),
     )
     t = s["full.title"]
     return [
-        Page("full", t, s["full.stop"].format(n=f.n_ctx, at=f.stop_at, reason=f.stop_reason), s["pane.kv"]),
+        Page(
+            "full",
+            t,
+            s["full.stop"].format(n=f.n_ctx, at=f.stop_at, reason=f.stop_reason),
+            s["pane.kv"],
+        ),
         Page("full", t, s["guess.title"], s["pane.kv"], g),
         Page("full", t, body, s["pane.cache"]),
     ]
@@ -266,11 +345,20 @@ def _full(f: FullFacts, s: Strings) -> list[Page]:
 def _prefix(f: PrefixFacts, s: Strings) -> list[Page]:
     g = _choice(s, "prefix.guess", f.computed, [f.second_tokens, 0], n=f.second_tokens)
     body = s["prefix.result"].format(
-        first=f.first_tokens, reply=f.reply_tokens, n=f.second_tokens, reused=f.reused,
-        computed=f.computed, t1=f.first_ms, t2=f.second_ms,
+        first=f.first_tokens,
+        reply=f.reply_tokens,
+        n=f.second_tokens,
+        reused=f.reused,
+        computed=f.computed,
+        t1=f.first_ms,
+        t2=f.second_ms,
     )
     t = s["prefix.title"]
-    return [Page("prefix", t, s["prefix.intro"], s["pane.cache"]), Page("prefix", t, s["guess.title"], s["pane.cache"], g), Page("prefix", t, body, s["pane.cache"])]
+    return [
+        Page("prefix", t, s["prefix.intro"], s["pane.cache"]),
+        Page("prefix", t, s["guess.title"], s["pane.cache"], g),
+        Page("prefix", t, body, s["pane.cache"]),
+    ]
 
 
 BUILDERS: dict[type, Callable[..., list[Page]]] = {
@@ -356,7 +444,9 @@ class Tour:
         page = self.current
         if page is None or page.guess is None or self.answer is not None:
             return None
-        if page.guess.choices and not (text.isdigit() and 1 <= int(text) <= len(page.guess.choices)):
+        if page.guess.choices and not (
+            text.isdigit() and 1 <= int(text) <= len(page.guess.choices)
+        ):
             return None
         right = page.guess.is_right(text)
         self.answers[(self.name, self.page)] = (text, right)

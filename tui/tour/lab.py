@@ -20,7 +20,18 @@ from ..engine.vocab_only import VocabModel
 from . import lab_kv
 from .lab_kv import FullFacts, InsideFacts, PrefixFacts, RamFacts, WallFacts
 
-CHAPTERS = ("loop", "tokens", "batch", "sampler", "inside", "exact", "wall", "ram", "full", "prefix")
+CHAPTERS = (
+    "loop",
+    "tokens",
+    "batch",
+    "sampler",
+    "inside",
+    "exact",
+    "wall",
+    "ram",
+    "full",
+    "prefix",
+)
 # chapters that need a llama.cpp context of their own (a server's model has none here)
 NEEDS_CONTEXT = frozenset(CHAPTERS) - {"tokens", "ram"}
 PROMPTS = {"en": "The capital of France is", "zh": "法国的首都是"}
@@ -119,8 +130,17 @@ class Skipped:
 
 
 Facts = (
-    LoopFacts | TokenFacts | BatchFacts | SamplerFacts | InsideFacts | ExactFacts | WallFacts
-    | RamFacts | FullFacts | PrefixFacts | Skipped
+    LoopFacts
+    | TokenFacts
+    | BatchFacts
+    | SamplerFacts
+    | InsideFacts
+    | ExactFacts
+    | WallFacts
+    | RamFacts
+    | FullFacts
+    | PrefixFacts
+    | Skipped
 )
 
 
@@ -291,7 +311,6 @@ class Lab:
     def prefix(self) -> PrefixFacts:
         with self.engine() as eng:
             return lab_kv.prefix_facts(eng, self.prompt)
-
 
 
 MESSAGES = {"en": "Hi", "zh": "你好"}

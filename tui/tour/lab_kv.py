@@ -69,7 +69,7 @@ def inside_facts(model: Model, config: EngineConfig, prompt: str) -> InsideFacts
         upper = np.triu(np.ones((n, n), dtype=bool), k=1)
         above = float(np.abs(w[:, upper]).max()) if n > 1 else 0.0
         err = float(np.abs(w.sum(axis=2) - 1.0).max())
-        (col, weight), = top_attended(att.row(n - 1, None), 1)
+        ((col, weight),) = top_attended(att.row(n - 1, None), 1)
         return InsideFacts(
             n,
             n * (n + 1) // 2,

@@ -31,9 +31,7 @@ LANGS = {"en": EN, "zh": ZH}
 OWN_KEYS = {"enter", "right", "left", "q", "escape", *map(str, range(1, 10))}
 # Over the app, its keys would reach the conversation under the tour (space would play it):
 # the tour takes them and does nothing. Its keys that work anywhere (quit, save) still do.
-SWALLOWED = sorted(
-    {n for k in KEYS if not k.anywhere for n in k.keys.split(",")} - OWN_KEYS
-)
+SWALLOWED = sorted({n for k in KEYS if not k.anywhere for n in k.keys.split(",")} - OWN_KEYS)
 
 
 def locale_lang(env: Mapping[str, str] | None = None) -> str:
@@ -180,7 +178,9 @@ class TourScreen(Screen[None]):
         page = self.tour.current
         typed = self.query_one("#tour-typed", Input)
         wants_typing = (
-            page is not None and page.guess is not None and not page.guess.choices
+            page is not None
+            and page.guess is not None
+            and not page.guess.choices
             and self.tour.answer is None
         )
         typed.display = wants_typing
@@ -222,7 +222,13 @@ class TourScreen(Screen[None]):
                 text, right = given
                 key = "ui.right" if right else "ui.wrong"
                 out.append("\n")
-                out.append(self._lines(s[key].format(answer=g.shown_answer), width, "bold green" if right else "bold red"))
+                out.append(
+                    self._lines(
+                        s[key].format(answer=g.shown_answer),
+                        width,
+                        "bold green" if right else "bold red",
+                    )
+                )
                 out.append(self._lines(g.why, width))
         if page.pane:
             out.append("\n")
@@ -234,7 +240,9 @@ class TourScreen(Screen[None]):
         parts = [s["ui.keys"]]
         g = page.guess if page is not None else None
         if g is not None and self.tour.answer is None:
-            parts.append(s["ui.keys_choice"].format(n=len(g.choices)) if g.choices else s["ui.keys_typed"])
+            parts.append(
+                s["ui.keys_choice"].format(n=len(g.choices)) if g.choices else s["ui.keys_typed"]
+            )
         right, asked = self.tour.score
         parts.append(s["ui.score"].format(right=right, asked=asked))
         return Text("   ".join(parts))

@@ -177,8 +177,7 @@ STRINGS: dict[str, str] = {
         "again. We feed {n} tokens one call at a time and count both ways."
     ),
     "wall.guess.q": (
-        "After {n} tokens, how many token passes would a loop without a cache have done in "
-        "total?"
+        "After {n} tokens, how many token passes would a loop without a cache have done in total?"
     ),
     "wall.guess.why": "1 + 2 + ... + n = n(n+1)/2 = {formula}: it grows with the square of n.",
     "wall.table": (

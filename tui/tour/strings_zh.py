@@ -31,8 +31,7 @@ STRINGS: dict[str, str] = {
         "每一页点亮七个步骤中的一个，并写出背后是哪个 llama.cpp 调用。"
     ),
     "loop.1": (
-        "这段文字变成了 {n} 个 token id。模型看到的只有这些数字。\n"
-        "  片段：{pieces}\n  id：  {ids}"
+        "这段文字变成了 {n} 个 token id。模型看到的只有这些数字。\n  片段：{pieces}\n  id：  {ids}"
     ),
     "loop.2": (
         "这 {n} 个 id 装进同一个 batch：位置从 0 到 {last}，都属于序列 0；"

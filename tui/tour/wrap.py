@@ -13,7 +13,9 @@ import re
 from rich.cells import cell_len
 
 CLOSING = set("，。、；：！？）」』》〉”’,.;:!?)]}%")
-_UNITS = re.compile(r"\s|[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+")
+_UNITS = re.compile(
+    r"\s|[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+"
+)
 
 
 def units(text: str) -> list[str]:
