@@ -18,11 +18,12 @@ from tui.engine.chat import CHATML, Message, chat_tokens
 from tui.engine.info import facts as header_facts
 from tui.tokenize_cli import tokenize_main
 from tui.tour import lab_kv
-from tui.tour.chapters import Tour, pages_for
+from tui.tour.chapters import pages_for
 from tui.tour.lab import CHAPTERS, HANZI, WORD, Lab, Skipped
 from tui.tour.screen import locale_lang
 from tui.tour.strings_en import STRINGS as EN
 from tui.tour.strings_zh import STRINGS as ZH
+from tui.tour.walk import Tour
 from tui.tour.wrap import CLOSING, pack, wrap
 
 from .swa_model import write_swa_model

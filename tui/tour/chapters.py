@@ -3,16 +3,15 @@
 Pure logic: a page is built from one chapter's facts (:mod:`~tui.tour.lab`) and one
 language's strings. A guess's right answer is found among its choices by the number the lab
 measured, so the tour can only ever call right what llama.cpp did. :class:`Tour` is the walk:
-where the learner is, what they answered and the score.
+where the learner is, what they answered and the score, is :mod:`~tui.tour.walk`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .lab import (
-    CHAPTERS,
     BatchFacts,
     ExactFacts,
     Facts,
@@ -69,7 +68,7 @@ class Page:
     lit: int = -1
 
 
-def _choice(s: Strings, key: str, actual: object, others: list[object], **kw: object) -> Guess:
+def _choice(s: Strings, key: str, actual: object, others: Sequence[object], **kw: object) -> Guess:
     """A multiple-choice guess: the measured value among distractors (deduplicated, sorted
     when they are numbers), the right one found by value."""
     values: list[object] = []
@@ -380,79 +379,3 @@ def pages_for(chapter: str, facts: Facts, s: Strings) -> list[Page]:
         body = s[f"skip.{facts.reason}"].format(detail=facts.detail)
         return [Page(chapter, s[f"{chapter}.title"], body)]
     return BUILDERS[type(facts)](facts, s)
-
-
-@dataclass
-class Tour:
-    """Where the learner is, chapter by chapter; the pages of a chapter exist once its facts
-    have arrived from the lab."""
-
-    strings: Strings
-    chapter: int = 0
-    page: int = 0
-    pages: dict[str, list[Page]] = field(default_factory=dict)
-    answers: dict[tuple[str, int], tuple[str, bool]] = field(default_factory=dict)
-
-    def arrived(self, chapter: str, facts: Facts) -> None:
-        self.pages[chapter] = pages_for(chapter, facts, self.strings)
-
-    @property
-    def name(self) -> str:
-        return CHAPTERS[self.chapter]
-
-    @property
-    def current(self) -> Page | None:
-        """The page on screen; None while its chapter is still running on the model."""
-        if self.finished:
-            return None
-        got = self.pages.get(self.name)
-        return got[self.page] if got else None
-
-    @property
-    def finished(self) -> bool:
-        return self.chapter >= len(CHAPTERS)
-
-    @property
-    def answer(self) -> tuple[str, bool] | None:
-        return None if self.finished else self.answers.get((self.name, self.page))
-
-    def forward(self) -> bool:
-        """Next page (an unanswered guess counts as skipped); False past the last page."""
-        if self.finished:
-            return False
-        got = self.pages.get(self.name)
-        if got is None:
-            return True  # still running: stay
-        if self.page + 1 < len(got):
-            self.page += 1
-        else:
-            self.chapter, self.page = self.chapter + 1, 0
-        return not self.finished
-
-    def back(self) -> None:
-        if self.finished:
-            self.chapter = len(CHAPTERS) - 1
-            self.page = max(0, len(self.pages.get(self.name, [None])) - 1)
-        elif self.page > 0:
-            self.page -= 1
-        elif self.chapter > 0:
-            self.chapter -= 1
-            self.page = max(0, len(self.pages.get(self.name, [None])) - 1)
-
-    def give(self, text: str) -> bool | None:
-        """Answer the guess on this page (once); None where there is nothing to answer."""
-        page = self.current
-        if page is None or page.guess is None or self.answer is not None:
-            return None
-        if page.guess.choices and not (
-            text.isdigit() and 1 <= int(text) <= len(page.guess.choices)
-        ):
-            return None
-        right = page.guess.is_right(text)
-        self.answers[(self.name, self.page)] = (text, right)
-        return right
-
-    @property
-    def score(self) -> tuple[int, int]:
-        """(right, answered)."""
-        return sum(r for _, r in self.answers.values()), len(self.answers)

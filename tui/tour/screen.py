@@ -21,10 +21,11 @@ from textual.widgets import Input, Static
 
 from ..engine.errors import TokenstepError, one_line
 from ..widgets.keys import KEYS
-from .chapters import Page, Tour
+from .chapters import Page
 from .lab import CHAPTERS, Facts, Lab, Skipped
 from .strings_en import STRINGS as EN
 from .strings_zh import STRINGS as ZH
+from .walk import Tour
 from .wrap import pack, wrap
 
 LANGS = {"en": EN, "zh": ZH}
