@@ -40,26 +40,30 @@ def _split_wide(word: str, width: int) -> list[str]:
 
 
 def wrap_line(line: str, width: int) -> list[str]:
-    """One paragraph (no newline) as lines of at most ``width`` cells; leading spaces (an
-    indented row) are kept on the first line."""
+    """One paragraph (no newline) as lines of at most ``width`` cells; an indented row keeps
+    its indent on every line it wraps to."""
     width = max(width, 2)
     indent = len(line) - len(line.lstrip(" "))
+    if indent * 2 > width:
+        indent = 0
     lines: list[str] = []
     cur = line[:indent]
+    pad = " " * indent
     for u in units(line[indent:]):
         if cell_len(cur + u) <= width:
             cur += u
             continue
         if u.isspace():
             lines.append(cur.rstrip())
-            cur = ""
+            cur = pad
             continue
         if cur.strip():
             lines.append(cur.rstrip())
-            cur = ""
-        for piece in _split_wide(u, width)[:-1] if cell_len(u) > width else []:
-            lines.append(piece)
-        cur = _split_wide(u, width)[-1] if cell_len(u) > width else u
+            cur = pad
+        room = width - indent
+        parts = _split_wide(u, room) if cell_len(u) > room else [u]
+        lines.extend(pad + piece for piece in parts[:-1])
+        cur = pad + parts[-1]
     if cur.strip() or not lines:
         lines.append(cur.rstrip())
     return lines
