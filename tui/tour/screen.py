@@ -167,7 +167,9 @@ class TourScreen(Screen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        if event.value.strip() and self.tour.give(event.value) is not None:
+        if not event.value.strip():  # Enter on an empty box: no guess, go on
+            self.action_forward()
+        elif self.tour.give(event.value) is not None:
             event.input.value = ""
             self.draw()
 

@@ -152,7 +152,7 @@ STRINGS: dict[str, str] = {
     "exact.title": "Why the cache is exact",
     "exact.intro": (
         "A past token's keys and values depend only on the tokens before it, and the mask "
-        "keeps later tokens out. So they never change, and storing them loses nothing. The "
+        "keeps later tokens out. So they are fixed once computed, and keeping them loses nothing. The "
         "check: recompute the context in a fresh context with nothing cached."
     ),
     "exact.zero": "exactly 0",
@@ -244,7 +244,7 @@ STRINGS: dict[str, str] = {
     "ui.score": "score {right}/{asked}",
     "ui.keys": "Enter/→ on  ← back  q/Esc leave",
     "ui.keys_choice": "1-{n} answer",
-    "ui.keys_typed": "type, then Enter",
+    "ui.keys_typed": "type, then Enter (empty: skip)",
     "ui.running": "Running this chapter on the model...",
     "ui.right": "Right: {answer}.",
     "ui.wrong": "Not quite: the answer is {answer}.",

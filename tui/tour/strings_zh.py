@@ -42,7 +42,7 @@ STRINGS: dict[str, str] = {
         "KV cache 现在有 {cells} 个单元。"
     ),
     "loop.4": (
-        "最后一行返回 {n_vocab:,} 个数，词表里每一项一个分数。此时还没有选定任何 token。"
+        "最后一行返回 {n_vocab:,} 个数，词表里每一项一个分数。到这一步，哪个 token 会被选中还没有决定。"
         "分数最高的是 id {top1}。"
     ),
     "loop.5": "采样器链把分数变成一个选择。导览用贪心采样，所以取最高的：id {id}，{piece!r}。",
@@ -104,7 +104,7 @@ STRINGS: dict[str, str] = {
     "sampler.guess.why": "top-p {top_p} 留下了 {kept} 个候选：累计概率一达到 {top_p} 就停。",
     "inside.title": "一次 decode 的内部",
     "inside.graph": (
-        "一次 decode 先搭出一张运算图，再交给后端执行：嵌入、n_layer 个由注意力和前馈网络组成的块、"
+        "一次 decode 分两段：先把要做的运算描述成一张图，然后由后端在硬件上算出来。图里依次是嵌入、n_layer 个由注意力和前馈网络组成的块、"
         "最后的归一化、输出头。\n"
         "注意力只能往回看。对 {n} 个 token，因果掩码让第 i 行只看到第 0 到第 i 列（只画前几行）：\n{tri}"
     ),
@@ -119,7 +119,7 @@ STRINGS: dict[str, str] = {
     "exact.title": "为什么缓存是精确的",
     "exact.intro": (
         "过去某个 token 的 key 和 value 只取决于它前面的 token，而掩码挡住了后来的 token。"
-        "所以它们永远不变，存起来不会丢失任何东西。验证办法：在一个什么都没缓存的新上下文里重算。"
+        "所以它们一旦算出就固定下来，留着它们不会丢失任何信息。验证办法：在一个什么都没缓存的新上下文里重算。"
     ),
     "exact.zero": "正好是 0",
     "exact.small": "大于 0，小于 0.01",
@@ -134,7 +134,7 @@ STRINGS: dict[str, str] = {
         "形状不同的 batch 在某些内核里舍入方式不同（flash attention {fa}）；那是舍入，不是缓存的问题。"
     ),
     "wall.title": "平方墙",
-    "wall.intro": "没有缓存时，每个新 token 都要把整个上下文重新送过模型一遍。我们一次调用送一个 token，共送 {n} 个，两种方式都数一数。",
+    "wall.intro": "如果不用缓存，每生成一个 token，就得让整段上下文从头再过一遍模型。我们一次调用送一个 token，共送 {n} 个，两种方式都数一数。",
     "wall.guess.q": "送完 {n} 个 token 后，没有缓存的循环一共要做多少次 token 前向？",
     "wall.guess.why": "1 + 2 + ... + n = n(n+1)/2 = {formula}：它随 n 的平方增长。",
     "wall.table": (
@@ -177,7 +177,7 @@ STRINGS: dict[str, str] = {
     "ui.score": "得分 {right}/{asked}",
     "ui.keys": "Enter/→ 继续  ← 返回  q/Esc 离开",
     "ui.keys_choice": "1-{n} 作答",
-    "ui.keys_typed": "输入后按 Enter",
+    "ui.keys_typed": "输入后按 Enter（留空：跳过）",
     "ui.running": "正在模型上运行这一章……",
     "ui.right": "答对了：{answer}。",
     "ui.wrong": "差一点：答案是 {answer}。",
