@@ -110,8 +110,9 @@ STRINGS: dict[str, str] = {
         "Measured just now on this machine:\n"
         "  prefill: {n} tokens in {prefill:.1f} ms ({per:.2f} ms per token)\n"
         "  decode:  1 token in {decode:.1f} ms (median of {steps} steps)\n"
-        "The wide call costs {ratio:.1f} one-token calls, not {n}: reading the weights once "
-        "serves the whole batch."
+        "The wide call took as long as {ratio:.1f} one-token calls and carried {n} tokens: "
+        "the weights are read once for the whole batch, and on a CPU that reading is most of "
+        "a small decode's time."
     ),
     "sampler.title": "From logits to one token",
     "sampler.probs": (

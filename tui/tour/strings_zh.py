@@ -89,7 +89,8 @@ STRINGS: dict[str, str] = {
         "刚刚在这台机器上测得：\n"
         "  prefill：{n} 个 token 用了 {prefill:.1f} ms（每个 {per:.2f} ms）\n"
         "  decode： 1 个 token 用了 {decode:.1f} ms（{steps} 步的中位数）\n"
-        "这次宽调用只相当于 {ratio:.1f} 次单 token 调用，而不是 {n} 次：权重读一遍，整个 batch 都用得上。"
+        "这次宽调用的耗时相当于 {ratio:.1f} 次单 token 调用，却带了 {n} 个 token：权重只为整个 batch 读一遍，"
+        "而在 CPU 上，读权重占了一次小 decode 的大部分时间。"
     ),
     "sampler.title": "从 logits 到一个 token",
     "sampler.probs": "softmax 把 {n_vocab:,} 个 logits 变成总和为 1 的概率。最大的五个：\n{top}",
