@@ -226,3 +226,17 @@ def test_the_locale_picks_the_language():
     assert locale_lang({"LANG": "zh_CN.UTF-8"}) == "zh"
     assert locale_lang({"LC_ALL": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}) == "en"
     assert locale_lang({}) == "en"
+
+
+def test_every_page_builds_on_both_architectures_in_both_languages(smol, gemma):
+    for found in (smol, gemma):
+        for strings in (EN, ZH):
+            tour = Tour(strings)
+            for ch, f in found.items():
+                tour.arrived(ch, f)
+            guesses = [p.guess for pages in tour.pages.values() for p in pages if p.guess]
+            assert len(tour.pages) == len(CHAPTERS) and len(guesses) >= len(CHAPTERS)
+            for g in guesses:  # the lab's value is always among the choices
+                assert (g.answer >= 0 and g.shown_answer in g.choices) or (
+                    g.typed and not g.choices
+                )
