@@ -62,6 +62,7 @@ browser:
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
 	$(BIN)/python scripts/screenshot_spec.py
+	$(BIN)/python scripts/screenshot_tour.py
 
 bench: $(VENV)/.installed-test llama-server bytecode
 	$(BIN)/python -m benchmarks

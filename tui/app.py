@@ -107,6 +107,10 @@ class TokenstepApp(AppActions):
         # the reply's end the keys then stay on the controls, else the focus goes back to typing.
         self._controls_used = False
 
+    def action_tour(self) -> None:  # l: the guided tour, in a context of its own
+        from .tour.cli import open_tour
+        open_tour(self)
+
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield StatusHeader(self.engine_name, id="header")

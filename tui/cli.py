@@ -1,5 +1,5 @@
 """Command line: ``tokenstep`` (the app), ``tokenstep trace``, ``tokenstep info``,
-``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``.
+``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``, ``tokenstep tour``.
 
 The top of the package: it parses (:mod:`tui.args`) and hands over to the command or the app.
 Every user mistake ends with one sentence on stderr and a non-zero exit code, never a traceback.
@@ -22,6 +22,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .tokenize_cli import tokenize_main
 
             return tokenize_main(argv[1:])
+        if argv[:1] == ["tour"]:  # the guided tour: the model and context flags only
+            from .commands import config_from_args
+            from .tour.cli import tour_main
+
+            return tour_main(argv[1:], config_from_args)
         cmd, args = parse(argv)
         if cmd in ("trace", "verify", "info") and not faulthandler.is_enabled():
             # A native crash (in llama.cpp) prints the Python stack on stderr instead of

@@ -82,7 +82,7 @@ def bar_items(
         pairs = tuple((n, m.action) for m in members for n in _names(m))
         out.append(((k.label, k.short, f"app.simulate_key('{own[0]}')", "pane"), pairs))
     for k, own, members in sorted(families(KEYS), key=lambda f: ORDER[f[0].group]):
-        if k.spec and not spec:
+        if (k.spec and not spec) or not k.bar:
             continue
         pairs = tuple(
             (n, f"app.{m.action}") for m in members for n in _names(m) if n not in taken

@@ -15,6 +15,7 @@ class Key:
     group: str
     anywhere: bool = False  # also works while typing in the chat box
     spec: bool = False  # only does something with --spec-type: the bar shows it only then
+    bar: bool = True  # False: the help lists it, the key bar leaves it out (a rare key)
 
 
 KEYS: tuple[Key, ...] = (
@@ -234,6 +235,16 @@ KEYS: tuple[Key, ...] = (
         "Save the session (conversation, settings, step records).",
         "app",
         True,
+    ),
+    Key(
+        "l",
+        "tour",
+        "l",
+        "tour",
+        "Guided tour of the loop on this model, a guess before each reveal, in a context of "
+        "its own (English or Chinese, from the locale; tokenstep tour --lang picks).",
+        "app",
+        bar=False,
     ),
     Key(
         "question_mark,f1", "help", "?", "help", "This help (F1 works in the chat box too).", "app"

@@ -1,0 +1,381 @@
+"""The tour's chapters as pages: text with the lab's numbers in it, and the guesses.
+
+Pure logic: a page is built from one chapter's facts (:mod:`~tui.tour.lab`) and one
+language's strings. A guess's right answer is found among its choices by the number the lab
+measured, so the tour can only ever call right what llama.cpp did. :class:`Tour` is the walk:
+where the learner is, what they answered and the score, is :mod:`~tui.tour.walk`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .lab import (
+    BatchFacts,
+    ExactFacts,
+    Facts,
+    LoopFacts,
+    SamplerFacts,
+    Skipped,
+    TokenFacts,
+)
+from .lab_kv import FullFacts, InsideFacts, PrefixFacts, RamFacts, WallFacts
+
+Strings = Mapping[str, str]
+STAGES = ("tokenize", "batch", "decode", "logits", "sample", "detok", "feed")
+CALLS = (
+    "llama_tokenize",
+    "llama_batch_get_one",
+    "llama_decode",
+    "llama_get_logits_ith(ctx, -1)",
+    "llama_sampler_sample",
+    "llama_vocab_is_eog + llama_token_to_piece",
+    "llama_decode (1 token)",
+)
+
+
+@dataclass(frozen=True)
+class Guess:
+    question: str
+    choices: tuple[str, ...]  # empty: a typed answer
+    answer: int  # index of the right choice (-1 for a typed answer)
+    typed: str = ""  # the right typed answer
+    why: str = ""  # said after the answer, right or wrong
+
+    def is_right(self, given: str) -> bool:
+        if self.choices:
+            return given.isdigit() and int(given) - 1 == self.answer
+        return _norm(given) == _norm(self.typed)
+
+    @property
+    def shown_answer(self) -> str:
+        return self.choices[self.answer] if self.choices else self.typed
+
+
+def _norm(text: str) -> str:
+    return text.strip().casefold()
+
+
+@dataclass(frozen=True)
+class Page:
+    chapter: str
+    title: str
+    body: str
+    pane: str = ""  # where the app shows the same thing
+    guess: Guess | None = None
+    stages: tuple[str, ...] = ()  # the seven steps, with the lit one marked
+    lit: int = -1
+
+
+def _choice(s: Strings, key: str, actual: object, others: Sequence[object], **kw: object) -> Guess:
+    """A multiple-choice guess: the measured value among distractors (deduplicated, sorted
+    when they are numbers), the right one found by value."""
+    values: list[object] = []
+    for v in [actual, *others]:
+        if v not in values:
+            values.append(v)
+    if all(isinstance(v, int) for v in values):
+        values.sort()  # type: ignore[type-var]
+    choices = tuple(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
+    return Guess(
+        s[f"{key}.q"].format(**kw), choices, values.index(actual), why=s[f"{key}.why"].format(**kw)
+    )
+
+
+def _loop(f: LoopFacts, s: Strings) -> list[Page]:
+    names = tuple(s[f"stage.{k}"] for k in STAGES)
+    live = (
+        s["loop.1"].format(
+            n=len(f.ids), pieces=" | ".join(f.pieces), ids=", ".join(map(str, f.ids))
+        ),
+        s["loop.2"].format(n=len(f.ids), last=len(f.ids) - 1),
+        s["loop.3"].format(cells=f.cells_before),
+        s["loop.4"].format(n_vocab=f.n_vocab, top1=f.top1),
+        s["loop.5"].format(id=f.picked, piece=f.picked_piece),
+        s["loop.6"].format(eog=s["yes"] if f.eog else s["no"], piece=f.picked_piece),
+        s["loop.7"].format(before=f.cells_before, after=f.cells_after),
+    )
+    panes = ("tokens", "batch", "timeline", "logits", "logits", "text", "kv")
+    pages = []
+    for i, text in enumerate(live):
+        if i == 4:  # before the pick is shown: guess it
+            g = Guess(
+                s["loop.guess_next.q"].format(prompt=f.prompt),
+                (),
+                -1,
+                typed=f.top1_piece.strip() or f.top1_piece,
+                why=s["loop.guess_next.why"].format(piece=f.top1_piece, id=f.top1),
+            )
+            pages.append(
+                Page("loop", s["loop.title"], s["guess.title"], s["pane.logits"], g, names, i)
+            )
+        if i == 6:
+            g = _choice(
+                s,
+                "loop.guess_cells",
+                f.cells_after,
+                [f.cells_before, 2 * f.cells_before, f.cells_before + len(f.ids)],
+                before=f.cells_before,
+            )
+            pages.append(Page("loop", s["loop.title"], s["guess.title"], s["pane.kv"], g, names, i))
+        body = f"{CALLS[i]}\n{text}"
+        pages.append(Page("loop", s["loop.title"], body, s[f"pane.{panes[i]}"], None, names, i))
+    intro = Page("loop", s["loop.title"], s["loop.intro"].format(prompt=f.prompt), "", None, names)
+    return [intro, *pages]
+
+
+def _tokens(f: TokenFacts, s: Strings) -> list[Page]:
+    n = len(f.hanzi_ids)
+    g = _choice(
+        s,
+        "tokens.guess",
+        n,
+        [1, 2, 3, f.hanzi_utf8],
+        hanzi=f.hanzi,
+        utf8=f.hanzi_utf8,
+        pieces=" | ".join(f.hanzi_pieces),
+    )
+    t = s["tokens.title"]
+    return [
+        Page(
+            "tokens",
+            t,
+            s["tokens.word"].format(
+                word=f.word, n=len(f.word_pieces), pieces=" | ".join(f.word_pieces)
+            ),
+            s["pane.tokens"],
+        ),
+        Page("tokens", t, s["guess.title"], s["pane.tokens"], g),
+        Page(
+            "tokens",
+            t,
+            s["tokens.chat"].format(
+                msg=f.message,
+                plain=f.plain_count,
+                chat=f.chat_count,
+                extra=f.chat_count - f.plain_count,
+                pieces=" | ".join(f.chat_pieces),
+            ),
+            s["pane.tokens"],
+        ),
+    ]
+
+
+def _batch(f: BatchFacts, s: Strings) -> list[Page]:
+    g = _choice(s, "batch.guess", f.prefill_calls, [1, f.n_prompt], n=f.n_prompt, b=f.n_batch)
+    ratio = f.prefill_ms / f.decode_ms if f.decode_ms else 0.0
+    body = s["batch.times"].format(
+        n=f.n_prompt,
+        prefill=f.prefill_ms,
+        per=f.ms_per_prompt_token,
+        decode=f.decode_ms,
+        steps=f.n_decodes,
+        ratio=ratio,
+    )
+    t = s["batch.title"]
+    return [
+        Page("batch", t, s["batch.intro"], s["pane.batch"]),
+        Page("batch", t, s["guess.title"], s["pane.batch"], g),
+        Page("batch", t, body, s["pane.timeline"]),
+    ]
+
+
+def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
+    top = "\n".join(f"  {piece!r:<16} p = {p:.3f}" for piece, p in f.top)
+    stages = "\n".join(f"  {st.name:<12} {st.param:<10} {st.n:>7,}" for st in f.stages)
+    yes, no = s["yes"], s["no"]
+    g = Guess(
+        s["sampler.guess.q"].format(piece=f.second_piece, p=f.second_p, top_p=f.top_p),
+        (yes, no),
+        0 if f.second_kept else 1,
+        why=s["sampler.guess.why"].format(kept=f.kept_at_top_p, top_p=f.top_p),
+    )
+    t = s["sampler.title"]
+    return [
+        Page("sampler", t, s["sampler.probs"].format(n_vocab=f.n_vocab, top=top), s["pane.logits"]),
+        Page(
+            "sampler",
+            t,
+            s["sampler.chain"].format(n_vocab=f.n_vocab, stages=stages),
+            s["pane.logits"],
+        ),
+        Page("sampler", t, s["guess.title"], s["pane.logits"], g),
+    ]
+
+
+def _inside(f: InsideFacts, s: Strings) -> list[Page]:
+    n = f.n_tokens
+    g = _choice(s, "inside.guess", f.allowed, [n, n * n, f.masked], n=n, masked=f.masked)
+    rows = min(n, 8)
+    tri = "\n".join(
+        "  " + " ".join("■" if c <= r else "·" for c in range(rows)) for r in range(rows)
+    )
+    body = s["inside.attn"].format(
+        layer=f.layer,
+        n_head=f.n_head,
+        above=f.above_diagonal,
+        err=f.row_sum_err,
+        last=f.last_piece,
+        top=f.top_piece,
+        w=f.top_weight,
+    )
+    t = s["inside.title"]
+    return [
+        Page("inside", t, s["inside.graph"].format(n=n, tri=tri), s["pane.mask"]),
+        Page("inside", t, s["guess.title"], s["pane.mask"], g),
+        Page("inside", t, body, s["pane.attention"]),
+    ]
+
+
+def _exact(f: ExactFacts, s: Strings) -> list[Page]:
+    bands = (s["exact.zero"], s["exact.small"], s["exact.large"])
+    band = 0 if f.replay_max == 0.0 else (1 if f.replay_max < 0.01 else 2)
+    g = Guess(
+        s["exact.guess.q"].format(n=f.n_tokens, calls=f.replay_calls),
+        bands,
+        band,
+        why=s["exact.guess.why"].format(d=f.replay_max),
+    )
+    body = s["exact.batched"].format(
+        calls=f.batched_calls,
+        d=f.batched_max,
+        agree=s["yes"] if f.top1_agree else s["no"],
+        fa=f.flash_attn,
+    )
+    t = s["exact.title"]
+    return [
+        Page("exact", t, s["exact.intro"], s["pane.cache"]),
+        Page("exact", t, s["guess.title"], s["pane.cache"], g),
+        Page("exact", t, body, s["pane.cache"]),
+    ]
+
+
+def _wall(f: WallFacts, s: Strings) -> list[Page]:
+    n = f.n
+    g = _choice(s, "wall.guess", f.without_cache, [n, n * n], n=n, formula=f.formula)
+    shown = [p for p in f.series if p[0] in (1, 2, 4, 8, n) or p[0] == n]
+    table = "\n".join(f"  {c:>4} {w:>8,} {wo:>10,}" for c, w, wo in shown)
+    body = s["wall.table"].format(
+        n=n,
+        table=table,
+        w=f.with_cache,
+        wo=f.without_cache,
+        formula=f.formula,
+        ratio=f.without_cache / f.with_cache if f.with_cache else 0.0,
+    )
+    t = s["wall.title"]
+    return [
+        Page("wall", t, s["wall.intro"].format(n=n), s["pane.cache"]),
+        Page("wall", t, s["guess.title"], s["pane.cache"], g),
+        Page("wall", t, body, s["pane.cache"]),
+    ]
+
+
+def _ram(f: RamFacts, s: Strings) -> list[Page]:
+    wrong = [f.mha_bytes_per_token, f.bytes_per_token // 2, f.n_layer * f.k_row]
+    g = _choice(s, "ram.guess", f.bytes_per_token, wrong, name=f.name)
+    body = s["ram.formula"].format(
+        layers=f.n_layer,
+        kv=f.n_head_kv,
+        dk=f.head_dim_k,
+        dv=f.head_dim_v,
+        tk=f.type_k,
+        tv=f.type_v,
+        k=f.k_row,
+        v=f.v_row,
+        per=f.bytes_per_token,
+        heads=f.n_head,
+        mha=f.mha_bytes_per_token,
+    )
+    checks = (
+        "\n".join(
+            s["ram.cache"].format(
+                kind=c.kind,
+                cells=c.cells,
+                layers=c.layers,
+                ours=c.ours_mib,
+                logged=c.logged_mib,
+                ok=s["yes"] if c.agrees else s["no"],
+            )
+            for c in f.caches
+        )
+        or s["ram.no_log"]
+    )
+    big = s["ram.big"].format(per=f.big_bytes_per_token, ctx=f.big_ctx, mib=f.big_total / (1 << 20))
+    t = s["ram.title"]
+    return [
+        Page("ram", t, s["guess.title"], s["pane.memory"], g),
+        Page("ram", t, f"{body}\n\n{checks}", s["pane.memory"]),
+        Page("ram", t, big, s["pane.memory"]),
+    ]
+
+
+def _full(f: FullFacts, s: Strings) -> list[Page]:
+    g = _choice(
+        s,
+        "full.guess",
+        f.n_discard,
+        [f.n_past, f.n_past - f.n_keep, 1],
+        n=f.n_ctx,
+        keep=f.n_keep,
+        past=f.n_past,
+    )
+    body = s["full.shift"].format(
+        discard=f.n_discard,
+        keep=f.n_keep,
+        past=f.n_past,
+        after=f.after,
+        gone="".join(f.forgotten),
+    )
+    t = s["full.title"]
+    return [
+        Page(
+            "full",
+            t,
+            s["full.stop"].format(n=f.n_ctx, at=f.stop_at, reason=f.stop_reason),
+            s["pane.kv"],
+        ),
+        Page("full", t, s["guess.title"], s["pane.kv"], g),
+        Page("full", t, body, s["pane.cache"]),
+    ]
+
+
+def _prefix(f: PrefixFacts, s: Strings) -> list[Page]:
+    g = _choice(s, "prefix.guess", f.computed, [f.second_tokens, 0], n=f.second_tokens)
+    body = s["prefix.result"].format(
+        first=f.first_tokens,
+        reply=f.reply_tokens,
+        n=f.second_tokens,
+        reused=f.reused,
+        computed=f.computed,
+        t1=f.first_ms,
+        t2=f.second_ms,
+    )
+    t = s["prefix.title"]
+    return [
+        Page("prefix", t, s["prefix.intro"], s["pane.cache"]),
+        Page("prefix", t, s["guess.title"], s["pane.cache"], g),
+        Page("prefix", t, body, s["pane.cache"]),
+    ]
+
+
+BUILDERS: dict[type, Callable[..., list[Page]]] = {
+    LoopFacts: _loop,
+    TokenFacts: _tokens,
+    BatchFacts: _batch,
+    SamplerFacts: _sampler,
+    InsideFacts: _inside,
+    ExactFacts: _exact,
+    WallFacts: _wall,
+    RamFacts: _ram,
+    FullFacts: _full,
+    PrefixFacts: _prefix,
+}
+
+
+def pages_for(chapter: str, facts: Facts, s: Strings) -> list[Page]:
+    if isinstance(facts, Skipped):
+        body = s[f"skip.{facts.reason}"].format(detail=facts.detail)
+        return [Page(chapter, s[f"{chapter}.title"], body)]
+    return BUILDERS[type(facts)](facts, s)
