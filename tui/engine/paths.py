@@ -32,6 +32,9 @@ class Restored:
     from_cache: int
     recomputed: int
     seq: int | None  # the parked sequence the cells came from
+    # tokens decoded again so that sequence 0's cells stay in position order (kv_order): a
+    # hole under the parked cells would have taken the next step's token
+    reordered: int = 0
 
 
 def holds(engine: EngineParts, seq: int | None, tokens: Sequence[int]) -> bool:
@@ -159,12 +162,14 @@ def _from_parked(engine: EngineParts, parked: Parked, tokens: list[int], common:
             engine.surprise.note(i, v)
     # The parked cells came after the kept prefix's when they were decoded, but a hole under
     # them (a path dropped since) may be filled by the next step: keep the order (kv_order).
-    recomputed = prompt.keep_in_order(engine, 1)
-    if recomputed:
+    reordered = prompt.keep_in_order(engine, 1)
+    recomputed = 0
+    if reordered:
         pass  # the logits of the path's last position came with the tokens decoded again
     elif n == len(parked.tokens) and parked.logits is not None and parked.record is not None:
         engine.logits_memory.set(parked.logits, parked.record, engine.n_past)
     else:  # the row of the path's last position was not kept: decode that token again
         engine.ensure_logits()
         recomputed = 1
-    return Restored(max(0, n - common - recomputed), recomputed, parked.seq)
+    kept = max(0, n - common - recomputed - reordered)
+    return Restored(kept, recomputed, parked.seq, reordered)
