@@ -159,9 +159,9 @@ def keep_from(
         return None
     mine = sorted((c for c in kv.cells if 0 in c.seqs), key=lambda c: c.pos)
     cells = [c.cell for c in mine]
-    if any(c < 0 for c in cells):
-        return None
     n = len(cells)
+    if any(c < 0 for c in cells) or (n and mine[-1].pos != n - 1):
+        return None  # cells not known, or positions with a gap (decoded again, they would move)
     good = n
     for i in range(1, n):
         if cells[i] <= cells[i - 1]:
