@@ -157,16 +157,19 @@ def keep_from(
     slots = kv.slots
     if slots is None or kv.shifted:
         return None
-    mine = sorted((c for c in kv.cells if 0 in c.seqs), key=lambda c: c.pos)
-    cells = [c.cell for c in mine]
-    n = len(cells)
-    if any(c < 0 for c in cells) or (n and mine[-1].pos != n - 1):
-        return None  # cells not known, or positions with a gap (decoded again, they would move)
+    mine = [c for c in kv.cells if 0 in c.seqs]  # by position: the mirror appends in order
+    n = len(mine)
+    if n and (mine[0].pos != 0 or mine[-1].pos != n - 1 or mine[0].cell < 0):
+        return None  # positions with a gap (decoded again, they would move), or cells unknown
     good = n
     for i in range(1, n):
-        if cells[i] <= cells[i - 1]:
+        a, b = mine[i - 1], mine[i]
+        if b.pos != a.pos + 1 or b.cell < 0:
+            return None
+        if b.cell <= a.cell:
             good = i
             break
+    cells = [c.cell for c in mine]
     if good == n and not slots.holes:
         return None  # in order, and new cells go after every used one
     for k in range(good, -1, -1):
@@ -180,7 +183,7 @@ def keep_from(
             new = sim.place_calls(sizes)
         except ValueError:
             return None  # no room to decode again: llama.cpp's own order stays
-        if in_order(cells[:k] + new):
+        if (k == 0 or not new or new[0] > cells[k - 1]) and in_order(new):  # cells[:k] are
             return None if k == n else k
     return None
 
