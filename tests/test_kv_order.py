@@ -150,3 +150,22 @@ def test_a_context_shift_keeps_llamas_own_order_and_verify_says_so(make_engine):
     assert got is not None and got != sorted(got)
     res = eng.verify_last("replay")
     assert res.cells_in_order is False and "not in position order" in res.explain()
+
+
+def test_a_fork_over_a_hole_steps_both_sequences_in_order(make_engine):
+    """A fork's first step decodes one token per sequence in one call: over the holes it would
+    put both in freed cells under sequence 0's newest, so the fork first decodes sequence 0's
+    tail again into them."""
+    eng = make_engine(SamplerSettings(temp=0.9, seed=7), n_seq_max=4)
+    holes_under_sequence_0(eng)
+    tokens = eng.tokens
+    n_records = len(eng.records)
+    dst = eng.fork(0)
+    redo = eng.records[n_records]
+    assert [t.id for t in redo.call.tokens] == tokens[-2:] and len(eng.records) == n_records + 1
+    for _ in range(3):
+        assert eng.step_seqs() is not None
+    assert_mirror_knows(eng)
+    for seq in (0, dst):
+        pos = kv_order.read_positions(eng.ctx, seq)
+        assert pos == sorted(pos) == eng.kv.positions(seq), seq

@@ -152,7 +152,8 @@ def keep_from(
     (or cannot: no room, or the order is a context shift's).
 
     ``merged``: the tokens decoded again and the new ones go in one prompt (a prefill);
-    otherwise the new ones follow in calls of their own (a step of one token). Tried on a copy
+    otherwise the new ones follow in one call of their own (a step: one token, or one per
+    sequence after a fork). Tried on a copy
     of the allocator, from the longest prefix that is in order down to the whole sequence."""
     slots = kv.slots
     if slots is None or kv.shifted:
@@ -178,7 +179,7 @@ def keep_from(
         if merged:
             sizes = ubatch_sizes(n - k + n_new, n_batch, n_ubatch)
         else:
-            sizes = ubatch_sizes(n - k, n_batch, n_ubatch) + [1] * n_new
+            sizes = ubatch_sizes(n - k, n_batch, n_ubatch) + ubatch_sizes(n_new, n_new, n_ubatch)
         try:
             new = sim.place_calls(sizes)
         except ValueError:
