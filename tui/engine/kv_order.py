@@ -15,6 +15,11 @@ grows layer by layer. Measured with SmolLM2 Q4_1 on an AVX-512 build: a new mess
 rewound path was dropped put 19 of its 53 cells out of order, and its last logits row differed
 from a replay of the same decode calls (cells in position order) by up to 0.83; on an AVX2
 build a jump between paths differed from the same tokens stepped fresh by up to 0.46.
+Order is what a one-token decode over fewer than 512 cells needs (its kernel walks them one
+by one, skipping masked cells). Over 512 cells or more llama.cpp splits the cells between its
+threads by index, and a prompt of 64 rows or more is tiled 64 cells at a time: there the
+cells' indices count too (a parked path's cells between sequence 0's move its split), so a
+replay can differ in the last bits without any cell being out of order.
 
 :class:`CellSlots` replays llama.cpp's choice on the mirror (every cell the mirror holds knows
 its llama.cpp cell), so the engine knows before a decode where its tokens will land;
