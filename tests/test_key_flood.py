@@ -99,12 +99,13 @@ def test_a_served_tabs_quit_packet_stops_the_keys_at_once() -> None:
     driver._app = app = App()  # type: ignore[assignment]
     sent: list[object] = []
     driver.process_message = sent.append  # type: ignore[method-assign]
-    gate = gate_driver(driver)
+    stops: list[str] = []
+    gate = gate_driver(driver, on_quit=lambda: stops.append("stop"))
     driver.process_message(events.Key("y", "y"))
     driver._on_meta("M", b'{"type": "resize", "width": 90, "height": 30}')
-    assert len(sent) == 1 and not gate.quitting
+    assert len(sent) == 1 and not gate.quitting and not stops
     driver._on_meta("M", b'{"type": "quit"}')
-    assert gate.quitting
+    assert gate.quitting and stops == ["stop"]  # the decode thread is asked to stop at once
     assert isinstance(app.posted[-1], messages.ExitApp)  # the driver still quits
     driver.process_message(events.Key("y", "y"))
     driver.process_message(events.Resize.__new__(events.Resize))  # not a key: still passes
