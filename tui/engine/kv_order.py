@@ -3,7 +3,7 @@
 llama.cpp's KV cache (``llama_kv_cache::find_slot``, one stream as tokenstep's unified cache
 has) puts a ubatch's tokens in the first free cells it meets from its ``head``: the cell after
 the last one written, moved back to the lowest cell a ``llama_memory_seq_rm`` freed, and to
-cell 0 after a ``llama_memory_seq_add`` or when at least 2 x n_tokens cells are free below it.
+cell 0 after a ``llama_memory_seq_add`` or when more than 2 x n_tokens cells below it are free.
 While nothing was freed in the middle, cell i holds position i. Once a cell is freed under
 newer ones (a parked path or a fork dropped, a context shift) it is a *hole*, and the next
 decode fills it: a later position lands in an earlier cell.
@@ -12,9 +12,11 @@ That changes the numbers, not only the picture. The attention kernels walk the c
 order: flash attention's online softmax adds each cell's V into an f16 accumulator one cell at
 a time, so the same keys and values in another order round differently, and the difference
 grows layer by layer. Measured with SmolLM2 Q4_1 on an AVX-512 build: a new message after a
-rewound path was dropped put 19 of its 53 cells out of order, and its last logits row differed
-from a replay of the same decode calls (cells in position order) by up to 0.83; on an AVX2
-build a jump between paths differed from the same tokens stepped fresh by up to 0.46.
+rewound path was dropped (its cells freed under the reply's) put 6 of the 53 cells of sequence
+0 elsewhere than position order, and its last logits row differed from a replay of the same
+decode calls (cells in position order) by up to 0.83; on an AVX2 build a jump between paths
+was seen to differ from the same tokens stepped fresh by up to 0.46.
+
 Order is what a one-token decode over fewer than 512 cells needs (its kernel walks them one
 by one, skipping masked cells). Over 512 cells or more llama.cpp splits the cells between its
 threads by index, and a prompt of 64 rows or more is tiled 64 cells at a time: there the
