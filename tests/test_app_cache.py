@@ -152,10 +152,16 @@ def shift_app(make_engine, tmp_path) -> TokenstepApp:
 
 
 async def play_to_first_shift(pilot, app: TokenstepApp) -> None:
-    """Send SHIFT_TEXT, let autoplay run until the context shifts, then pause."""
+    """Send SHIFT_TEXT, let autoplay run until the context shifts, then pause.
+
+    Paused with the worker's Pause (what the app's cursor keys send), not Space: the greedy
+    reply may end right after the shift (its text depends on the CPU's kernels, and a loaded
+    machine lets it run on before a key lands). At a reply's end the focus goes back to the
+    chat box for someone who only chatted, so a Space pressed then is typed there and the run
+    stays in autoplay: "timed out waiting for the pause". Pause sets step mode either way."""
     await pilot.press(*SHIFT_TEXT, "enter")
     await wait_for(pilot, lambda: app.view is not None and app.view.cache.shifts, "a shift")
-    await pilot.press("space")
+    app.controller.pause()
 
 
 @run_async

@@ -81,28 +81,32 @@ def test_a_served_tabs_quit_packet_stops_the_keys_at_once() -> None:
     """Under textual's web driver the quit packet reaches the gate on the input thread, before
     the ExitApp it posts: no key is let through after it (each queued key could cost a pass
     over a 200 kB chat box; 64 of them held a closed tab past the server's grace)."""
-    from textual import events
+    from textual import events, messages
+    from textual.drivers.web_driver import WebDriver
 
     from tui.widgets.key_flood import gate_driver
 
-    class Driver:  # the two methods of textual's WebDriver the gate wraps
+    class App:  # what the driver posts to
         def __init__(self) -> None:
-            self.sent: list[object] = []
-            self.metas: list[str] = []
+            self.posted: list[object] = []
 
-        def process_message(self, message: object) -> None:
-            self.sent.append(message)
+        def post_message(self, message: object) -> None:
+            self.posted.append(message)
 
-        def _on_meta(self, packet_type: str, payload: bytes) -> None:
-            self.metas.append(packet_type)
-
-    driver = Driver()
-    gate = gate_driver(driver)
+    # textual's own WebDriver, without its terminal: its input thread hands each in-band
+    # packet to _on_meta as ("M", JSON bytes); the gate must see the quit in it.
+    driver = WebDriver.__new__(WebDriver)
+    driver._app = app = App()  # type: ignore[assignment]
+    sent: list[object] = []
+    driver.process_message = sent.append  # type: ignore[method-assign]
+    stops: list[str] = []
+    gate = gate_driver(driver, on_quit=lambda: stops.append("stop"))
     driver.process_message(events.Key("y", "y"))
-    driver._on_meta("resize", b"")
-    assert len(driver.sent) == 1 and not gate.quitting
-    driver._on_meta("quit", b"")
-    assert gate.quitting and driver.metas == ["resize", "quit"]  # the driver still quits
+    driver._on_meta("M", b'{"type": "resize", "width": 90, "height": 30}')
+    assert len(sent) == 1 and not gate.quitting and not stops
+    driver._on_meta("M", b'{"type": "quit"}')
+    assert gate.quitting and stops == ["stop"]  # the decode thread is asked to stop at once
+    assert isinstance(app.posted[-1], messages.ExitApp)  # the driver still quits
     driver.process_message(events.Key("y", "y"))
     driver.process_message(events.Resize.__new__(events.Resize))  # not a key: still passes
-    assert len(driver.sent) == 2 and not isinstance(driver.sent[-1], events.Key)
+    assert len(sent) == 2 and not isinstance(sent[-1], events.Key)

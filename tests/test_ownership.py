@@ -226,7 +226,7 @@ TUI_LEFT = {
     *{("serve_input.py", f"record.{a}") for a in ("msg", "args", "exc_info", "exc_text")},
     # textual's terminal driver: the key gate wraps its parser's output and its quit packet
     ("widgets/key_flood.py", "driver.process_message"),
-    ("widgets/key_flood.py", "driver._on_meta"),
+    ("widgets/key_flood.py", "driver.on_meta"),
     # text_flow._Block: the text pane's own layout cache, one block per message
     *{
         ("widgets/text_flow.py", f"block.{a}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.engine import SamplerSettings, paths
+from tui.engine import SamplerSettings, kv_order, paths
 
 PROMPT = "The capital of France is"
 
@@ -93,6 +93,13 @@ def test_a_fork_becomes_a_parked_path(make_engine):
     vals = eng.parked[dst].values
     assert all(v is not None for v in vals[-3:])
     got = paths.restore(eng, fork_tokens, dst)
-    assert got.recomputed == 0 and eng.tokens == fork_tokens
+    # The fork's three cells alternate with sequence 0's, which the restore freed: three holes
+    # under them, and the next one-token step would fill the lowest (llama.cpp searches from
+    # cell 0 once 2 x n_tokens cells are free below its head). So the three are decoded again,
+    # in position order, and the parked cells give nothing.
+    assert (got.from_cache, got.recomputed, got.reordered) == (0, 0, 3)
+    assert eng.tokens == fork_tokens
+    pos = kv_order.read_positions(eng.ctx, 0)
+    assert pos == sorted(pos) == eng.kv.positions(0)
     assert eng.logits is not None
     _close(eng.logits, _fresh_logits(make_engine, fork_tokens))

@@ -349,7 +349,7 @@ class AppActions(App[int]):
         driver = self._driver
         if driver is None or self.key_gate is not None:
             return
-        self.key_gate = gate_driver(driver)
+        self.key_gate = gate_driver(driver, on_quit=lambda: self.controller.stop(timeout=0))
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Paste) and self._paste_to_chat(event):

@@ -130,7 +130,9 @@ class AttentionCapture(GraphTap):
         self.wanted = set(self._extra_names) | set(self._soft_names)
 
     # -- which llama.cpp cell holds which token (the CellMap) ---------------------------------
-    def key_rows(self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None) -> np.ndarray:
+    def key_rows(
+        self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None
+    ) -> np.ndarray:
         """The keys of sequence ``seq``, (4, n): pos, llama.cpp cell, kv_id, token
         (:meth:`~tui.engine.cell_map.CellMap.key_rows`)."""
         return self.cell_map.key_rows(engine, seq, fresh)

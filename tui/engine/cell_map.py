@@ -79,7 +79,9 @@ class CellMap:
                     del self._by_cell[cell]
         return fresh
 
-    def key_rows(self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None) -> np.ndarray:
+    def key_rows(
+        self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None
+    ) -> np.ndarray:
         """:meth:`live_keys` as an int64 array (4, n): pos, llama.cpp cell, kv_id, token.
 
         Kept per sequence and extended in place while the mirror only grows (a decode step

@@ -74,7 +74,9 @@ class ChainResult:
             return [st.n for st in self.stages]
         member = np.zeros(self.n_vocab, dtype=bool)
         member[allowed] = True
-        return [st.n if st.key == "grammar" else int(member[st.survivors].sum()) for st in self.stages]
+        return [
+            st.n if st.key == "grammar" else int(member[st.survivors].sum()) for st in self.stages
+        ]
 
     def handed_on(self, logits: np.ndarray) -> np.ndarray:
         """The whole row's logits after the stages that move logits in place (logit bias,

@@ -44,8 +44,9 @@ def run_decode(engine: EngineParts, call: DecodeCall) -> tuple[float, dict[str, 
             )
         raise TokenstepError(f"llama_decode failed with code {rc}.")
     index = len(engine.records)
-    for t in call.tokens:
-        engine.kv.add(t.id, t.pos, t.seq_ids, index)
+    cells = engine.kv.place(call.ubatches, call.n_tokens)
+    for t, cell in zip(call.tokens, cells, strict=True):
+        engine.kv.add(t.id, t.pos, t.seq_ids, index, cell)
     extras: dict[str, Any] = {}
     for obs in engine.observers:
         obs.after_decode(engine, call, extras)

@@ -18,6 +18,7 @@ import llama_cpp
 import numpy as np
 
 from . import ggml
+from .kv_order import CellSlots
 
 # llama_kv_cache: size =   90.00 MiB (  4096 cells,  30 layers,  1/1 seqs), K (f16): ...
 _KV_LOG = re.compile(
@@ -34,6 +35,7 @@ class KVCell:
     pos: int
     seqs: set[int]
     call: int = -1  # index of the StepRecord whose llama_decode computed this cell
+    cell: int = -1  # the llama.cpp cell holding it (kv_order.CellSlots; -1: not known)
 
 
 @dataclass(slots=True)
@@ -119,6 +121,9 @@ class KVMirror:
     cells: list[KVCell] = field(default_factory=list)
     forgotten: list[Forgotten] = field(default_factory=list)
     n_shifts: int = 0
+    # llama.cpp's cell allocator, replayed (a local context's mirror; None for a server's)
+    slots: CellSlots | None = field(default=None, repr=False, compare=False)
+    shifted: bool = False  # a context shift moved cells since the cache was last empty
     # seq -> (tokens, positions) in cell order; built lazily, extended by add()
     _by_seq: dict[int, tuple[list[int], list[int]]] = field(
         default_factory=dict, repr=False, compare=False
@@ -156,8 +161,21 @@ class KVMirror:
         pos = self._seq(seq)[1]
         return pos[-1] if pos else -1
 
-    def add(self, token: int, pos: int, seqs: tuple[int, ...], call: int = -1) -> None:
-        self.cells.append(KVCell(token, pos, set(seqs), call))
+    def place(self, ubatches: list[tuple[int, int]], n_tokens: int) -> list[int]:
+        """The llama.cpp cells a decode of these ubatches writes (see :class:`CellSlots`)."""
+        if self.slots is None:
+            return [-1] * n_tokens
+        sizes = [b - a for a, b in ubatches] or [n_tokens]
+        try:
+            return self.slots.place_calls(sizes)
+        except ValueError:  # llama.cpp placed them after all: the replay lost track
+            self.slots = None
+            return [-1] * n_tokens
+
+    def add(
+        self, token: int, pos: int, seqs: tuple[int, ...], call: int = -1, cell: int = -1
+    ) -> None:
+        self.cells.append(KVCell(token, pos, set(seqs), call, cell))
         if self._ids is not None and any(s not in self._ids for s in seqs):
             self._ids = None
         for s in seqs:
@@ -173,6 +191,8 @@ class KVMirror:
         for c in self.cells:
             if seq in c.seqs and lo <= c.pos < hi:
                 c.seqs.discard(seq)
+        if self.slots is not None:
+            self.slots.free([c.cell for c in self.cells if not c.seqs])
         self.cells = [c for c in self.cells if c.seqs]
         self._changed()
 
@@ -199,6 +219,9 @@ class KVMirror:
         for c in self.cells:
             if seq in c.seqs and p0 <= c.pos < hi:
                 c.pos += delta
+        if self.slots is not None:
+            self.slots.moved()
+        self.shifted = True
         self._changed()
 
     def shift(self, seq: int, n_keep: int, n_discard: int) -> list[Forgotten]:
@@ -252,6 +275,9 @@ class KVMirror:
 
     def clear(self) -> None:
         self.cells.clear()
+        if self.slots is not None:
+            self.slots.clear()
+        self.shifted = False
         self._changed()
 
     def seq_ids(self) -> list[int]:

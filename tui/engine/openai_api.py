@@ -14,7 +14,7 @@ APIS = ("native", "openai")
 
 
 def detect_api(url: str, timeout: float = 30.0, api_key: str | None = None) -> str:
-    """"native" or "openai", from what the server answers; a server that answers neither (or
+    """ "native" or "openai", from what the server answers; a server that answers neither (or
     nothing) is one sentence."""
     client = ServerClient(url, timeout, api_key=api_key)  # "llama-server": the default API
     try:

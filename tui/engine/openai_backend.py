@@ -192,7 +192,9 @@ class OpenAIBackend(RemoteBackend):
         reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
         if self._index is None and not isinstance(self.vocab, RemoteVocab):
             self._index = tokenizer_to_id(self.vocab)
-        c = read_openai_completion(self.url, reply.body, self.n_probs, self.info.n_vocab, self._to_id)
+        c = read_openai_completion(
+            self.url, reply.body, self.n_probs, self.info.n_vocab, self._to_id
+        )
         t = c.timings
         cached = c.cached_tokens
         step = ServerStep(
@@ -226,7 +228,9 @@ class OpenAIBackend(RemoteBackend):
         return (toks[0], False) if len(toks) == 1 else (None, False)
 
 
-def _warning(b: OpenAIBackend, c: OpenAICompletion, prompt: list[int], text: str | None) -> str | None:
+def _warning(
+    b: OpenAIBackend, c: OpenAICompletion, prompt: list[int], text: str | None
+) -> str | None:
     """The sentence for what of this reply is not what the panes hold, or None."""
     parts = []
     if text is not None:
@@ -237,7 +241,9 @@ def _warning(b: OpenAIBackend, c: OpenAICompletion, prompt: list[int], text: str
                 f"where tokenstep holds {len(prompt)} ids: it saw another prefix than the panes show"
             )
         elif theirs != prompt:
-            at = next((i for i, (x, y) in enumerate(zip(theirs, prompt, strict=False)) if x != y), 0)
+            at = next(
+                (i for i, (x, y) in enumerate(zip(theirs, prompt, strict=False)) if x != y), 0
+            )
             at = at or min(len(theirs), len(prompt))
             parts.append(
                 f"the server takes text only, and our text tokenizes to other ids than the "

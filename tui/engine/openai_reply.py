@@ -86,7 +86,9 @@ def read_model_list(url: str, body: Any) -> list[ServedModel]:
         out.append(
             ServedModel(
                 name,
-                None if n_vocab is None else f.whole(n_vocab, f"data[{i}].meta.n_vocab", 1, MAX_VOCAB),
+                None
+                if n_vocab is None
+                else f.whole(n_vocab, f"data[{i}].meta.n_vocab", 1, MAX_VOCAB),
                 None if n_ctx is None else f.whole(n_ctx, f"data[{i}] context size", 1, MAX_CTX),
             )
         )
@@ -148,7 +150,9 @@ def read_openai_completion(
         top, odd, pick = _legacy(f, lp, n_probs, n_vocab, to_id)
     mass = math.fsum(math.exp(c.logprob) for c in top)
     if mass > 1.0 + MASS_SLACK:
-        raise f.error("choices[0].logprobs", "…", f"probabilities that sum to {mass:.4f}, more than 1")
+        raise f.error(
+            "choices[0].logprobs", "…", f"probabilities that sum to {mass:.4f}, more than 1"
+        )
     top.sort(key=lambda c: -c.logprob)
     t = body.get("timings")
     timings = None
@@ -167,8 +171,12 @@ def read_openai_completion(
         not_one_to_one=odd,
         server_pick=pick,
         timings=timings,
-        prompt_tokens=None if n_prompt is None else f.whole(n_prompt, "usage.prompt_tokens", 0, MAX_CTX),
-        cached_tokens=None if cached is None else f.whole(cached, "usage…cached_tokens", 0, MAX_CTX),
+        prompt_tokens=None
+        if n_prompt is None
+        else f.whole(n_prompt, "usage.prompt_tokens", 0, MAX_CTX),
+        cached_tokens=None
+        if cached is None
+        else f.whole(cached, "usage…cached_tokens", 0, MAX_CTX),
     )
 
 

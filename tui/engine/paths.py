@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
+from . import prompt
 from .errors import TokenstepError
 from .step import Parked
 from .surprise import Surprise
@@ -31,6 +32,9 @@ class Restored:
     from_cache: int
     recomputed: int
     seq: int | None  # the parked sequence the cells came from
+    # tokens decoded again so that sequence 0's cells stay in position order (kv_order): a
+    # hole under the parked cells would have taken the next step's token
+    reordered: int = 0
 
 
 def holds(engine: EngineParts, seq: int | None, tokens: Sequence[int]) -> bool:
@@ -133,8 +137,8 @@ def restore(
         got = _from_parked(engine, parked, tokens, common)
     else:
         engine.truncate(common)
-        engine.prefill(tokens[common:])
-        got = Restored(0, len(tokens) - common, None)
+        recs = engine.prefill(tokens[common:])
+        got = Restored(0, sum(r.call.n_tokens for r in recs), None)
     for i in range(common, len(tokens)):
         v = values[i] if values is not None and i < len(values) else None
         if v is not None and v.token == tokens[i]:
@@ -156,10 +160,16 @@ def _from_parked(engine: EngineParts, parked: Parked, tokens: list[int], common:
     for i, v in enumerate(parked.values[common:n], start=common):
         if v is not None:
             engine.surprise.note(i, v)
+    # The parked cells came after the kept prefix's when they were decoded, but a hole under
+    # them (a path dropped since) may be filled by the next step: keep the order (kv_order).
+    reordered = prompt.keep_in_order(engine, 1)
     recomputed = 0
-    if n == len(parked.tokens) and parked.logits is not None and parked.record is not None:
+    if reordered:
+        pass  # the logits of the path's last position came with the tokens decoded again
+    elif n == len(parked.tokens) and parked.logits is not None and parked.record is not None:
         engine.logits_memory.set(parked.logits, parked.record, engine.n_past)
     else:  # the row of the path's last position was not kept: decode that token again
         engine.ensure_logits()
         recomputed = 1
-    return Restored(n - common - recomputed, recomputed, parked.seq)
+    kept = max(0, n - common - recomputed - reordered)
+    return Restored(kept, recomputed, parked.seq, reordered)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
+from . import kv_order
 from .batch import plan_prompt
 from .decode import decode
 from .errors import ContextFullError, TokenstepError
@@ -35,6 +36,43 @@ def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[
     engine.stopped(None)
     if n_past == 0:
         engine.first_prompt(len(tokens))
+    again = _take_back(engine, len(tokens), merged=True)
+    if again:
+        tokens, reused = again + tokens, min(reused, engine.n_past)
+    return _decode_prompt(engine, tokens, reused)
+
+
+def keep_in_order(engine: EngineParts, n_new: int = 0) -> int:
+    """Before ``n_new`` tokens of sequence 0 are decoded one by one (0: none, after cells were
+    copied in): decode its tail again first when they would otherwise land out of position
+    order (see :mod:`tui.engine.kv_order`). Returns how many tokens were decoded again."""
+    again = _take_back(engine, n_new, merged=False)
+    if again:
+        _decode_prompt(engine, again, engine.n_past)
+    return len(again)
+
+
+def _take_back(engine: EngineParts, n_new: int, *, merged: bool) -> list[int]:
+    """Remove the tail of sequence 0 that must be decoded again to keep its cells in
+    position order; returns its tokens (their surprise values are kept for the new cells)."""
+    if engine.branches:  # forks share sequence 0's cells: decoding it again would unshare
+        return []
+    cfg = engine.config
+    k = kv_order.keep_from(engine.kv, n_new, cfg.n_batch, cfg.n_ubatch, merged=merged)
+    if k is None:
+        return []
+    tokens = engine.tokens
+    values = engine.surprise.along(tokens)
+    truncate(engine, k)
+    for i in range(k, len(tokens)):
+        v = values[i]
+        if v is not None:
+            engine.surprise.note(i, v)
+    return tokens[k:]
+
+
+def _decode_prompt(engine: EngineParts, tokens: list[int], reused: int) -> list[StepRecord]:
+    n_past = engine.n_past
     cfg = engine.config
     score = engine.score_prompt
     if score:
@@ -95,10 +133,11 @@ def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -
         common = min(common, len(tokens) - 1)
     truncate(engine, common)
     recs = prefill(engine, tokens[common:], reused=common)
+    computed = sum(r.call.n_tokens for r in recs)  # more when cells had to be put in order
     engine.turns.append(
         PrefillTurn(
-            reused=common,
-            computed=len(tokens) - common,
+            reused=len(tokens) - computed,
+            computed=computed,
             prefill_ms=sum(r.decode_ms for r in recs),
             records=(recs[0].index, recs[-1].index + 1),
             scored_rows=sum(r.scored_rows for r in recs),

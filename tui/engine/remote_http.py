@@ -269,9 +269,7 @@ class ServerClient:
         if status == 429:
             wait = (self._retry_after or "").strip()
             after = f"it asks to wait {wait} s" if wait.isdigit() else "it gives no wait"
-            return (
-                f"the {self.what} at {self.url} is rate-limiting requests (HTTP 429, {after})."
-            )
+            return f"the {self.what} at {self.url} is rate-limiting requests (HTTP 429, {after})."
         detail = f": {' '.join(str(message).split())}" if message else ""
         return f"the {self.what} at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
 

@@ -73,7 +73,9 @@ def compare(theirs: list[tuple[int, float]], ours: ChainResult, n_top: int, n_pr
     shared = set(mine) & set(server)
     delta = max((abs(mine[t] - server[t]) for t in shared), default=math.inf)
     if set(mine) == set(server) and delta <= AGREE:
-        return f"the server's chain agrees: the same {len(server)} survivor(s), max |Δp| {delta:.1e}"
+        return (
+            f"the server's chain agrees: the same {len(server)} survivor(s), max |Δp| {delta:.1e}"
+        )
     why = []
     if len(server) >= n_probs:
         why.append(f"the server lists only its top {n_probs} survivors")

@@ -310,7 +310,9 @@ def slot_busy(client: ServerClient, url: str, slot: int) -> bool:
         return False
 
 
-def ask_native(b: Any, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
+def ask_native(
+    b: Any, prompt: list[int], reuse: bool
+) -> tuple[ServerStep, list[tuple[int, bytes]]]:
     """One ``POST /completion`` for RemoteBackend ``b``; a timeout on a slot another client
     holds is said as that (``GET /slots``)."""
     try:

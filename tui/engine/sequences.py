@@ -18,6 +18,7 @@ from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
 from .paths import drop, free_seqs, make_room
+from .prompt import keep_in_order
 from .sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
@@ -113,8 +114,7 @@ def fork(engine: EngineParts, src: int = 0) -> int:
     tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
     if src != 0 and src not in engine.branches:
         raise TokenstepError(f"there is no sequence {src} to fork.")
-    logits = engine.seq_logits(src)
-    if logits is None or engine.kv.count(src) == 0:
+    if engine.seq_logits(src) is None or engine.kv.count(src) == 0:
         raise TokenstepError("there is nothing to fork yet: send a prompt first.")
     n_seq_max = engine.config.n_seq_max
     if not free_seqs(engine) and engine.parked:  # a fork outranks a parked path
@@ -122,6 +122,10 @@ def fork(engine: EngineParts, src: int = 0) -> int:
     free = free_seqs(engine)
     if not free:
         raise TokenstepError(f"this context holds at most {n_seq_max} sequences (n_seq_max).")
+    if src == 0:  # the next step decodes one token per sequence in one call: keep the order
+        keep_in_order(engine, len(engine.seq_ids) + 1)
+    logits = engine.seq_logits(src)
+    assert logits is not None
     dst = free[0]
     mem = llama_cpp.llama_get_memory(engine.ctx)
     llama_cpp.llama_memory_seq_cp(mem, src, dst, -1, -1)

@@ -26,6 +26,7 @@ from .context import Context, EngineConfig
 from .decode import DecodeObserver, decode
 from .errors import TokenstepError
 from .grammar import check_grammar
+from .kv_order import CellSlots
 from .kvcache import KVLayout, KVLogReport, KVMirror
 from .lens import head_problem
 from .logits import LogitsMemory
@@ -84,7 +85,7 @@ class Engine:
             check_grammar(model.vocab, self.settings.grammar)
         self.chain = SamplerChain(self.info.n_vocab, self.settings.seed, model.vocab, self.n_ctx)
         self.gen_start = 0  # where this turn's generated tokens begin (the grammar sees those)
-        self.kv = KVMirror(self.n_ctx)
+        self.kv = KVMirror(self.n_ctx, slots=CellSlots(self.n_cells))
         self.layout = KVLayout(
             self.info.n_layer,
             self.info.n_embd_k_gqa,
@@ -285,6 +286,7 @@ class Engine:
             if made is None:
                 return None
         paths.make_room(self, 1)
+        prompt.keep_in_order(self, 1)  # a hole under sequence 0 would take this token early
         pos = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(token, pos, (0,), True)], ubatch_chunks(1, self.config.n_ubatch)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
+from . import kv_order
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
 from .context import FLASH_ATTN, init_context
 from .errors import TokenstepError
@@ -58,6 +59,9 @@ class VerifyResult:
     flash_attn: str
     shifted: bool  # the context was shifted: cached keys were re-rotated, not recomputed
     cached_calls: tuple[int, ...] = ()  # tokens per engine call that wrote the cached cells
+    # the sequence's llama.cpp cells in position order, as the fresh context writes them
+    # (None: not known); see kv_order
+    cells_in_order: bool | None = None
 
     @property
     def top1_agree(self) -> bool:
@@ -125,8 +129,16 @@ class VerifyResult:
             if self.shifted and self.mode != "batched"
             else ""
         )
+        order = (
+            " The cached cells of this sequence are not in position order (llama.cpp put "
+            "newer tokens in cells freed under older ones), while the fresh context writes "
+            "them in order; the attention kernels add the cells in cell order, so even the "
+            "same decode calls are equal only with the same cell order."
+            if self.cells_in_order is False
+            else ""
+        )
         agree = "the same" if self.top1_agree else "a DIFFERENT"
-        return f"max |Δ| {self.max_abs_diff:.3g}: {why}; {agree} top-1 token.{fa}{shift}"
+        return f"max |Δ| {self.max_abs_diff:.3g}: {why}; {agree} top-1 token.{fa}{shift}{order}"
 
 
 class Verifier:
@@ -209,6 +221,7 @@ class Verifier:
             cached_calls=tuple(
                 len(list(g)) for _, g in groupby(c.call for c in eng.kv.cells if seq in c.seqs)
             ),
+            cells_in_order=kv_order.seq_in_order(eng.kv, seq),
         )
 
     def close(self) -> None:

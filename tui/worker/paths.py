@@ -156,6 +156,11 @@ def jump(w: WorkerParts, branch_id: int) -> None:
         )
         if got.recomputed:
             how += f", {got.recomputed} decoded again for its logits"
+        if got.reordered:
+            how += (
+                f", {got.reordered} decoded again to keep llama.cpp's cells in position order "
+                "(the next token would have filled a freed cell under them)"
+            )
     else:
         how = f"{got.recomputed} token(s) decoded again (llama.cpp no longer held their cells)"
     note = f"Path {b.id}: {how}."
