@@ -98,12 +98,21 @@ def _run(
     args: argparse.Namespace, header: dict | None, crashed: str | None, guard: crash.TerminalGuard
 ) -> int:
     try:
-        engine = engine_from_args(args)
+        engine = engine_from_args(args, observers=False)  # looking never changes the run
     except TokenstepError as exc:
         if header is None:
             raise
         raise TokenstepError(f"resuming {args.resume}: {exc}") from None
     app = build_app(engine, args, autosave_dir=session_store.default_autosave_dir())
+    spec_att = getattr(args, "attention", None)
+    if spec_att is not None and engine.capabilities.attention:
+        from .engine.attention_capture import parse_layers
+
+        try:  # --attention: its own context from the start
+            app.controller.attention.start(parse_layers(spec_att, engine.info.n_layer))
+        except BaseException:
+            engine.close()
+            raise
     spec = None
     try:
         spec = speculator_from_args(args, engine)  # --spec-type: the draft model loads here

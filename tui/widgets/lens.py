@@ -194,6 +194,8 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
+            if lv.observer:
+                rows.append(Text(lv.observer, "grey70"))
             head.update(Group(*rows))
             head.display = True
             key = (-1, lv.grid.n_tokens, "grid")
@@ -210,6 +212,8 @@ class LensTab(Vertical):
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
+            if lv.observer:
+                parts.append(Text(lv.observer, "grey70"))
             head.update(Group(*parts))
             head.display = True
             key = (lv.step.record, lv.step.mark, lv.mode)
