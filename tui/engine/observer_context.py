@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .lens import LensHead
     from .step import StepRecord
 
-LENS_TAIL = 8  # decodes at the end of a catch-up that get the lens (the pane shows the last two)
+LENS_TAIL = 2  # decodes at the end of a catch-up that get the lens: the two the pane shows
 MAP_KEEP = 1024  # engine record -> observer record entries kept (the panes look back less)
 
 
