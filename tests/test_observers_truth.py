@@ -133,7 +133,7 @@ def test_the_observer_replays_the_run_bit_for_bit(make_engine):
         seen = ctx.record_for(eng.logits_record)
         assert seen is not None and "lens" in seen.extras
         assert v.lens is not None and v.lens.step is not None
-        assert "observer context" in v.lens.observer
+        assert "own context" in v.lens.observer and "KV" in v.lens.observer
         assert seen.extras["lens_check"]["top1"]["id"] == int(eng.logits.argmax())
         # The observer's own logits row for that step is the run's, bit for bit.
         assert ctx.engine.logits is not None

@@ -56,7 +56,7 @@ class Wants:
 
     @property
     def any(self) -> bool:
-        return bool(self.layers or self.lens or self.grid or self.score)
+        return bool(self.layers or self.lens or self.grid or self.score or self.census)
 
 
 class ObserverEngine(Engine):
@@ -136,6 +136,11 @@ class ObserverContext:
             f"observer context of its own, replaying the run's decodes: {self.kernel}; "
             f"KV {mib:.0f} MiB"
         )
+
+    def brief(self) -> str:
+        """The same in a few words (a pane's border)."""
+        mib = self.kv_bytes / (1 << 20)
+        return f"own context: flash attn {self.engine.flash_attn_resolved}, KV {mib:.0f} MiB"
 
     # -- catching up ---------------------------------------------------------------------------
     def pending(self) -> int:

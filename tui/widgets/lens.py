@@ -194,8 +194,6 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
-            if lv.observer:
-                rows.append(Text(lv.observer, "grey70"))
             head.update(Group(*rows))
             head.display = True
             key = (-1, lv.grid.n_tokens, "grid")
@@ -205,15 +203,14 @@ class LensTab(Vertical):
             self.border_title = "logit lens · every position (G: one step)"
             cols = lv.grid.columns[-n:]
             shown = f"{cols[0].pos}–{cols[-1].pos} of {lv.grid.n_tokens} · " if cols else ""
-            self.border_subtitle = f"grid {shown}PgUp/PgDn"
+            own = f" · {lv.observer}" if lv.observer else ""
+            self.border_subtitle = f"grid {shown}PgUp/PgDn{own}"
             return
         self.query_one(LensPane).show_lens(lv, note)
         if note is None and lv is not None and lv.step is not None:
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
-            if lv.observer:
-                parts.append(Text(lv.observer, "grey70"))
             head.update(Group(*parts))
             head.display = True
             key = (lv.step.record, lv.step.mark, lv.mode)
@@ -227,4 +224,5 @@ class LensTab(Vertical):
         self.border_title = "logit lens · what each layer would predict"
         mode = lv.mode if lv is not None else "preview"
         ms = f" · {lv.step.check['ms']:.0f} ms" if lv is not None and lv.step is not None else ""
-        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches · PgUp/PgDn"
+        own = f" · {lv.observer}" if lv is not None and lv.observer else ""
+        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches · PgUp/PgDn{own}"

@@ -119,8 +119,9 @@ class AttentionControl:
     def set_tabs(self, matrix: bool, census: bool) -> None:
         """Which of the Attention (matrix) and Anatomy (census) tabs is showing."""
         self.want_matrix, self.want_census = matrix, census
-        if self.w.observers.ctx is not None:
-            self.w.observers.want(census=census)
+        obs = self.w.observers
+        if obs.local and census != obs.wants.census:  # the census comes from its context too
+            obs.want(census=census)
 
     def start(self, layers: list[int]) -> None:
         """``--attention``: capture on from the start (before the worker runs)."""
@@ -216,7 +217,7 @@ class AttentionControl:
         cap = self.capture
         att = None
         ctx = None
-        if (self.want_matrix or self.want_census) and cap is not None:
+        if (self.want_matrix and cap is not None) or self.want_census:
             ctx = self.w.observers.ready()  # it catches up now, on this thread
         if self.want_matrix and self.on and cap is not None:
             att = self._matrix.get()

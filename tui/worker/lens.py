@@ -172,7 +172,7 @@ class LensControl:
         if ctx is None:
             return None, ""
         if rec is None:
-            return None, ctx.problem or ctx.describe()
+            return None, ctx.problem or ctx.brief()
         seen = ctx.record_for(rec.index)
         has = seen is not None and ("lens" in seen.extras or "lens_problems" in seen.extras)
         if not has and ctx.problem is None and self._refilled != rec.index:
@@ -183,7 +183,7 @@ class LensControl:
             seen = ctx.record_for(rec.index) if ctx is not None else None
         if ctx is None:
             return None, ""
-        return seen, ctx.problem or ctx.describe()
+        return seen, ctx.problem or ctx.brief()
 
     def view(self) -> LensView:
         eng = self.engine

@@ -57,7 +57,7 @@ class Observers:
             or not set(new.layers) <= self._layers
             or (new.grid and not old.grid)
             or (new.score and not old.score)
-            or (new.lens and not isinstance(self.ctx.capture, LensCapture))
+            or ((new.lens or new.census) and not isinstance(self.ctx.capture, LensCapture))
         )
         if again:
             self.rebuild()
