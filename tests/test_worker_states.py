@@ -225,6 +225,25 @@ class WorkerStates(RuleBasedStateMachine):
         assert self.seen.state.notice == self.plain.state.notice or self.seen.state.notice
 
     @invariant()
+    def the_observer_follows_the_run(self) -> None:
+        """Its own context, caught up, holds the run's tokens; with the run's kernel and the
+        run's batches (no scored prompt, no grid) its logits are the run's, bit for bit."""
+        if not self.workers:
+            return
+        obs = self.seen.observers
+        ctx = obs.ready()
+        if ctx is None:
+            return
+        assert ctx.problem is None, ctx.problem
+        run = self.seen.engine
+        assert ctx.engine.tokens == run.tokens
+        assert ctx.engine.kv.check(ctx.engine.ctx) == []
+        same = ctx.engine.flash_attn_resolved == run.flash_attn_resolved
+        if same and not (obs.wants.score or obs.wants.grid) and run.logits is not None:
+            mine = ctx.engine.logits
+            assert mine is not None and mine.tobytes() == run.logits.tobytes()
+
+    @invariant()
     def cells_and_lengths_agree(self) -> None:
         for w in self.workers:
             eng = w.engine

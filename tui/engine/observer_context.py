@@ -99,7 +99,7 @@ class ObserverContext:
         cap = _capture(main, wants)
         self.capture = cap
         self.engine = ObserverEngine(main.model, config, main.settings, [cap] if cap else [])
-        self.cursor = -1  # the engine's replay log up to here has run (-1: nothing yet)
+        self.cursor: tuple[int, int] | None = None  # the engine's log up to here has run
         self.by_main: dict[int, int] = {}  # engine record index -> observer record index
         self.replayed = 0  # decodes run here so far
         self.replay_ms = 0.0
@@ -146,7 +146,7 @@ class ObserverContext:
     def pending(self) -> int:
         """Operations of the engine not run here yet."""
         cleared, ops = self.main.replay.since(self.cursor)
-        return len(ops) + (1 if cleared and self.cursor >= 0 else 0)
+        return len(ops) + (1 if cleared and self.cursor is not None else 0)
 
     def catch_up(self) -> int:
         """Run the engine's operations since the last catch-up; returns the decodes run."""

@@ -49,32 +49,33 @@ Op = DecodeOp | MemoryOp
 
 
 class ReplayLog:
-    """The operations since the engine's memory was last cleared. ``base`` counts those
-    before it, so a position in the log (``end``) stays valid across clears."""
+    """The operations since the engine's memory was last cleared. A position in the log
+    (``end``) is (clears so far, operations since the last one): a clear always moves it on,
+    even when nothing was logged between two clears."""
 
     def __init__(self, on: bool = True) -> None:
         self.on = on  # an observer's own context keeps no log of its own
         self.ops: list[Op] = []
-        self.base = 0
+        self.clears = 0
 
     @property
-    def end(self) -> int:
-        return self.base + len(self.ops)
+    def end(self) -> tuple[int, int]:
+        return self.clears, len(self.ops)
 
     def note(self, op: Op) -> None:
         if self.on:
             self.ops.append(op)
 
     def cleared(self) -> None:
-        self.base += len(self.ops)
+        self.clears += 1
         self.ops = []
 
-    def since(self, cursor: int) -> tuple[bool, list[Op]]:
-        """The operations after ``cursor``; True first when a clear came after it (the
-        other context must be cleared, then run every operation in the log)."""
-        if cursor < self.base:
+    def since(self, cursor: tuple[int, int] | None) -> tuple[bool, list[Op]]:
+        """The operations after ``cursor`` (None: nothing run yet); True first when a clear
+        came after it (the other context must be cleared, then run every operation logged)."""
+        if cursor is None or cursor[0] != self.clears:
             return True, list(self.ops)
-        return False, self.ops[cursor - self.base :]
+        return False, self.ops[cursor[1] :]
 
 
 def _mem(ctx: llama_cpp.llama_context_p) -> llama_cpp.llama_memory_t:
