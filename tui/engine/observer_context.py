@@ -106,6 +106,9 @@ class ObserverContext:
         self.scored_rows = 0  # extra logits rows asked for to score prompts
         self.problem: str | None = None
         self.lens_from: int | None = None  # the lens also for engine records from here on
+        # engine records replayed with logits on every row (to score or for the grid): their
+        # last row went through other output shapes, so it may differ in the last bits
+        self.widened: set[int] = set()
         if isinstance(cap, LensCapture) and (wants.lens or wants.grid):
             if head is not None:
                 cap.use_head(head)
@@ -209,6 +212,7 @@ class ObserverContext:
         prompt = op.purpose == "prompt" and not op.seqs
         score = self.wants.score and prompt
         if (score or grid) and prompt and call.n_tokens > 1:
+            self.widened.add(op.index)
             call = DecodeCall(
                 [BatchToken(t.id, t.pos, t.seq_ids, True) for t in call.tokens], call.ubatches
             )
