@@ -21,6 +21,8 @@ from tui.worker import commands as c
 from tui.worker.session_store import read_session
 from tui.worker.thread import Worker
 
+from .llama_server import llama_server  # noqa: F401
+
 SCRIPT: list[Any] = [
     c.Send("Name three colors."),
     *[c.Step()] * 6,
@@ -161,3 +163,31 @@ def test_attention_runs_in_its_own_context_and_says_what_it_is(make_engine):
         assert ctx.kv_bytes == eng.kv_bytes_allocated
     finally:
         w.observers.close()
+
+
+def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_server, tmp_path):  # noqa: F811
+    """Over llama-server there is no context to replay into: each observer refuses in one
+    sentence, and the run goes on as if nobody had asked (the same text, step for step)."""
+    from tui.engine.remote import RemoteBackend
+
+    def run(look: bool) -> list[int]:
+        backend = RemoteBackend(llama_server.url, SamplerSettings(temp=0.0))
+        w = Worker(backend, autoplay=False, autosave_dir=None)
+        try:
+            w.run_now(c.Send("Say hello."))
+            for i in range(4):
+                if look:
+                    cmd = [c.AttentionToggle(), c.LensTab(True), c.SurpriseScale(), c.Fork()][i]
+                    w.run_now(cmd)
+                    notice = w.state.notice
+                    if isinstance(cmd, c.LensTab):  # the tab's own line says it
+                        notice = w.build_view().lens.status  # type: ignore[union-attr]
+                    assert "needs a local model" in notice or "Over llama-server" in notice, notice
+                    assert notice.count(". ") <= 2 and "Traceback" not in notice
+                    assert w.observers.ctx is None
+                w.run_now(c.Step())
+            return list(backend.tokens)
+        finally:
+            w.stop()
+
+    assert run(True) == run(False)
