@@ -175,7 +175,7 @@ class LensControl:
             return None, ctx.problem or ctx.brief()
         seen = ctx.record_for(rec.index)
         has = seen is not None and ("lens" in seen.extras or "lens_problems" in seen.extras)
-        if not has and ctx.problem is None and self._refilled != rec.index:
+        if not has and ctx.problem is None and self._refilled != rec.index and obs.may_replay():
             self._refilled = rec.index
             obs.rebuild(lens_from=rec.index)
             self.w.attention.forget_matrix()

@@ -12,6 +12,7 @@ something dropped is dropped in place. Nothing here imports Textual or Rich.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import TYPE_CHECKING
 
 from ..engine.attention_capture import AttentionCapture
@@ -34,6 +35,16 @@ class Observers:
         self.wants = Wants()
         self._layers: set[int] = set()  # attention layers captured over the whole history
         self._head: LensHead | None = None  # the lens's head, read once per run
+        # The worker's thread once it runs: a view built on the key lane's thread (during the
+        # run's llama_decode) reads the observer context as it is and never replays into it.
+        self._owner: threading.Thread | None = None
+
+    def owned_by(self, thread: threading.Thread) -> None:
+        self._owner = thread
+
+    def may_replay(self) -> bool:
+        """Only the worker's thread touches the observer context (one thread per context)."""
+        return self._owner is None or threading.current_thread() is self._owner
 
     @property
     def local(self) -> bool:
@@ -95,13 +106,14 @@ class Observers:
         ctx = self.ctx
         if ctx is None:
             return None
-        ctx.catch_up()  # not under busy(): that publishes a view, and views call this
+        if self.may_replay():
+            ctx.catch_up()  # not under busy(): that publishes a view, and views call this
         return ctx
 
     def fill(self, what: str) -> None:
         """Catch up now, showing ``what`` is being done (a command that made the context)."""
         ctx = self.ctx
-        if ctx is not None and ctx.pending():
+        if ctx is not None and ctx.pending() and self.may_replay():
             with self.w.busy(f"{what}: its own context replays the run's {ctx.pending()} operation(s)"):
                 ctx.catch_up()
 

@@ -320,6 +320,7 @@ class Worker:
 
     # -- the worker ----------------------------------------------------------------------------
     def _run(self) -> None:
+        self.observers.owned_by(threading.current_thread())  # replays run here, never elsewhere
         try:
             with self.lane.working():
                 self.publisher.publish(force=True)
