@@ -37,10 +37,11 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
         await pilot.press(*SENTENCE, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
         pane = app.query_one(AttentionTab)
-        await pilot.press("a")  # the context had no capture: it is rebuilt
+        fa = app.controller.engine.flash_attn_resolved
+        await pilot.press("a")  # an observer context of its own replays the run
         await wait_for(pilot, lambda: pane.att is not None, "the attention matrix")
-        assert app.controller.engine.flash_attn_resolved == "off"
-        assert app.view.header.flash_attn == "off"
+        assert app.controller.observers.engine.flash_attn_resolved == "off"
+        assert app.view.header.flash_attn == app.controller.engine.flash_attn_resolved == fa
         tokens = list(app.view.text.tokens)
         att = pane.att
         assert att is not None and att.layer == 0 and pane.head is None
@@ -79,22 +80,30 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
     header, _ = read_session(path)
     assert header["attention"] == {"on": True, "layer": 1, "head": 0}
 
-    # --resume builds the context with the capture on that layer and restores the head.
+    # --resume starts the capture on that layer, in its own context, and restores the head;
+    # the run's context is made as the saved run's was.
     from tui.app import TokenstepApp
+    from tui.startup import start_observers
     from tui.worker.resume import apply_to_args, load_header, restore
 
     args = build_parsers()["app"].parse_args(["--resume", str(path)])
     saved = load_header(path)
     apply_to_args(args, saved)
-    engine = engine_from_args(args)
+    engine = engine_from_args(args, observers=False)
     resumed = TokenstepApp(engine, raw=args.raw, autoplay=False, autosave_dir=None)
     try:
+        start_observers(resumed, engine, args)
         restore(resumed.controller, saved, path)
         a = resumed.controller.attention
         assert (a.on, a.layer, a.head) == (True, 1, 0)
-        assert engine.flash_attn_resolved == "off"
-        assert find_capture(engine).layers == [1]  # type: ignore[union-attr]
-        assert "attention" in engine.records[-1].extras
+        assert engine.flash_attn_resolved == fa and not engine.observers
+        obs = resumed.controller.observers
+        assert find_capture(obs.engine).layers == [1]  # type: ignore[arg-type,union-attr]
+        obs.ready()  # what a pane reading it does: the resumed prefill is replayed there
+        view = resumed.controller.attention.view()
+        assert "attention" in obs.engine.records[-1].extras
+        assert "attention" not in engine.records[-1].extras
+        assert view.on and view.installed
     finally:
         resumed.controller.stop()
 
@@ -109,22 +118,27 @@ async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_
         await wait_for(pilot, lambda: app.view.attention.on, "attention on")
         await pilot.press("a")
         await wait_for(pilot, lambda: not app.view.attention.on, "attention off")
-        assert app.view.attention.installed
+        assert not app.view.attention.installed  # nothing else looks: its context is freed
         assert "off" in app.view.notice
-        cap = find_capture(app.controller.engine)
-        assert cap is not None and cap.layers == []
+        assert find_capture(app.controller.engine) is None
+        assert app.controller.observers.ctx is None
         n = len(app.controller.engine.records)
-        await pilot.press("n")  # one step (→ is "next head" in this tab) with the capture idle
+        await pilot.press("n")  # one step (→ is "next head" in this tab) with nothing looking
         await wait_for(pilot, lambda: len(app.controller.engine.records) > n, "a step")
         assert "attention" not in app.controller.engine.records[-1].extras
-        # Tab 7 turns the graph census on: the next step's graph is counted and named.
+        # Tab 7 turns the graph census on, in an observer context with the run's kernel: the
+        # newest step's graph is counted and named there.
         await pilot.press("7", "n")
         anatomy = app.query_one(AnatomyTab)
         await wait_for(pilot, lambda: anatomy.census is not None, "the census")
-        last = app.controller.engine.records[-1].extras["graph"]
+        obs = app.controller.observers.engine
+        last = next(r.extras["graph"] for r in reversed(obs.records) if "graph" in r.extras)
         assert anatomy.census == last and last["n_nodes"] > 0
-        assert "kq_soft_max" in last["layer_chain"]  # flash attention is off in this context
+        assert obs.flash_attn_resolved == app.controller.engine.flash_attn_resolved
+        fa_off = obs.flash_attn_resolved == "off"
+        assert ("kq_soft_max" in last["layer_chain"]) == fa_off  # the run's own kernel
         assert last["n_layers"] == app.controller.engine.info.n_layer
+        assert "graph" not in app.controller.engine.records[-1].extras
         path = tmp_path / "off.jsonl"
         app.controller.save(str(path))
         await wait_for(pilot, lambda: path.exists(), "the save")
@@ -135,13 +149,16 @@ async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_
 @run_async
 async def test_attention_flag_starts_with_capture_on(tmp_path):
     args = build_parsers()["app"].parse_args(["--attention", "13", "-c", "256"])
-    engine = engine_from_args(args)
-    assert engine.flash_attn_resolved == "off"
-    cap = find_capture(engine)
-    assert cap is not None and cap.layers == [13]
+    engine = engine_from_args(args, observers=False)  # as the app's start-up makes it
+    assert find_capture(engine) is None and not engine.observers
     from tui.app import TokenstepApp
 
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
+    app.controller.attention.start([13])  # what start-up does with --attention 13
+    cap = find_capture(app.controller.observers.engine)
+    assert cap is not None and cap.layers == [13]
+    assert app.controller.observers.engine.flash_attn_resolved == "off"
+    assert engine.flash_attn_resolved != "off" or engine.config.flash_attn == "off"
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view is not None, "the first view")
         assert app.view.attention.on and app.view.attention.layer == 13
@@ -159,11 +176,9 @@ async def test_autoplay_runs_with_attention_on(model, tmp_path):
     row is there, captured, and sums to 1."""
     from tui.app import TokenstepApp
 
-    cap = AttentionCapture(model.info.n_layer, [13])
-    engine = Engine(
-        model, EngineConfig(n_ctx=512, flash_attn="off"), SamplerSettings(temp=0.0), [cap]
-    )
+    engine = Engine(model, EngineConfig(n_ctx=512), SamplerSettings(temp=0.0))
     app = TokenstepApp(engine, autoplay=True, autosave_dir=None, close_engine=False)
+    app.controller.attention.start([13])
     try:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("escape", "6", "i")  # tab 6 first: a short reply can end fast

@@ -34,7 +34,9 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert s.mark_piece == " Paris" and s.mark_what == "llama.cpp's top-1"
         eng = app.controller.engine
         rec = eng.records[s.record]
-        assert s.layers == rec.extras["lens"] and len(s.layers) == eng.info.n_layer
+        seen = app.controller.observers.ctx.record_for(s.record)  # its own context's replay
+        assert "lens" not in rec.extras  # the run's record never carries it
+        assert s.layers == seen.extras["lens"] and len(s.layers) == eng.info.n_layer
         assert s.layers[-1]["top"][0]["id"] == rec.top[0].id  # llama.cpp's own top-1
         await pilot.pause()
         head = _text(app.query_one("#lens-summary"))
@@ -52,8 +54,9 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert last is not None and last.record == s.record and last.mark_piece == " Paris"
         assert last.mark_what == "the token sampled"
 
-        await pilot.press("1")  # another tab: the capture copies nothing, nothing is projected
-        await wait_for(pilot, lambda: not find_lens(app.controller.engine).lens_on, "lens off")
+        await pilot.press("1")  # another tab: nothing looks, the observer context is freed
+        await wait_for(pilot, lambda: app.controller.observers.ctx is None, "lens off")
+        assert find_lens(app.controller.engine) is None
         n = app.view.header.n_records
         await pilot.press("right")
         await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
@@ -135,7 +138,8 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
             and last.top1[-1] == eng.records[eng.logits_record].top[0].id
         )
         assert all(c.max_abs_diff is not None and c.max_abs_diff <= 0.35 for c in g.columns)
-        assert eng.score_prompt  # every prompt row had logits, for the last layer
+        assert not eng.score_prompt  # the run's prompt: as it was (one logits row)
+        assert app.controller.observers.wants.grid  # every row had logits in its own context
         await pilot.pause()
         head = _text(app.query_one("#lens-summary"))
         assert f"grid · positions 0–{n - 1} of {n}" in head
@@ -147,4 +151,4 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
         await wait_for(pilot, lambda: grid() is not None and len(grid().columns) == n + 1, "a step")
         await pilot.press("G")
         await wait_for(pilot, lambda: app.view.lens.grid is None, "one step again")
-        assert not eng.score_prompt  # the surprise map is off: prompts get one row again
+        assert not eng.score_prompt and not app.controller.observers.wants.grid

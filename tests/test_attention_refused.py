@@ -1,6 +1,7 @@
-"""A refused attention toggle changes nothing: with a fork in place, ``a`` is refused, and the
-pane, the notice and the header keep agreeing with the context (its real flash-attention
-setting, no capture installed) however often it is pressed."""
+"""Attention with a fork in place: the capture runs in an observer context of its own, which
+replays the fork too, so nothing is refused and nothing of the run changes. The pane, the
+notice and the header keep agreeing with the run's context (its real flash-attention setting,
+no capture installed in it) however often ``a`` and ``]`` are pressed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ MESSAGE = "Name a colour."
 
 
 @run_async
-async def test_a_with_a_fork_in_place_changes_nothing(make_engine, tmp_path):
+async def test_a_with_a_fork_in_place_captures_in_its_own_context(make_engine, tmp_path):
     app = make_app(make_engine, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
@@ -32,52 +33,25 @@ async def test_a_with_a_fork_in_place_changes_nothing(make_engine, tmp_path):
         for press in range(2):
             n = app.controller.commands
             await pilot.press("a")
-            await wait_for(pilot, lambda n=n: app.controller.commands > n, f"a #{press + 1}")
-            await wait_for(pilot, lambda n=n: app.view.commands > n, "its view")
+            await wait_for(pilot, lambda n=n: app.view.commands > n, f"a #{press + 1}")
             v = app.view
-            assert v.notice_level == "error" and "drop the fork first" in v.notice, v.notice
-            assert "flash attention stays off" not in v.notice
-            a = v.attention
-            assert not a.on and not a.installed and a.layer == before.layer
-            assert a.status == before.status  # not "no weights captured yet"
-            assert "no weights captured yet" not in pane.status
+            assert v.notice_level != "error", v.notice
+            assert v.attention.on == (press == 0)
             assert app.controller.engine is eng and find_capture(eng) is None
             assert v.header.flash_attn == eng.flash_attn_resolved == fa
             assert eng.branches  # the fork is still there
-
-
-@run_async
-async def test_a_refused_layer_or_capture_keeps_the_installed_capture_as_it_was(
-    make_engine, tmp_path
-):
-    app = make_app(make_engine, tmp_path)
-    async with app.run_test(size=SIZE) as pilot:
-        await send(pilot, app, MESSAGE)
-        await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.text.reply_tokens == 1, "a step")
-        await pilot.press("escape", "a")  # the context is rebuilt with the capture
+        n = app.controller.commands
+        await pilot.press("a")
         await wait_for(pilot, lambda: app.view.attention.on, "attention on")
-        eng = app.controller.engine
-        cap = find_capture(eng)
-        assert cap is not None and cap.layers == [0] and app.view.header.flash_attn == "off"
-        await pilot.press("F")
-        await wait_for(pilot, lambda: "Forked" in app.view.notice, "the fork")
-        await pilot.press("6")
-        pane = app.query_one(AttentionTab)
-        await wait_for(pilot, lambda: pane.has_focus, "tab 6")
+        assert "observer context" in app.view.notice
+        obs = app.controller.observers.engine
+        assert obs is not None and obs.flash_attn_resolved == "off"
         n = app.controller.commands
-        await pilot.press("right_square_bracket")  # layer 1 would need a prefill: refused
-        await wait_for(pilot, lambda: app.view.commands > n, "the refusal")
-        assert "drop the fork first" in app.view.notice
-        assert app.view.attention.layer == 0 and cap.layers == [0] and app.view.attention.on
-        await pilot.press("a")  # off: allowed, nothing to prefill
-        await wait_for(pilot, lambda: not app.view.attention.on, "attention off")
-        assert "flash attention stays off" in app.view.notice  # true: the callback context
-        off = app.view.attention.status
-        n = app.controller.commands
-        await pilot.press("a")  # on again would prefill: refused, still off
-        await wait_for(pilot, lambda: app.view.commands > n, "the refusal")
+        await pilot.press("right_square_bracket")  # layer 1: a new replay, not refused
+        await wait_for(pilot, lambda: app.view.commands > n, "layer 1")
         v = app.view
-        assert "drop the fork first" in v.notice and not v.attention.on
-        assert v.attention.status == off and cap.layers == []
-        assert v.header.flash_attn == app.controller.engine.flash_attn_resolved == "off"
+        assert v.attention.layer == 1 and v.attention.on, v.notice
+        assert "replayed" in v.notice and v.notice_level != "error"
+        cap = find_capture(app.controller.observers.engine)
+        assert cap is not None and cap.layers == [1]
+        assert v.header.flash_attn == eng.flash_attn_resolved == fa and eng.branches

@@ -126,7 +126,7 @@ async def test_all_layers_in_one_prefill(make_engine, tmp_path):
                 f"layer {layer}",
             )
         assert app.view.header.n_records == records  # no prefill for any of them
-        assert "without a new prefill" in app.view.notice
+        assert "without another replay" in app.view.notice
 
 
 @run_async

@@ -1,5 +1,6 @@
-"""The lens on the worker's side: computed only while its tab shows, the context rebuilt with
-the eval callback the first time, the preview and the last step, attention kept alongside."""
+"""The lens on the worker's side: computed only while its tab shows, in an observer context
+of its own (the run's context never gets the eval callback), the preview and the last step,
+attention kept alongside."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def test_lens_tab_turns_capture_on_and_off(make_engine) -> None:
         w.handle(Send("The capital of France is"))
         assert find_lens(w.engine) is None
         assert w.lens.view().step is None  # not showing: nothing computed
-        w.handle(LensTab(True))  # a new context with the callback; the prompt prefilled again
-        cap = find_lens(w.engine)
+        w.handle(LensTab(True))  # an observer context with the callback replays the prompt
+        assert find_lens(w.engine) is None  # the run's own context: untouched
+        obs = w.observers.engine
+        cap = find_lens(obs)
         assert cap is not None and cap.lens_on
         step = w.lens.view().step
         assert step is not None and step.mark_piece == " Paris"
@@ -46,15 +49,14 @@ def test_lens_tab_turns_capture_on_and_off(make_engine) -> None:
         assert last.step.mark_what == "the token sampled"
 
         w.handle(LensTab(False))
-        assert not cap.lens_on
+        assert w.observers.ctx is None  # nothing else looks: its context is freed
         w.handle(Step())
         rec = w.engine.records[-1]
-        assert "lens" not in rec.extras  # computed only while the tab shows
+        assert "lens" not in rec.extras  # the run's records never carry it
         w.handle(LensMode())
-        w.handle(LensTab(True))  # the current position is decoded again, with the lens
+        w.handle(LensTab(True))  # a new observer context replays the run, the lens at its end
         again = w.lens.view().step
-        assert again is not None and again.record == w.engine.logits_record > rec.index
-        assert find_lens(w.engine) is cap  # the callback was already installed: no rebuild
+        assert again is not None and again.record == w.engine.logits_record == rec.index
     finally:
         _close(w)
 
@@ -64,11 +66,16 @@ def test_attention_and_lens_share_the_callback(make_engine) -> None:
     try:
         w.handle(Send("Hello"))
         w.handle(LensTab(True))
-        w.handle(AttentionToggle())  # rebuilds with flash attention off: the lens stays
-        cap = find_lens(w.engine)
-        assert cap is not None and cap.lens_on and find_capture(w.engine) is cap
+        fa = w.engine.flash_attn_resolved
+        w.handle(AttentionToggle())  # a new observer context, flash attention off: lens stays
+        obs = w.observers.engine
+        cap = find_lens(obs)
+        assert cap is not None and cap.lens_on and find_capture(obs) is cap
+        assert obs.flash_attn_resolved == "off" and w.engine.flash_attn_resolved == fa
         w.handle(Step())
-        rec = w.engine.records[-1]
+        w.lens.view()  # the pane reads the observer: it catches up
+        rec = obs.records[-1]
         assert "lens" in rec.extras and "attention" in rec.extras
+        assert not w.engine.records[-1].extras
     finally:
         _close(w)

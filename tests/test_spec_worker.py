@@ -186,13 +186,15 @@ def test_the_logits_pane_moves_across_the_verify_rows(worker):
     current = w.build_view().logits
     w.handle(c.SpecRow(-1))  # from the current row back to the batch's last row
     v = w.build_view().logits
-    assert v.spec_row == f"logits → sampler · verify row {n - 1} of {n}"
+    assert v.spec_row == f"logits → sampler · verify row {n} of {n}"  # 1-based, as "of n"
     assert [r.id for r in v.candidates] == [t.id for t in sp.rows[n - 1].top]
     assert v.next_pick is None  # after the first mismatch: never sampled
+    # so no p′: the pane draws "–" for a cut row, as everywhere else (not "0")
+    assert all(r.cut_by == "never sampled" for r in v.candidates)
     for i in range(n - 2, -1, -1):
         w.handle(c.SpecRow(-1))
         v = w.build_view().logits
-        assert v.spec_row == f"logits → sampler · verify row {i} of {n}"
+        assert v.spec_row == f"logits → sampler · verify row {i + 1} of {n}"
         assert v.next_pick == sp.rows[i].pick
         assert v.candidates[0].logit == sp.rows[i].top[0].logit
     row = sp.accepted  # the mismatch row: the chain's pick there, with its cuts

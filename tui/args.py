@@ -236,8 +236,8 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
     app.add_argument(
         "--attention",
         metavar="LAYER|all",
-        help="start with attention capture on for LAYER (or all): flash attention off and an "
-        "eval callback, so decoding is slower; 'a' toggles it in the app",
+        help="start with attention capture on for LAYER (or all), in an observer context of "
+        "its own (flash attention off there, the run's context untouched); 'a' toggles it",
     )
     app.epilog = (
         "Commands: 'tokenstep trace --help', 'tokenstep info --help', 'tokenstep verify --help', "

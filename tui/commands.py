@@ -92,14 +92,16 @@ def offload_from_args(args: argparse.Namespace) -> Offload:
     return off
 
 
-def engine_from_args(args: argparse.Namespace) -> Engine:
+def engine_from_args(args: argparse.Namespace, *, observers: bool = True) -> Engine:
     """Validate every flag first (cheap), then load the model and create the context (or, with
-    --server, connect to llama-server)."""
+    --server, connect to llama-server). ``observers=False`` (the app): the context gets no
+    eval callback and keeps its flash attention; the app's observers run in a context of
+    their own (tui/worker/observers.py)."""
     config = config_from_args(args)
     settings = settings_from_args(args)
     if getattr(args, "server", None):
         return remote_from_args(args, settings)
-    if getattr(args, "attention", None) is not None:
+    if observers and getattr(args, "attention", None) is not None:
         config.flash_attn = "off"  # the capture turns it off: say so in the trace
     template = getattr(args, "chat_template", None)
     template_text = chat_mod.template_from(template) if template else None  # before loading
@@ -114,7 +116,8 @@ def engine_from_args(args: argparse.Namespace) -> Engine:
         if problem is not None:
             model.close()
             raise TokenstepError(f"--lens: {problem}.")
-    engine = Engine(model, config, settings, graph_observers(args, model.info.n_layer))
+    taps = graph_observers(args, model.info.n_layer) if observers else []
+    engine = Engine(model, config, settings, taps)
     if getattr(args, "lens", False):
         from .engine.lens_capture import find_lens
 

@@ -56,6 +56,16 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
     return app
 
 
+def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace) -> None:
+    """``--attention`` (or a resumed session that had it on): the capture starts on, in an
+    observer context of its own; the run's context is made as if nobody looked."""
+    spec = getattr(args, "attention", None)
+    if spec is not None and engine.capabilities.attention:
+        from .engine.attention_capture import parse_layers
+
+        app.controller.attention.start(parse_layers(spec, engine.info.n_layer))
+
+
 def start_notes(app: TokenstepApp, engine: Engine, crashed: str | None) -> None:
     """The lines start-up owes the user, before the notice already set (the ChatML fallback,
     a resumed session's): the last run's crash, and extra buffers turned off (or forced on
@@ -98,12 +108,17 @@ def _run(
     args: argparse.Namespace, header: dict | None, crashed: str | None, guard: crash.TerminalGuard
 ) -> int:
     try:
-        engine = engine_from_args(args)
+        engine = engine_from_args(args, observers=False)  # looking never changes the run
     except TokenstepError as exc:
         if header is None:
             raise
         raise TokenstepError(f"resuming {args.resume}: {exc}") from None
     app = build_app(engine, args, autosave_dir=session_store.default_autosave_dir())
+    try:
+        start_observers(app, engine, args)
+    except BaseException:
+        engine.close()
+        raise
     spec = None
     try:
         spec = speculator_from_args(args, engine)  # --spec-type: the draft model loads here

@@ -19,6 +19,7 @@ from .batch import DecodeCall
 from .errors import ContextFullError, TokenstepError
 from .logits import read_row, top_candidates
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
+from .replay import DecodeOp
 from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
@@ -64,13 +65,18 @@ def decode(
     shift: ShiftEvent | None = None,
     seq_rows: Sequence[tuple[int, int]] = (),
     all_rows: bool = False,
+    purpose: str = "step",
 ) -> StepRecord:
     """Decode ``call`` and complete its record.
 
     Without ``seq_rows`` the last logits row (if ``has_logits``) is sequence 0's. With them
     (several sequences in one call, after a fork) row ``i`` belongs to ``seq_rows[i]``, a
-    (seq_id, token) pair, and each sequence gets its own :class:`SeqRow` and logits."""
+    (seq_id, token) pair, and each sequence gets its own :class:`SeqRow` and logits.
+    ``purpose`` goes to the replay log (:mod:`tui.engine.replay`): "prompt" for a prefill
+    chunk, "step", "verify" or "forks"."""
     ms, extras = run_decode(engine, call)
+    seqs = tuple(s for s, _ in seq_rows)
+    engine.replay.note(DecodeOp(call, len(engine.records), purpose, has_logits, all_rows, seqs))
     rec = StepRecord(
         len(engine.records),
         phase,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .logits import LogitsMemory
     from .model import Model, ModelInfo
     from .records import RecordLog
+    from .replay import ReplayLog
     from .sampling import SamplerChain, SamplerSettings
     from .step import Branch, Parked, PrefillTurn, ShiftEvent, StepRecord
     from .surprise import SurpriseLog
@@ -63,6 +64,7 @@ class EngineParts(Protocol):
     kv: KVMirror
     logits_memory: LogitsMemory
     records: RecordLog
+    replay: ReplayLog
     work: WorkCounter
     observers: list[DecodeObserver]
     decode_gate: Callable[[], AbstractContextManager[object]] | None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
-from . import prompt
+from . import prompt, replay
 from .errors import TokenstepError
 from .step import Parked
 from .surprise import Surprise
@@ -71,7 +71,7 @@ def park(engine: EngineParts) -> int | None:
     if not free or engine.n_past == 0:
         return None
     seq = free[0]
-    llama_cpp.llama_memory_seq_cp(llama_cpp.llama_get_memory(engine.ctx), 0, seq, -1, -1)
+    replay.seq_cp(engine.ctx, engine.replay, 0, seq, -1, -1)
     engine.kv.seq_cp(0, seq)
     tokens = engine.tokens
     engine.parked[seq] = Parked(
@@ -93,7 +93,7 @@ def drop(engine: EngineParts, seq: int) -> None:
     """Forget a parked sequence: the cells only it still sees are freed."""
     if engine.parked.pop(seq, None) is None:
         return
-    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(engine.ctx), seq, -1, -1)
+    replay.seq_rm(engine.ctx, engine.replay, seq, -1, -1)
     engine.kv.seq_rm(seq, 0, -1)
 
 
@@ -150,12 +150,11 @@ def _from_parked(engine: EngineParts, parked: Parked, tokens: list[int], common:
     # Keep only the prefix whose cells the parked sequence shares: a cell sequence 0 decoded
     # again after parking sits at the same position as the parked one and must go.
     common = min(common, engine.kv.shared_prefix(0, parked.seq))
-    mem = llama_cpp.llama_get_memory(engine.ctx)
     engine.truncate(common)
     p0 = engine.kv.positions(parked.seq)[common]
     n = len(tokens)
     p1 = engine.kv.positions(parked.seq)[n - 1] + 1
-    llama_cpp.llama_memory_seq_cp(mem, parked.seq, 0, p0, p1)
+    replay.seq_cp(engine.ctx, engine.replay, parked.seq, 0, p0, p1)
     engine.kv.seq_cp(parked.seq, 0, p0, p1)
     for i, v in enumerate(parked.values[common:n], start=common):
         if v is not None:

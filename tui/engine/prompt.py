@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import llama_cpp
-
-from . import kv_order
+from . import kv_order, replay
 from .batch import plan_prompt
 from .decode import decode
 from .errors import ContextFullError, TokenstepError
@@ -88,6 +86,7 @@ def _decode_prompt(engine: EngineParts, tokens: list[int], reused: int) -> list[
             chunk=(i + 1, len(calls)),
             reused=reused,
             has_logits=i == len(calls) - 1,
+            purpose="prompt",
         )
         if score:
             _score_call(engine, tokens, start, n_past, call.n_tokens)
@@ -151,14 +150,13 @@ def truncate(engine: EngineParts, n_keep: int) -> None:
     the new last position come back from the rewind memory when it still holds them."""
     if n_keep >= engine.n_past:
         return
-    mem = llama_cpp.llama_get_memory(engine.ctx)
     positions = engine.kv.positions(0)
     p0 = positions[n_keep] if n_keep < len(positions) else 0
     if n_keep == 0 and not engine.branches and not engine.parked:
-        llama_cpp.llama_memory_clear(mem, True)
+        replay.clear(engine.ctx, engine.replay)
         engine.kv.clear()
     else:
-        if not llama_cpp.llama_memory_seq_rm(mem, 0, p0, -1):
+        if not replay.seq_rm(engine.ctx, engine.replay, 0, p0, -1):
             raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
         engine.kv.seq_rm(0, p0, -1)
     engine.logits_memory.truncate(n_keep)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import llama_cpp
 import numpy as np
 
+from . import replay
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
 from .errors import TokenstepError
@@ -127,8 +127,7 @@ def fork(engine: EngineParts, src: int = 0) -> int:
     logits = engine.seq_logits(src)
     assert logits is not None
     dst = free[0]
-    mem = llama_cpp.llama_get_memory(engine.ctx)
-    llama_cpp.llama_memory_seq_cp(mem, src, dst, -1, -1)
+    replay.seq_cp(engine.ctx, engine.replay, src, dst, -1, -1)
     engine.kv.seq_cp(src, dst)
     record = engine.logits_record if src == 0 else engine.branches[src].record
     seed = (engine.settings.seed + dst) & 0xFFFFFFFF
@@ -148,7 +147,7 @@ def drop_seq(engine: EngineParts, seq: int) -> None:
     br = engine.branches.pop(seq, None)
     if br is None:
         raise TokenstepError(f"there is no forked sequence {seq}.")
-    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(engine.ctx), seq, -1, -1)
+    replay.seq_rm(engine.ctx, engine.replay, seq, -1, -1)
     engine.kv.seq_rm(seq, 0, -1)
     br.chain.free()
 
@@ -180,7 +179,7 @@ def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepR
         return None
     tokens = [BatchToken(t, engine.kv.last_pos(s) + 1, (s,), True) for s, t in picks]
     call = DecodeCall(tokens, ubatch_chunks(len(tokens), engine.config.n_ubatch))
-    return decode(engine, call, shift=shift, seq_rows=picks)
+    return decode(engine, call, shift=shift, seq_rows=picks, purpose="forks")
 
 
 def _full(engine: EngineParts, picks: list[tuple[int, int]]) -> bool:

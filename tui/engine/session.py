@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
-from . import loop, paths, prompt, sequences, shift
+from . import loop, paths, prompt, replay, sequences, shift
 from .backend import LOCAL, LOCAL_LENS, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
 from .context import Context, EngineConfig
@@ -33,6 +33,7 @@ from .logits import LogitsMemory
 from .model import Model
 from .offload import placement
 from .records import RecordLog
+from .replay import ReplayLog
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
@@ -105,17 +106,12 @@ class Engine:
         self.surprise = SurpriseLog()  # how expected each context token was (surprise map)
         self.score_prompt = False  # decode prompts with logits on every row (surprise map)
         self._verifier: Verifier | None = None
+        # Every llama_decode and memory edit since the last clear: an observer's own context
+        # runs them again (observer_context.py), so this one is never rebuilt for a view.
+        self.replay = ReplayLog()
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
         return record_to_dict(self, rec, weights=False)  # spilled: as a saved session
-
-    def adopt_history(self, old: Engine) -> None:
-        """Take over ``old``'s step records, prefill turns, context shifts and stop reason (a
-        context rebuilt with other parameters continues the same session)."""
-        self.records = old.records
-        self.records.to_dict = self._record_dict
-        self.turns, self.shifts = list(old.turns), list(old.shifts)
-        self.stop_reason = old.stop_reason
 
     # -- state ---------------------------------------------------------------------------------
     @property
@@ -201,15 +197,6 @@ class Engine:
         cached (prompt/prefix caching) and prefilling only the rest."""
         recs = prompt.sync_prompt(self, tokens, reuse=reuse)
         self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
-        return recs
-
-    def decode_again(self, tokens: list[int], *, reuse: bool = False) -> list[StepRecord]:
-        """Make the context hold ``tokens`` again (a new observer must see their rows, or a
-        rebuilt context must hold them): the same turn, so its stop reason is kept, where a
-        new prompt clears it."""
-        stop = self.stop_reason
-        recs = self.sync_prompt(tokens, reuse=reuse) if tokens else []
-        self.stopped(stop)
         return recs
 
     def truncate(self, n_keep: int) -> None:
@@ -314,7 +301,7 @@ class Engine:
         return n
 
     def reset(self) -> None:
-        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
+        replay.clear(self.ctx, self.replay)
         for br in self.branches.values():
             br.chain.free()
         self.branches.clear()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
+from . import replay
 from .errors import TokenstepError
 from .paths import drop_all
 from .step import ShiftEvent
@@ -59,10 +60,10 @@ def context_shift(engine: EngineParts) -> ShiftEvent | None:
     p0, p1 = pos[n_keep], pos[n_keep + n_discard]
     gone, moves = kv.shift_seqs(seqs, p0, p1)
     for s in seqs:
-        if not llama_cpp.llama_memory_seq_rm(mem, s, p0, p1):
+        if not replay.seq_rm(engine.ctx, engine.replay, s, p0, p1):
             raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
     for s, lo in moves:
-        llama_cpp.llama_memory_seq_add(mem, s, lo, -1, -(p1 - p0))
+        replay.seq_add(engine.ctx, engine.replay, s, lo, -1, -(p1 - p0))
     for br in engine.branches.values():  # where each fork's own cells start, after the move
         if br.fork_pos >= p1:
             br.fork_pos -= p1 - p0

@@ -120,8 +120,8 @@ KEYS: tuple[Key, ...] = (
         "attention",
         "a",
         "attn",
-        "Attention capture on/off: flash attention off plus an eval callback, so decoding "
-        "is slower; turning it on may rebuild the context and prefill the cache again.",
+        "Attention capture on/off, in an observer context of its own (flash attention off "
+        "there) that replays the run's decodes; the run's context is never rebuilt.",
         "view",
     ),
     Key(
@@ -129,7 +129,7 @@ KEYS: tuple[Key, ...] = (
         "attention_all",
         "A",
         "all layers",
-        "Attention for every layer in one prefill: [ and ] then switch layers at once.",
+        "Attention for every layer in one replay: [ and ] then switch layers at once.",
         "view",
     ),
     Key(

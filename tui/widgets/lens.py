@@ -203,7 +203,8 @@ class LensTab(Vertical):
             self.border_title = "logit lens · every position (G: one step)"
             cols = lv.grid.columns[-n:]
             shown = f"{cols[0].pos}–{cols[-1].pos} of {lv.grid.n_tokens} · " if cols else ""
-            self.border_subtitle = f"grid {shown}PgUp/PgDn"
+            own = f" · {lv.observer}" if lv.observer else ""
+            self.border_subtitle = f"grid {shown}PgUp/PgDn{own}"
             return
         self.query_one(LensPane).show_lens(lv, note)
         if note is None and lv is not None and lv.step is not None:
@@ -223,4 +224,5 @@ class LensTab(Vertical):
         self.border_title = "logit lens · what each layer would predict"
         mode = lv.mode if lv is not None else "preview"
         ms = f" · {lv.step.check['ms']:.0f} ms" if lv is not None and lv.step is not None else ""
-        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches · PgUp/PgDn"
+        own = f" · {lv.observer}" if lv is not None and lv.observer else ""
+        self.border_subtitle = f"{MODE_NAMES.get(mode, mode)}{ms} · L switches · PgUp/PgDn{own}"

@@ -34,10 +34,20 @@ class TimelinePane(Pane):
         t.append(fmt_rate(self, pn, pms), Style(bold=True))
         t.append("\n")
         t.append(" decode  ", Style(color="black", bgcolor="green3", bold=True))
-        t.append(f" {_n(dn, 'step')}, {fmt_ms(self, dms)} → ")
-        t.append(fmt_rate(self, dn, dms), Style(bold=True))
-        if dn:
-            t.append(f" (mean {fmt_ms(self, dms / dn)})", DIM)
+        if not (tot.verify_calls or tot.draft_calls):
+            t.append(f" {_n(dn, 'step')}, {fmt_ms(self, dms)} → ")
+            t.append(fmt_rate(self, dn, dms), Style(bold=True))
+            if dn:
+                t.append(f" (mean {fmt_ms(self, dms / dn)})", DIM)
+            return t
+        # --spec-type: calls and emitted tokens apart (a verify's rejected rows emit nothing),
+        # and the draft model's own decodes in the time the tokens cost.
+        t.append(f" {_n(tot.decode_calls, 'call')} emitted {_n(dn, 'token')}")
+        if tot.draft_calls:
+            t.append(f" (+{tot.draft_calls:,} draft-model)")
+        total_ms = dms + tot.draft_ms
+        t.append(f", {fmt_ms(self, total_ms)} → ")
+        t.append(fmt_rate(self, dn, total_ms), Style(bold=True))
         return t
 
     def render(self) -> Text:

@@ -5,25 +5,25 @@ runs on the worker thread (the only one that touches the engine). The app sends 
 (attention on/off, layer, head, whether the Attention/Anatomy tab is showing) through the
 worker's queue and draws the :class:`AttentionView` the worker puts in each view.
 
-llama.cpp fixes the eval callback when a context is created. So attention on, in a context
-built without the capture, means a new context: flash attention off, the callback installed,
-and the tokens already in the cache prefilled again (one batched prefill). Attention off keeps
-the callback installed but idle (it asks for no tensor). A layer that was not being captured
-is captured by prefilling the same tokens again, so every row of the new layer is real.
+llama.cpp fixes the eval callback and the attention kernel when a context is created, and
+looking must never change the run: so the weights come from the worker's observer context
+(:mod:`tui.worker.observers`), a context of its own with flash attention off and the callback,
+which replays the run's decode calls (the same batches, so every row is the one the run's
+batch computed, through the other kernel). The run's context is never rebuilt. Attention off
+copies nothing more; a layer that was not being captured means a new observer context that
+replays the run again, so every row of the new layer is real.
 
 Nothing here imports Textual or Rich.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.attention_capture import AttentionCapture, find_capture
+from ..engine.attention_capture import AttentionCapture
 from ..engine.attention_map import ContextAttention, context_attention
 from ..engine.errors import TokenstepError
-from ..engine.lens_capture import AttentionLensCapture, find_lens
 from ..engine.model import ModelInfo
 from ..engine.session import Engine
 from .caches import Memo
@@ -66,26 +66,23 @@ class AttentionControl:
         self.head = head
         self.want_matrix = False  # the Attention tab is showing
         self.want_census = False  # the Anatomy tab is showing
-        self._layers: list[int] | None = None  # the next rebuild captures these (A: all)
-        cap = self.capture
-        if cap is not None:
-            if cap.layers:
-                self.on = True
-                if self.layer not in cap.layers:
-                    self.layer = cap.layers[0]
-            elif self.on:
-                cap.set_layers([self.layer])
-        # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the context
-        # changed; the pane lays out only the rows it draws.
+        # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the observer's
+        # context changed; the pane lays out only the rows it draws.
         self._matrix: Memo[tuple[Any, ...], ContextAttention | None] = Memo(
             lambda: (
-                len(self.engine.records),
-                self.engine.n_past,
+                id(self._seen()),
+                len(self._seen().records),
+                self._seen().n_past,
                 self.layer,
-                tuple(self.engine.tokens[-1:]),
+                tuple(self._seen().tokens[-1:]),
             ),
-            lambda: context_attention(self.engine, self.layer),
+            lambda: context_attention(self._seen(), self.layer),
         )
+
+    def _seen(self) -> Engine:
+        """The observer's session (its context holds what the run's holds, replayed)."""
+        eng = self.w.observers.engine
+        return eng if eng is not None else self.engine
 
     @property
     def engine(self) -> Engine:
@@ -93,7 +90,9 @@ class AttentionControl:
 
     @property
     def capture(self) -> AttentionCapture | None:
-        return find_capture(self.engine)
+        """The observer context's capture (the engine's own context never has one)."""
+        cap = self.w.observers.ctx.capture if self.w.observers.ctx is not None else None
+        return cap if isinstance(cap, AttentionCapture) else None
 
     def state(self) -> dict[str, Any]:
         """For the saved session's header."""
@@ -120,98 +119,62 @@ class AttentionControl:
     def set_tabs(self, matrix: bool, census: bool) -> None:
         """Which of the Attention (matrix) and Anatomy (census) tabs is showing."""
         self.want_matrix, self.want_census = matrix, census
-        cap = self.capture
-        if cap is not None:
-            cap.census_on = self.want_census
+        obs = self.w.observers
+        if obs.local and census != obs.wants.census:  # the census comes from its context too
+            obs.want(census=census)
+
+    def start(self, layers: list[int]) -> None:
+        """``--attention``: capture on from the start (before the worker runs)."""
+        self.w.require("attention")
+        self.layer = layers[0] if layers else self.layer
+        self.w.observers.want(layers=tuple(layers or [self.layer]), census=self.want_census)
+        self.on = True
 
     def toggle(self) -> None:
         self.w.require("attention")
-        cap = self.capture
+        obs = self.w.observers
         if self.on:
             self.on = False
             self.w.state.dirty_since_save = True
-            if cap is not None:
-                cap.set_layers([])
-            fa = self.engine.flash_attn_resolved
-            how = (
-                "the eval callback stays installed but copies nothing (flash attention stays "
-                "off in this context)"
-                if cap is not None
-                else f"nothing was being copied (flash attention {fa} in this context)"
-            )
-            self.w.state.note(f"Attention capture off: {how}.")
-            return
-        # Refuse before changing anything: a refused toggle leaves pane, notice and header as
-        # they were (capture off, the context and its flash-attention setting untouched).
-        self._no_forks()
-        if cap is None:
-            self._no_quantized_v()
-        self.w.state.dirty_since_save = True
-        n_tok = len(self.engine.tokens)
-        if cap is None:
-            with self.w.busy(
-                "Attention on: building a context with flash attention off and the eval "
-                f"callback, then prefilling its {n_tok} tokens again"
-            ):
-                n = self._rebuild()
-            self.on = True  # only now: a view sent during the rebuild still shows it off
-            again = f", and its {n} tokens were prefilled again" if n else ""
+            obs.want(layers=())
             self.w.state.note(
-                f"Attention on (layer {self.layer}): a new context was created with flash "
-                f"attention off and the eval callback{again}; decoding is now slower "
-                "(capture copies kq_soft_max each step)."
+                "Attention capture off: its context copies nothing more (the run's context "
+                "never had the callback)."
             )
             return
-        cap.set_layers([self.layer])
-        with self.w.busy(f"Attention on: prefilling the {n_tok} tokens in the cache again"):
-            try:
-                n = self._reprefill()
-            except Exception:
-                cap.set_layers([])
-                raise
-        self.on = True
-        again = f"; the {n} tokens in the cache were prefilled again to capture them" if n else ""
-        self.w.state.note(f"Attention on (layer {self.layer}){again}. Decoding is slower while on.")
+        self._no_quantized_v()  # refused before anything changes
+        self.w.state.dirty_since_save = True
+        self._capture([self.layer], "Attention on")
+        self.on = True  # only now: a view sent during the replay still shows it off
+        ctx = obs.ctx
+        what = ctx.describe() if ctx is not None else "no observer context"
+        self.w.state.note(
+            f"Attention on (layer {self.layer}), captured in an {what}. Each step now also "
+            "runs there; the run's picks and logits stay as they were."
+        )
+
+    def _capture(self, layers: list[int], what: str) -> None:
+        obs = self.w.observers
+        obs.want(layers=tuple(layers), census=self.want_census)
+        obs.fill(what)
+        self._matrix.clear()
 
     def capture_all(self) -> None:
-        """``A``: every layer in one prefill, so [ and ] then switch layers at once."""
+        """``A``: every layer in one replay, so [ and ] then switch layers at once."""
         self.w.require("attention")
+        self._no_quantized_v()
         n_layer = self.engine.info.n_layer
-        everything = list(range(n_layer))
-        cap = self.capture
-        n_tok = len(self.engine.tokens)
-        self._no_forks()  # refused before anything changes
-        if cap is None:
-            self._layers = everything
-            self.on = False
-            try:
-                self.toggle()
-            finally:
-                self._layers = None
-            if self.on:
-                self.w.state.note(
-                    f"All {n_layer} layers captured in one prefill (a new context with flash "
-                    "attention off); [ and ] now switch layers without another."
-                )
-            return
-        before = list(cap.layers)
-        cap.set_layers(everything)
         self.w.state.dirty_since_save = True
-        with self.w.busy(f"Capturing all {n_layer} layers: prefilling the {n_tok} tokens again"):
-            try:
-                n = self._reprefill()
-            except Exception:
-                cap.set_layers(before)
-                raise
+        self._capture(list(range(n_layer)), f"Capturing all {n_layer} layers")
         self.on = True
         self.w.state.note(
-            f"All {n_layer} layers captured in one prefill of {n} tokens; [ and ] now switch "
-            "layers without another. Decoding is slower while every layer is copied."
+            f"All {n_layer} layers captured in the observer's own context; [ and ] now switch "
+            "layers without another replay. Each step copies every layer while on."
         )
 
     def set_layer(self, layer: int) -> None:
         self.w.require("attention")
-        # Presses of [ or ] made while a capture was prefilling: only the newest is done.
+        # Presses of [ or ] made while a capture was replaying: only the newest is done.
         later = self.w.take_queued(AttentionLayer)
         skipped = 0
         while isinstance(later, AttentionLayer):
@@ -221,33 +184,20 @@ class AttentionControl:
         n_layer = self.engine.info.n_layer
         layer %= n_layer
         cap = self.capture
-        if self.on and cap is not None and layer not in cap.layers:
-            self._no_forks()  # a refused layer leaves the captured one as it was
         self.layer = layer
         self.w.state.dirty_since_save = True
         if not self.on or cap is None:
             self.w.state.note(f"Layer {layer} selected; press a to turn attention capture on.")
             return
         if layer in cap.layers:
-            self.w.state.note(f"Layer {layer}: already captured, shown without a new prefill.")
+            self.w.state.note(f"Layer {layer}: already captured, shown without another replay.")
             return
-        cap.set_layers([layer])
-        n_tok = len(self.engine.tokens)
-        with self.w.busy(f"Capturing layer {layer} of {n_layer}: prefilling the {n_tok} tokens "
-                         "in the cache again"):
-            n = self._reprefill()
+        self._capture([layer], f"Capturing layer {layer} of {n_layer}")
         taken = f" ({skipped + 1} layer presses taken together: the newest wins)" if skipped else ""
         self.w.state.note(
-            f"Layer {layer}: the {n} tokens in the cache were prefilled again to capture it "
-            f"(same tokens, same KV cache contents){taken}."
+            f"Layer {layer}: the observer's own context replayed the run's decode calls to "
+            f"capture it (the run's context untouched){taken}."
         )
-
-    def _no_forks(self) -> None:
-        if self.engine.branches:
-            raise TokenstepError(
-                "capturing attention prefills the context again; send a message or rewind "
-                "to drop the fork first."
-            )
 
     def _no_quantized_v(self) -> None:
         type_v = self.engine.config.cache_type_v
@@ -257,50 +207,8 @@ class AttentionControl:
                 "start with -ctv f16."
             )
 
-    def _reprefill(self) -> int:
-        """Decode the context's tokens again so the capture sees every row."""
-        self._no_forks()
-        eng = self.engine
-        tokens = eng.tokens
-        if not tokens:
-            return 0
-        eng.decode_again(tokens)
-        self._after_prefill(eng)
-        return len(tokens)
-
-    def _rebuild(self) -> int:
-        """A new context with the capture installed; the cache's tokens are prefilled again."""
-        self._no_forks()
-        old = self.engine
-        config = dataclasses.replace(old.config, flash_attn="off")
-        layers = self._layers or [self.layer]
-        self._layers = None
-        lens = find_lens(old)  # the lens shares the one eval callback: keep it as it was
-        cap = AttentionLensCapture(
-            n_layer=old.info.n_layer,
-            layers=layers,
-            census=self.want_census,
-            lens=lens is not None and lens.lens_on,
-        )
-        new = Engine(old.model, config, old.settings, [cap])
-        # The session keeps its history: step records, prefill turns, context shifts.
-        new.adopt_history(old)
-        tokens = old.tokens
-        self.w.replace_engine(new)  # the worker made this one: it frees it
-        new.decode_again(tokens)
-        self._after_prefill(new)
-        return len(tokens)
-
     def forget_matrix(self) -> None:
-        """The context was prefilled again (e.g. by the lens): rebuild the matrix."""
-        self._matrix.clear()
-
-    def _after_prefill(self, eng: Engine) -> None:
-        s = self.w.state
-        recs = [r for r in eng.records[s.records_from :] if r.phase == "prefill"]
-        if recs and eng.turns:
-            a, b = eng.turns[-1].records
-            s.note_records(tuple(eng.records[a:b]), (0, eng.kv.used))
+        """The observer context was made anew (e.g. by the lens): rebuild the matrix."""
         self._matrix.clear()
 
     # -- the view ---------------------------------------------------------------------------------
@@ -308,11 +216,14 @@ class AttentionControl:
         eng = self.engine
         cap = self.capture
         att = None
+        ctx = None
+        if (self.want_matrix and cap is not None) or self.want_census:
+            ctx = self.w.observers.ready()  # it catches up now, on this thread
         if self.want_matrix and self.on and cap is not None:
             att = self._matrix.get()
         census = profile = None
         if self.want_census and eng.capabilities.graph:
-            for rec in reversed(eng.records):
+            for rec in reversed(self._seen().records):
                 if "graph" in rec.extras:
                     census, profile = rec.extras["graph"], rec.extras.get("profile")
                     break
@@ -320,11 +231,16 @@ class AttentionControl:
         if missing is not None:
             status = f"attention {missing}"
         elif not self.on:
-            status = "attention capture off · press a to capture (rebuilds the context if needed)"
+            status = (
+                "attention capture off · press a to capture (in a context of its own: the "
+                "run's is never rebuilt)"
+            )
         elif att is None:
             status = "no weights captured yet: send a message"
         else:
             status = f"captured from kq_soft_max-{self.layer} · a turns capture off"
+        if ctx is not None:
+            status += f" · {ctx.problem or ctx.describe()}"
         return AttentionView(
             on=self.on,
             installed=cap is not None,

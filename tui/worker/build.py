@@ -20,7 +20,7 @@ from .chat import merge, messages_now, spans_now
 from .paths import paths_view
 from .remote_view import remote_view, where_it_runs
 from .saving import n_records
-from .surprise import SurpriseView, surprise_view
+from .surprise import SurpriseView, catch_up, surprise_view
 from .views import (
     TOP_ROWS,
     BatchView,
@@ -76,7 +76,13 @@ class ViewBuilder:
         )
         # The surprise values cost O(context) to copy: only when a step or a command changed them.
         self.surprise: Memo[tuple[Any, ...], SurpriseView] = Memo(
-            lambda: (len(w.engine.records), w.engine.n_past, w.commands, len(w.engine.surprise)),
+            lambda: (
+                catch_up(w),  # first: the observer's replay may score prompt tokens
+                len(w.engine.records),
+                w.engine.n_past,
+                w.commands,
+                len(w.engine.surprise),
+            ),
             lambda: surprise_view(w, w.engine.tokens),
         )
         # The work counter's series cost O(steps) to copy; while a reply plays they are
@@ -321,14 +327,15 @@ def spec_row_candidates(w: Any) -> tuple[Any, ...] | None:
     row = run.record.spec.rows[run.row]
     ids = [c.id for c in row.top]
     chain = row.chain
+    # A row after the first mismatch was never sampled: no p′ (drawn "–", as elsewhere).
     p_final = chain.p_final_many(ids) if chain is not None else [0.0] * len(ids)
-    cut = chain.cut_by_many(ids) if chain is not None else [None] * len(ids)
+    cut = chain.cut_by_many(ids) if chain is not None else ["never sampled"] * len(ids)
     rows = tuple(
         CandidateRow(c.id, c.piece, c.logit, c.p, pf, cb)
         for c, pf, cb in zip(row.top, p_final, cut, strict=True)
     )
     n = len(run.record.spec.rows)
-    title = f"logits → sampler · verify row {run.row} of {n}"
+    title = f"logits → sampler · verify row {run.row + 1} of {n}"  # 1-based, as "of n"
     return rows, chain, row.entropy, row.pick, title
 
 

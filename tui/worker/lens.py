@@ -1,11 +1,12 @@
 """The logit lens for the app, on the decode worker's side.
 
 The lens is computed only while its tab is showing: the app says which tabs show
-(:class:`~tui.worker.commands.LensTab`), and the worker turns the capture on or off. llama.cpp
-fixes the eval callback when a context is created, so the first time the tab shows in a
-context built without one, a new context is made with the callback (flash attention as it
-was) and the cache's tokens are prefilled again. When the current position was decoded while
-the lens was off, its last token is decoded again (one token) so the lens has it.
+(:class:`~tui.worker.commands.LensTab`), and the worker turns the capture on or off. The
+capture runs in the worker's observer context (:mod:`tui.worker.observers`), never in the
+run's: a context of its own with the eval callback (flash attention as the run's), which
+replays the run's decode calls with the same batches, so its last layer is the run's logits
+bit for bit. The lens is projected for the newest decodes it replays; a step replayed without
+it (shown after a rewind) makes the observer context anew with the lens from that step on.
 
 Two lenses can be shown (a key switches): the *preview*, the position being predicted now
 (from the decode whose logits the preview samples from), marking llama.cpp's top-1; and the
@@ -19,12 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.attention_capture import find_capture
-from ..engine.lens_capture import AttentionLensCapture, LensCapture, find_lens
+from ..engine.lens_capture import LensCapture
 from ..engine.lens_grid import GRID_MAX
 from ..engine.session import Engine
 from ..engine.tokens import display_bytes
-from . import surprise
 from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
@@ -59,6 +58,7 @@ class LensView:
     n_layer: int
     status: str
     grid: GridView | None = None  # G: the position x layer grid instead of one step
+    observer: str = ""  # what the observer context the lens comes from is
 
 
 def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, int | None]:
@@ -77,6 +77,7 @@ class LensControl:
         self.mode = "preview"
         self.note: str | None = None
         self.grid = False  # G: the grid over every position (l_out copied whole)
+        self._refilled: int | None = None  # the record the observer was last made anew for
 
     @property
     def engine(self) -> Engine:
@@ -84,105 +85,54 @@ class LensControl:
 
     # -- commands (worker thread) ----------------------------------------------------------------
     def set_visible(self, visible: bool) -> None:
-        """The Lens tab shows (capture and project each step) or not (copy nothing)."""
+        """The Lens tab shows (capture and project in the observer's context) or not."""
         self.visible = visible
         if self.engine.capabilities.missing("lens") is not None:
             return  # e.g. a llama-server backend: the tab says why
-        cap = find_lens(self.engine)
+        obs = self.w.observers
         if not visible:
-            if cap is not None:
-                cap.set_grid(False)
-                cap.set_lens(False)
-            return
-        if self.engine.branches:
-            self.note = "the lens waits: a fork is live (send a message or rewind to drop it)"
+            if obs.ctx is not None:
+                obs.want(lens=False, grid=False)
             return
         self.note = None
-        if cap is None:
-            n = self._rebuild()
+        fresh = obs.ctx is None or not isinstance(obs.ctx.capture, LensCapture)
+        obs.want(lens=True, grid=self.grid)
+        obs.fill("Logit lens")
+        if fresh and obs.ctx is not None:
             self.w.state.note(
-                "Logit lens on: a new context was created with the eval callback"
-                + (f", and its {n} tokens were prefilled again" if n else "")
-                + "; each step now projects every layer's l_out through the model's head."
+                f"Logit lens on, in an {obs.ctx.describe()}: each step projects every layer's "
+                "l_out through the model's head there; the run's context is untouched."
             )
-            return
-        cap.set_lens(True)
-        cap.set_grid(self.grid)
-        self._fill_current()
 
     def toggle_grid(self) -> None:
         """G: the grid over every position of the context, or back to one step. Turning it on
-        decodes the context again with each ``l_out`` copied whole and logits on every row
-        (llama.cpp keeps only rows with logits before the last layer): one lens projection
-        per position, each about as long as one step's."""
+        makes a new observer context that replays the run with each ``l_out`` copied whole
+        and logits on every prompt row (llama.cpp keeps only rows with logits before the
+        last layer): one lens projection per position of the newest 64."""
         eng = self.engine
-        cap = find_lens(eng)
-        if eng.capabilities.missing("lens") is not None or cap is None or self.note:
+        obs = self.w.observers
+        if eng.capabilities.missing("lens") is not None or not self.visible or obs.ctx is None:
             self.w.state.note("The lens grid needs the lens on first (tab 8).")
             return
         self.grid = not self.grid
-        cap.set_grid(self.grid)
-        surprise.keep(self.w)  # the grid asks for logits on every prompt row while it is on
+        obs.want(lens=True, grid=self.grid)
         if not self.grid:
             self.w.state.note("Lens: one step again (G shows the grid over every position).")
             return
+        obs.fill("Lens grid")
+        self.w.attention.forget_matrix()
         tokens = eng.tokens
-        if tokens:
-            eng.decode_again(tokens)
-            self._noted(eng)
         n = min(len(tokens), GRID_MAX)
         self.w.state.note(
-            f"Lens grid: the context's {len(tokens)} tokens were decoded again with every "
-            f"l_out copied whole and logits on every row; {n} positions x "
-            f"{eng.info.n_layer} layers projected through the head. G goes back to one step."
+            f"Lens grid: the observer's own context replayed the run with every l_out copied "
+            f"whole and logits on every prompt row; {n} positions x {eng.info.n_layer} layers "
+            "projected through the head. G goes back to one step."
         )
 
     def toggle_mode(self) -> None:
         if not self.engine.capabilities.graph:  # no local context (llama-server): as --lens
             self.w.require("lens")
         self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
-
-    def _rebuild(self) -> int:
-        old = self.engine
-        att = find_capture(old)
-        cap: LensCapture
-        if att is not None:
-            cap = AttentionLensCapture(
-                n_layer=old.info.n_layer, layers=att.layers, census=att.census_on, lens=True
-            )
-        else:
-            census = self.w.attention.want_census
-            cap = LensCapture(n_layer=old.info.n_layer, census=census, lens=True)
-        new = Engine(old.model, old.config, old.settings, [cap])
-        new.adopt_history(old)
-        tokens = old.tokens
-        self.w.replace_engine(new)
-        surprise.keep(self.w)  # the new context scores prompts as the old one did
-        if tokens:
-            new.decode_again(tokens)
-            self._noted(new)
-        return len(tokens)
-
-    def _fill_current(self) -> None:
-        """Decode the last token again when the current position has no lens yet."""
-        eng = self.engine
-        rec = self._preview_record()
-        tokens = eng.tokens
-        if not tokens or (rec is not None and "lens" in rec.extras):
-            return
-        eng.decode_again(tokens, reuse=True)  # everything but the last token is re-used
-        self._noted(eng)
-        self.w.state.note(
-            "Logit lens on: the last token was decoded again (the rest re-used) so the lens "
-            "sees the position being predicted."
-        )
-
-    def _noted(self, eng: Engine) -> None:
-        s = self.w.state
-        if eng.turns:
-            a, b = eng.turns[-1].records
-            s.note_records(tuple(eng.records[a:b]), (0, eng.kv.used))
-        self.w.attention.forget_matrix()
 
     # -- the view ---------------------------------------------------------------------------------
     def _preview_record(self) -> StepRecord | None:
@@ -200,10 +150,11 @@ class LensControl:
                 return rec if eng.tokens[-1:] == [rec.sampled] else None
         return None
 
-    def _step(self, rec: StepRecord | None) -> LensStep | None:
-        if rec is None or "lens" not in rec.extras:
+    def _step(self, rec: StepRecord | None, seen: StepRecord | None) -> LensStep | None:
+        """``rec``: the run's record; ``seen``: the observer's replay of it, with the lens."""
+        if rec is None or seen is None or "lens" not in seen.extras:
             return None
-        layers, check = rec.extras["lens"], rec.extras["lens_check"]
+        layers, check = seen.extras["lens"], seen.extras["lens_check"]
         if self.mode == "last" and rec.sampled is not None:
             mark, what = rec.sampled, "the token sampled"
             piece = display_bytes(self.engine.vocab.piece(mark))
@@ -211,6 +162,28 @@ class LensControl:
             mark, piece, what = check["top1"]["id"], check["top1"]["piece"], "llama.cpp's top-1"
         first1, first5 = first_layers(layers, mark)
         return LensStep(rec.index, check["pos"], layers, check, mark, piece, what, first1, first5)
+
+    def _seen(self, rec: StepRecord | None) -> tuple[StepRecord | None, str]:
+        """The observer's record of ``rec`` with the lens on it; a record replayed before the
+        lens was wanted (e.g. after a rewind to an older step) makes the observer context
+        anew, once, with the lens from that record on."""
+        obs = self.w.observers
+        ctx = obs.ready()
+        if ctx is None:
+            return None, ""
+        if rec is None:
+            return None, ctx.problem or ctx.brief()
+        seen = ctx.record_for(rec.index)
+        has = seen is not None and ("lens" in seen.extras or "lens_problems" in seen.extras)
+        if not has and ctx.problem is None and self._refilled != rec.index and obs.may_replay():
+            self._refilled = rec.index
+            obs.rebuild(lens_from=rec.index)
+            self.w.attention.forget_matrix()
+            ctx = obs.ready()
+            seen = ctx.record_for(rec.index) if ctx is not None else None
+        if ctx is None:
+            return None, ""
+        return seen, ctx.problem or ctx.brief()
 
     def view(self) -> LensView:
         eng = self.engine
@@ -221,11 +194,12 @@ class LensControl:
         if not self.visible:
             return LensView(False, self.mode, None, n_layer, "")
         rec = self._preview_record() if self.mode == "preview" else self._last_record()
-        step = self._step(rec)
+        seen, observer = self._seen(rec)
+        step = self._step(rec, seen)
         if self.note is not None:
             status = self.note
-        elif step is None and rec is not None and "lens_problems" in rec.extras:
-            status = "; ".join(rec.extras["lens_problems"])
+        elif step is None and seen is not None and "lens_problems" in seen.extras:
+            status = "; ".join(seen.extras["lens_problems"])
         elif step is None:
             status = (
                 "no step yet: send a message"
@@ -234,5 +208,6 @@ class LensControl:
             )
         else:
             status = ""
-        grid = grid_view(eng) if self.grid else None
-        return LensView(True, self.mode, step, n_layer, status, grid)
+        obs_eng = self.w.observers.engine
+        grid = grid_view(obs_eng) if self.grid and obs_eng is not None else None
+        return LensView(True, self.mode, step, n_layer, status, grid, observer)

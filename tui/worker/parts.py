@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..engine.observer_context import ObserverContext, Wants
     from ..engine.sampling import ChainResult
     from ..engine.session import Engine
     from .commands import Command
@@ -33,6 +34,31 @@ class AttentionPart(Protocol):
     def state(self) -> dict[str, Any]: ...
 
     def forget_matrix(self) -> None: ...
+
+
+class ObserversPart(Protocol):
+    """The observer context's owner as the other parts use it (see observers.py)."""
+
+    ctx: ObserverContext | None
+    wants: Wants
+
+    @property
+    def local(self) -> bool: ...
+
+    @property
+    def engine(self) -> Engine | None: ...
+
+    def want(self, **changes: object) -> ObserverContext | None: ...
+
+    def rebuild(self, lens_from: int | None = None) -> None: ...
+
+    def ready(self) -> ObserverContext | None: ...
+
+    def fill(self, what: str) -> None: ...
+
+    def may_replay(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class LensPart(Protocol):
@@ -79,6 +105,9 @@ class WorkerParts(Protocol):
     def lens(self) -> LensPart: ...
 
     @property
+    def observers(self) -> ObserversPart: ...
+
+    @property
     def autosave_path(self) -> Path | None: ...
 
     def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
@@ -98,8 +127,6 @@ class WorkerParts(Protocol):
     def require(self, what: str) -> None: ...
 
     def take_queued(self, kind: type[Command]) -> Command | None: ...
-
-    def replace_engine(self, new: Engine) -> None: ...
 
     def drop_forks(self) -> None: ...
 

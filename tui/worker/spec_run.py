@@ -84,4 +84,6 @@ class SpecRun:
         if ms > 0 and base:
             one = sum(base) / len(base)  # ms of one plain token in this run
             parts.append(f"{st.emitted / ms * one:.2f}x plain")
+        elif st.draft_ms > 0:  # no plain decode to compare with: say what the draft cost
+            parts.append(f"draft {st.draft_ms:.0f} ms vs verify {st.verify_ms:.0f} ms")
         return " · ".join(parts)

@@ -18,12 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..engine import loop
+from ..engine.sampling import softmax
 from ..engine.step import StepRecord
 from ..engine.tokens import quoted
 from . import commands as cmd_types
 from . import spec_stages
 from .spec_run import SpecMarks, SpecRun
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
+from .state import Pick
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,6 +110,7 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     start = n - a if k else n
     pick = sp.picks[-1]
     run.verified(rec, SpecMarks(start, n, rejected, piece(pick), run.summary()))
+    s.picked(round_pick(w, rec))  # stages 5 and 6 say what the round's last pick was
     s.light((SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS))
     # the cells the round kept, and the rejected rows' cells that left right after the verify
     s.note_records((rec,), (before, eng.kv.used), (eng.kv.used, eng.kv.used + sp.removed))
@@ -126,6 +129,30 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
         f"on every row: accepted {a}; {how}; {sp.removed} cell(s) cut "
         f"(llama_memory_seq_rm). {got} is the next batch's first token; < > move the "
         "logits pane across the rows, . walks the round's stages."
+    )
+
+
+def round_pick(w: WorkerParts, rec: StepRecord) -> Pick | None:
+    """The round's last pick (the one that waits for the next batch), as stage 5 shows a
+    pick: p from the row it was sampled from (the context's current logits), p′ from that
+    row's chain."""
+    eng, sp = w.engine, rec.spec
+    if sp is None or not sp.picks or eng.logits is None:
+        return None
+    t = sp.picks[-1]
+    row = sp.rows[len(sp.picks) - 1] if len(sp.rows) >= len(sp.picks) else None
+    chain = row.chain if row is not None and row.chain is not None else rec.chain
+    st = eng.settings
+    return Pick(
+        t,
+        eng.vocab.piece(t),
+        float(softmax(eng.logits)[t]),
+        chain.p_final(t) if chain is not None else float("nan"),
+        False,
+        eng.vocab.is_eog(t),
+        st.is_greedy,
+        st.seed,
+        st.mirostat,
     )
 
 
@@ -157,7 +184,7 @@ def spec_row(w: WorkerParts, delta: int) -> None:
                 if d == row.pick
                 else (f", not the draft's {quoted(w.engine.vocab.piece(d), d)}")
             )
-    s.note(f"Verify row {run.row} of {n} (after {after}, pos {tok.pos}): {what}.")
+    s.note(f"Verify row {run.row + 1} of {n} (after {after}, pos {tok.pos}): {what}.")
 
 
 def settle(w: WorkerParts, run: SpecRun) -> None:

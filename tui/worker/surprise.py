@@ -1,9 +1,11 @@
 """The surprise map's control: which scale the text pane colours tokens by.
 
-Off by default. Any other scale asks the engine to decode the next prompts with logits on
-every row (``Engine.score_prompt``), so prompt tokens get a p too; what that costs is one
-logits row of n_vocab floats per prompt token, and the output head's n_embd x n_vocab
-multiply-adds for each of them.
+Off by default. Any other scale asks the worker's observer context (:mod:`.observers`) to
+replay the run's prompts with logits on every row, so prompt tokens get a p too; the run's
+own context decodes exactly as it would without the map. What that costs is the observer's
+replay of every decode, one logits row of n_vocab floats per prompt token, and the output
+head's n_embd x n_vocab multiply-adds for each of them. Over llama-server there is no local
+context: only the picked tokens have a p (from the server's top K), and the notice says so.
 """
 
 from __future__ import annotations
@@ -25,39 +27,41 @@ WHAT = {
 }
 
 
+NO_PROMPT = (
+    " Over llama-server the prompt is not scored (it needs every row's logits, which only a "
+    "local model gives): only picked tokens are coloured."
+)
+
+
 def keep(w: WorkerParts) -> str:
-    """After the state was made anew (a new chat) or the engine replaced (the lens's rebuild):
-    the engine scores prompts exactly while the map shows a scale. Returns a sentence for
-    the notice saying the map is still on (empty when it is off)."""
-    w.engine.score_prompts(w.state.surprise_scale != "off" or w.lens.grid)  # the grid too
+    """After the state was made anew (a new chat): the observer scores prompts exactly while
+    the map shows a scale. Returns a sentence for the notice saying the map is still on
+    (empty when it is off)."""
     if w.state.surprise_scale == "off":
         return ""
-    return (
-        f" The surprise map stays on ({WHAT[w.state.surprise_scale].split(':')[0]}): the next "
-        "prompt is scored; u cycles it, then off."
-    )
+    name = WHAT[w.state.surprise_scale].split(":")[0]
+    tail = NO_PROMPT if not w.observers.local else " Prompts are scored in the observer context."
+    return f" The surprise map stays on ({name}); u cycles it, then off.{tail}"
 
 
 def cycle(w: WorkerParts) -> None:
-    s, eng = w.state, w.engine
+    s = w.state
     s.scale(SCALES[(SCALES.index(s.surprise_scale) + 1) % len(SCALES)])
-    eng.score_prompts(s.surprise_scale != "off" or w.lens.grid)
-    if s.surprise_scale == "off":
-        rows = (
-            "the lens grid still decodes prompts with logits on every row"
-            if w.lens.grid
-            else "prompts are decoded with one logits row again"
-        )
-        s.note(f"Surprise map off; {rows}.")
+    on = s.surprise_scale != "off"
+    if not w.observers.local:
+        s.note(f"Surprise map: {WHAT[s.surprise_scale]}.{NO_PROMPT}" if on else "Surprise map off.")
         return
-    scored = sum(1 for v in eng.surprise.along(eng.tokens) if v is not None and v.prompt)
-    tail = (
-        ""
-        if scored
-        else " The prompt already in the cache was decoded without its rows: the next"
-        " prompt is scored."
-    )
-    s.note(f"Surprise map: {WHAT[s.surprise_scale]}.{tail}")
+    if not on:
+        w.observers.want(score=False)
+        s.note("Surprise map off; the observer context stops scoring prompts.")
+        return
+    fresh = not w.observers.wants.score
+    w.observers.want(score=True)
+    if fresh:
+        w.observers.fill("Surprise map")
+    ctx = w.observers.ctx
+    where = f" Prompt rows come from an {ctx.describe()}." if ctx is not None else ""
+    s.note(f"Surprise map: {WHAT[s.surprise_scale]}.{where}")
 
 
 @dataclass(frozen=True)
@@ -86,21 +90,31 @@ class SurpriseView:
         return self.scored_rows * self.n_embd * self.n_vocab
 
 
+def catch_up(w: WorkerParts) -> int:
+    """While the map shows, the observer's replay scores the prompts the run decoded;
+    returns the prompt rows it scored so far (0: none)."""
+    if w.state.surprise_scale != "off" and w.observers.wants.score:
+        ctx = w.observers.ready()
+        return ctx.scored_rows if ctx is not None else 0
+    return 0
+
+
 def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
     s, eng = w.state, w.engine
+    catch_up(w)
     vals = tuple(
         None if v is None else (v.p, v.p_final, v.entropy) for v in eng.surprise.along(tokens)
     )
     start = s.reply_start if s.reply_start is not None else len(tokens)
     prompt = [v[0] for v in vals[:start] if v is not None]
-    turns = eng.turns[s.turns_from :]
+    ctx = w.observers.ctx
     return SurpriseView(
         s.surprise_scale,
         vals,
         perplexity(prompt),
         len(prompt),
         start,
-        sum(t.scored_rows for t in turns),
+        ctx.scored_rows if ctx is not None and w.observers.wants.score else 0,
         eng.info.n_vocab,
         eng.info.n_embd,
     )

@@ -33,6 +33,7 @@ from .attention import AttentionControl
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
+from .observers import Observers
 from .playback import Playback
 from .publisher import Publisher
 from .sampler_desk import SamplerDesk
@@ -76,6 +77,7 @@ class Worker:
         self.picks = 0  # picks so far: the preview cache must not outlive an RNG advance
         self.desk = SamplerDesk(lambda: self.engine)  # settings changes, cursor, ended chain
         self.commands = 0  # user commands handled so far
+        self.observers = Observers(self)  # attention, lens, grid, scored prompt: their context
         self.attention = AttentionControl(self)
         self.lens = LensControl(self)
         self.system_prompt: str | None = None  # -sys / /system: the first message of each chat
@@ -252,15 +254,6 @@ class Worker:
         return self.autosave_dir / session_store.autosave_name(self._started, self.state.chat_no)
 
     # -- for the commands (worker thread) --------------------------------------------------------
-    def replace_engine(self, new: Engine) -> None:
-        """Drive ``new`` from now on; the old engine is closed if the worker owned it. The
-        worker made ``new``, so it frees it."""
-        if self.close_engine:
-            self.engine.close()
-        self.engine = new
-        self.engine.decode_gate = self.lane.decoding
-        self.close_engine = True
-
     def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
         """A token was picked (the RNG advanced); ``ended``: see ``SamplerDesk.ended``."""
         self.picks += 1
@@ -327,6 +320,7 @@ class Worker:
 
     # -- the worker ----------------------------------------------------------------------------
     def _run(self) -> None:
+        self.observers.owned_by(threading.current_thread())  # replays run here, never elsewhere
         try:
             with self.lane.working():
                 self.publisher.publish(force=True)
@@ -359,6 +353,7 @@ class Worker:
                 saving.autosave(self)
         except Exception:  # never lose the exit over an autosave problem
             pass
+        self.observers.close()  # its own context, made by this worker
         if self.close_engine:
             self.engine.close()
 

@@ -1,0 +1,130 @@
+"""The worker's one observer context: what attention, the lens, its grid and the surprise map
+ask of it, and when it must be made anew (worker thread only).
+
+The panes never make the engine's context see more: they say what they want
+(:class:`~tui.engine.observer_context.Wants`) and read an
+:class:`~tui.engine.observer_context.ObserverContext` of its own, which replays the engine's
+decode calls. Something new to capture over the history (a layer, attention at all, the grid,
+the scored prompt) means a new observer context that replays everything since the last clear;
+something dropped is dropped in place. Nothing here imports Textual or Rich.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING
+
+from ..engine.attention_capture import AttentionCapture
+from ..engine.errors import TokenstepError
+from ..engine.lens_capture import LensCapture
+from ..engine.observer_context import ObserverContext, Wants
+
+if TYPE_CHECKING:
+    from ..engine.lens import LensHead
+    from ..engine.session import Engine
+    from .parts import WorkerParts
+
+
+class Observers:
+    """Owns the observer context (None while nothing wants one)."""
+
+    def __init__(self, worker: WorkerParts) -> None:
+        self.w = worker
+        self.ctx: ObserverContext | None = None
+        self.wants = Wants()
+        self._layers: set[int] = set()  # attention layers captured over the whole history
+        self._head: LensHead | None = None  # the lens's head, read once per run
+        # The worker's thread once it runs: a view built on the key lane's thread (during the
+        # run's llama_decode) reads the observer context as it is and never replays into it.
+        self._owner: threading.Thread | None = None
+
+    def owned_by(self, thread: threading.Thread) -> None:
+        self._owner = thread
+
+    def may_replay(self) -> bool:
+        """Only the worker's thread touches the observer context (one thread per context)."""
+        return self._owner is None or threading.current_thread() is self._owner
+
+    @property
+    def local(self) -> bool:
+        """An observer context needs the model here (not over llama-server)."""
+        return self.w.engine.capabilities.attention
+
+    def missing(self) -> str | None:
+        return self.w.engine.capabilities.missing("attention")
+
+    def want(self, **changes: object) -> ObserverContext | None:
+        """Change what the panes ask (fields of Wants); returns the context (None: none)."""
+        new = dataclasses.replace(self.wants, **changes)  # type: ignore[arg-type]
+        old, self.wants = self.wants, new
+        if not new.any or not self.local:
+            self.close()
+            return None
+        again = (
+            self.ctx is None
+            or self.ctx.problem is not None
+            or (bool(new.layers) and not old.layers)
+            or not set(new.layers) <= self._layers
+            or (new.grid and not old.grid)
+            or (new.score and not old.score)
+            or ((new.lens or new.census) and not isinstance(self.ctx.capture, LensCapture))
+        )
+        if again:
+            self.rebuild()
+        else:
+            self._in_place()
+        return self.ctx
+
+    def rebuild(self, lens_from: int | None = None) -> None:
+        """A new observer context: it replays everything since the engine's last clear."""
+        self.close(keep_head=True)
+        try:
+            self.ctx = ObserverContext(self.w.engine, self.wants, self._head)
+        except TokenstepError:
+            self.wants = Wants()
+            raise
+        self.ctx.lens_from = lens_from
+        self._layers = set(self.wants.layers)
+
+    def _in_place(self) -> None:
+        ctx = self.ctx
+        assert ctx is not None
+        ctx.wants = self.wants
+        cap = ctx.capture
+        if isinstance(cap, AttentionCapture):
+            cap.set_layers(self.wants.layers)
+            self._layers &= set(self.wants.layers)
+        if cap is not None:
+            cap.census_on = self.wants.census
+        if isinstance(cap, LensCapture) and not (self.wants.lens or self.wants.grid):
+            cap.set_grid(False)
+            cap.set_lens(False)
+
+    def ready(self) -> ObserverContext | None:
+        """The context, caught up with the engine (its replays run here, on this thread)."""
+        ctx = self.ctx
+        if ctx is None:
+            return None
+        if self.may_replay():
+            ctx.catch_up()  # not under busy(): that publishes a view, and views call this
+        return ctx
+
+    def fill(self, what: str) -> None:
+        """Catch up now, showing ``what`` is being done (a command that made the context)."""
+        ctx = self.ctx
+        if ctx is not None and ctx.pending() and self.may_replay():
+            with self.w.busy(f"{what}: its own context replays the run's {ctx.pending()} operation(s)"):
+                ctx.catch_up()
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.ctx.engine if self.ctx is not None else None
+
+    def close(self, keep_head: bool = False) -> None:
+        """Free the observer context (and, unless it is made anew, the lens's head)."""
+        if self.ctx is not None:
+            self._head = (self.ctx.head or self._head) if keep_head else None
+            self.ctx.close()
+            self.ctx = None
+        self._layers = set()
