@@ -1,6 +1,7 @@
 """Grammars: llama.cpp's own grammar sampler (``llama_sampler_init_grammar``), GBNF text or a
-JSON schema turned into GBNF by llama-cpp-python's port of llama.cpp's converter
-(``llama_cpp.llama_grammar.json_schema_to_gbnf``).
+JSON schema turned into GBNF as llama.cpp's converter turns it (:mod:`.schema_gbnf`, the rules
+``llama-server --json-schema`` uses; llama-cpp-python's older Python port drops an integer's
+``minimum``/``maximum``).
 
 The grammar sees only the tokens generated in this turn (llama-server accepts prompt tokens
 with ``accept_grammar = false``). :class:`GrammarState` keeps the sampler in step with them:
@@ -24,6 +25,7 @@ import numpy as np
 from . import llama_log
 from .bounds import check_grammar_size
 from .errors import TokenstepError
+from .schema_gbnf import json_schema_to_grammar
 
 # The converter writes minLength/minItems N as N copies of the item rule: minLength 10^8 took
 # 3 GB and 40 s, minItems 10^8 8.3 GB. 4,096 makes a grammar of at most about 70 kB.
@@ -71,9 +73,7 @@ def _count(n: float) -> str:
 
 
 def schema_to_gbnf(schema_text: str) -> str:
-    """A JSON schema (text) as GBNF, with llama.cpp's converter as llama-cpp-python ships it."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+    """A JSON schema (text) as GBNF, the grammar llama.cpp's own converter makes of it."""
     try:
         schema = json.loads(schema_text)
     except RecursionError:
@@ -82,10 +82,12 @@ def schema_to_gbnf(schema_text: str) -> str:
         raise TokenstepError(f"-j/--json-schema is not valid JSON ({e}).") from None
     check_schema_cost(schema)
     try:
-        return str(json_schema_to_gbnf(schema_text))
-    except Exception as e:  # noqa: BLE001 - the converter raises many kinds; one sentence
+        return json_schema_to_grammar(schema)
+    except RecursionError:
+        raise TokenstepError("-j/--json-schema nests too deeply.") from None
+    except ValueError as e:  # llama.cpp's reason, e.g. "JSON schema error at #: ..."
         raise TokenstepError(
-            f"-j/--json-schema could not be turned into a grammar ({e})."
+            f"-j/--json-schema could not be turned into a grammar ({str(e).rstrip('.')})."
         ) from None
 
 
