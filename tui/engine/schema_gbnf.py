@@ -22,7 +22,6 @@ from .schema_rules import (
     SPACE_RULE,
     STRING_FORMAT_RULES,
     Builtin,
-    escape_length,
     format_literal,
     int_range,
     repetition,
@@ -249,8 +248,14 @@ class Converter:
                 return self.add_rule(rule_name, lits[0])
             return self.add_rule(rule_name, "(" + " | ".join(lits) + ")")
         if isinstance(node, Object):
-            if not node.properties and node.additional is not None and node.additional.kind == "any":
-                return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
+            if (
+                not node.properties
+                and node.additional is not None
+                and node.additional.kind == "any"
+            ):
+                return self.add_rule(
+                    rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"])
+                )
             req = {p.name for p in node.properties if p.required}
             props = [(p.name, p.schema) for p in node.properties]
             return self.add_rule(rule_name, self.object_rule(props, req, name, node.additional))
@@ -285,7 +290,9 @@ class Converter:
         if node.min_length > 0 or node.max_length >= 0:
             char = self.add_primitive("char", PRIMITIVE_RULES["char"])
             most = INT_MAX if node.max_length < 0 else node.max_length
-            return self.add_rule(rule_name, f'"\\"" {repetition(char, node.min_length, most)} "\\""')
+            return self.add_rule(
+                rule_name, f'"\\"" {repetition(char, node.min_length, most)} "\\""'
+            )
         return self.primitive(rule_name, "string")
 
     def grammar(self) -> str:

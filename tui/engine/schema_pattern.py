@@ -126,7 +126,7 @@ class _Pattern:
         return out + "]"
 
     def braces(self, seq: list[tuple[str, bool]]) -> None:
-        s, n = self.text, len(self.text)
+        s = self.text
         start = self.i + 1
         end = s.find("}", start)
         if end < 0:
@@ -172,7 +172,10 @@ class _Pattern:
                 out += '\\"'
                 self.i += 1
             elif ch not in _NON_LITERAL and (
-                self.i == n - 1 or not out or s[self.i + 1] == "." or s[self.i + 1] not in _NON_LITERAL
+                self.i == n - 1
+                or not out
+                or s[self.i + 1] == "."
+                or s[self.i + 1] not in _NON_LITERAL
             ):
                 out += ch
                 self.i += 1

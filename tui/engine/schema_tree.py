@@ -25,7 +25,9 @@ class SchemaError(ValueError):
 
 @dataclass
 class Node:
-    kind: str  # any ref anyOf allOf const enum null boolean number integer string array tuple object
+    kind: (
+        str  # any ref anyOf allOf const enum null boolean number integer string array tuple object
+    )
 
 
 @dataclass
@@ -200,7 +202,9 @@ class _Reader:
             key = "items" if "items" in schema else "prefixItems"
             items = schema[key]
             if isinstance(items, list):
-                return Tuple("tuple", [self.node(x, f"{path}/{key}/{i}") for i, x in enumerate(items)])
+                return Tuple(
+                    "tuple", [self.node(x, f"{path}/{key}/{i}") for i, x in enumerate(items)]
+                )
             node.items = self.node(items, f"{path}/{key}")
         node.min_items = self.count(schema, "minItems", path, 0)
         node.max_items = self.count(schema, "maxItems", path, -1)
@@ -241,7 +245,9 @@ class _Reader:
         if isinstance(kind, list):  # {"type": ["a", "b"]} is anyOf [{"type": "a"}, {"type": "b"}]
             if not kind:
                 raise self.fail(path, "type must not be empty")
-            alts = [self.node({**schema, "type": t}, f"{path}/type/{i}") for i, t in enumerate(kind)]
+            alts = [
+                self.node({**schema, "type": t}, f"{path}/type/{i}") for i, t in enumerate(kind)
+            ]
             return Alternatives("anyOf", alts)
         if "const" in schema:
             return Values("const", [schema["const"]])
@@ -266,7 +272,11 @@ class _Reader:
             if any(k in schema for k in stringy) or self.format(schema, path):
                 return self.string(schema, path)
             return Node("any")
-        if kind in ("object", "string") and "allOf" in schema and not (kind == "object" and has_props):
+        if (
+            kind in ("object", "string")
+            and "allOf" in schema
+            and not (kind == "object" and has_props)
+        ):
             return self.alternatives("allOf", schema["allOf"], f"{path}/allOf")
         if kind == "object":
             return self.object(schema, path)
