@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 
 import llama_cpp
 import pytest
@@ -91,6 +92,34 @@ SCHEMAS = {
         "additionalProperties": {"type": "integer", "minimum": 1},
     },
     "any-object": {"type": "object"},
+    "digits-9": {"type": "integer", "minimum": 9},
+    "digits-10": {"type": "integer", "minimum": 10},
+    "digits-big": {"type": "integer", "minimum": -999999999999, "maximum": 123456789012345},
+    "exclusive-fractional": {"type": "integer", "exclusiveMinimum": 2.5, "exclusiveMaximum": 7.5},
+    "type-list": {"type": ["integer", "string"], "minimum": 3},
+    "values": {"enum": [1.5, 1e20, True, "a\u0001b", "é"]},
+    "all-of-enums": {"allOf": [{"enum": ["a", "b", "c"]}, {"enum": ["b", "c", "d"]}]},
+    "pattern-groups": {"type": "string", "pattern": "^(a|b(c|d)*)+[x-z]{2,}e?f{3}\\\\\\.\\x41$"},
+    "reserved-names": {
+        "type": "object",
+        "properties": {
+            "string": {"type": "string"},
+            "root": {"type": "number"},
+            "char": {"type": "integer", "minimum": 1},
+        },
+    },
+    "same-names": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "minimum": 1},
+            "b": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 2}}},
+        },
+    },
+    "non-ascii-key": {
+        "type": "object",
+        "properties": {"ключ": {"type": "string"}, "a-b_c": {"const": [1, {"k": None}]}},
+        "required": ["ключ"],
+    },
 }
 
 
@@ -108,6 +137,24 @@ def test_every_grammar_equals_llama_servers(llama_server):  # noqa: F811
         if ours != theirs:
             differ[name] = (ours, theirs)
     assert differ == {}
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"type": "string", "pattern": "^(ab$"}, "Invalid pattern ^(ab$: unbalanced parentheses"),
+        ({"type": "array", "prefixItems": [], "items": 3}, "at #/items: schema must be an object"),
+        ({"$ref": "#/$defs/none"}, "cannot resolve $ref #/$defs/none, $defs not found"),
+    ],
+)
+def test_a_schema_llama_server_refuses_is_refused_for_its_reason(llama_server, schema, reason):  # noqa: F811
+    with pytest.raises(TokenstepError) as info:
+        schema_to_gbnf(json.dumps(schema))
+    said = str(info.value)
+    assert said.startswith("-j/--json-schema could not be turned into a grammar (") and reason in said
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        server_grammar(llama_server, schema)
+    assert refused.value.code == 400 and reason in refused.value.read().decode()
 
 
 def accepts(vocab, gbnf: str, text: str) -> bool:  # noqa: ANN001
