@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint typecheck pytest screenshots bench clean llama-server llama-server
+.PHONY: run test lint typecheck pytest screenshots bench clean llama-server test-avx2
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,37 @@ browser:
 			|| echo "make: apt-get could not install chromium; the browser test will skip"; \
 	else echo "make: no /usr/bin/chromium (Debian as root installs it); the browser test will skip"; fi
 
+# The numeric tests against a second llama-cpp-python built for AVX2 without AVX-512 or AMX
+# (most laptops and many cloud machines), in its own venv with its own llama-server: a machine
+# with AVX-512 checks what an AVX2 machine will compute. Not part of `make test`; the first run
+# builds llama.cpp twice (about 20 minutes and 15 minutes on 2 cores). The build is checked:
+# llama.cpp's system info must name AVX2 and no AVX-512.
+AVX2_VENV  := .venv-avx2
+AVX2_BIN   := $(AVX2_VENV)/bin
+AVX2_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
+	-DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
+	-DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+	-DGGML_AMX_BF16=OFF
+NUMERIC_TESTS := tests/test_cache_verify.py tests/test_cache_shift.py tests/test_lens.py \
+	tests/test_paths_worker.py tests/test_spec_oracles.py tests/test_engine_oracles.py \
+	tests/test_first_hour_confusions.py
+
+# pip's wheel cache knows nothing of CMAKE_ARGS (a native wheel of the same version would be
+# reused), so llama-cpp-python is built without the cache, at the main venv's version if any.
+$(AVX2_VENV)/.installed-test: pyproject.toml
+	$(PYTHON) -m venv $(AVX2_VENV)
+	$(AVX2_BIN)/pip install --upgrade pip wheel
+	CMAKE_ARGS="$(AVX2_CMAKE)" $(AVX2_BIN)/pip install --no-cache-dir --no-binary llama-cpp-python \
+		"llama-cpp-python$$($(BIN)/python -c 'import importlib.metadata as m; print("==" + m.version("llama-cpp-python"))' 2>/dev/null)"
+	$(AVX2_BIN)/pip install -e '.[test]'
+	touch $@
+
+test-avx2: $(AVX2_VENV)/.installed-test
+	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_server.sh $(AVX2_BIN)/python $(AVX2_VENV)/llama-server
+	$(AVX2_BIN)/python -c "import llama_cpp; s = llama_cpp.llama_print_system_info().decode(); \
+		print(s); assert 'AVX2 = 1' in s and 'AVX512' not in s and 'AMX' not in s, 'not an AVX2-only build'"
+	$(AVX2_BIN)/python -m pytest -q $(NUMERIC_TESTS)
+
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
 	$(BIN)/python scripts/screenshot_spec.py
@@ -76,4 +107,4 @@ bench: $(VENV)/.installed-test llama-server bytecode
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AVX2_VENV) .pytest_cache .mypy_cache .ruff_cache

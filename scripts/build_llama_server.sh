@@ -3,6 +3,7 @@
 # the remote-backend tests compare one llama.cpp with itself. Nothing is downloaded but the
 # llama-cpp-python sdist from PyPI (pip's cache keeps it); the web UI and curl are left out.
 # Usage: scripts/build_llama_server.sh PYTHON DEST   (DEST/bin/llama-server is the result)
+# LLAMA_CMAKE_ARGS replaces -DGGML_NATIVE=ON (make test-avx2 builds for AVX2 without AVX-512).
 set -euo pipefail
 PY=${1:?python}
 DEST=${2:?destination}
@@ -19,7 +20,7 @@ SRC=$(echo "$WORK"/llama_cpp_python-*/vendor/llama.cpp)
 echo "llama-server: building from $SRC (about 15 minutes on 2 cores)..."
 cmake -S "$SRC" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON >"$WORK/cmake.log" 2>&1 \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF ${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=ON} >"$WORK/cmake.log" 2>&1 \
   || { tail -30 "$WORK/cmake.log"; exit 1; }
 cmake --build "$WORK/build" --target llama-server llama-perplexity -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
   >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }

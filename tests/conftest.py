@@ -127,3 +127,28 @@ def draft_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert rc == 0, f"llama_model_quantize returned {rc}"
     return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers_stop_with_their_module():
+    """After each module (its own fixtures are torn down first), no server it started may be
+    running: a fixture or test that leaves one fails here, naming it (see tests/processes.py)."""
+    yield
+    from tests.processes import left_running, stop_all
+
+    left = left_running()
+    if left:
+        stop_all(left)
+        names = "; ".join(f"pid {pid}: {what}" for pid, what in left.items())
+        pytest.fail(f"server processes outlived the fixtures that started them: {names}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The same check once more at the very end (a session-scoped fixture's server)."""
+    from tests.processes import left_running, stop_all
+
+    left = left_running()
+    if left:
+        stop_all(left)
+        print(f"\nserver processes outlived their fixtures: {left}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

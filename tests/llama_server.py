@@ -33,6 +33,8 @@ import pytest
 
 from tui.engine import default_model_path, repack
 
+from .processes import track
+
 START_TIMEOUT_S = 180.0  # a loaded 2-core machine; the bundled model loads in under a second idle
 
 
@@ -180,7 +182,7 @@ def start_server(
     ]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=_env(binary))
-    server = Server(proc, port, log)
+    server = Server(track(proc, f"llama-server on port {port}"), port, log)
     if wait:
         wait_healthy(server)
         chose = {"--repack", "--no-repack", "-nr"} & set(args)
@@ -205,9 +207,11 @@ def wait_healthy(server: Server, timeout: float = START_TIMEOUT_S) -> None:
     raise AssertionError(f"llama-server did not become healthy within {timeout:.0f} s")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the module's read-only tests (each test uses its own slot state)."""
+    """One server for the module's read-only tests (each test uses its own slot state),
+    stopped when the module is done. Each module that imports this fixture has its own copy of
+    it, so a session scope kept one server per module alive until the run ended."""
     server = start_server(tmp_path_factory.mktemp("llama-server"))
     try:
         yield server

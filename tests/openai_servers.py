@@ -25,6 +25,7 @@ import pytest
 from tui.engine import default_model_path
 
 from .llama_server import START_TIMEOUT_S, free_port, http_status
+from .processes import track
 
 
 @dataclass
@@ -56,7 +57,7 @@ def start_llama_cpp_server(log_dir: Path) -> PyServer:
     args += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
-    server = PyServer(proc, port, log)
+    server = PyServer(track(proc, f"llama_cpp.server on port {port}"), port, log)
     t0 = time.monotonic()
     while time.monotonic() - t0 < START_TIMEOUT_S:
         if proc.poll() is not None:
@@ -68,8 +69,9 @@ def start_llama_cpp_server(log_dir: Path) -> PyServer:
     raise AssertionError("llama_cpp.server did not answer /v1/models in time")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llama_cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PyServer]:
+    """Stopped when the module is done (each importing module has its own copy)."""
     server = start_llama_cpp_server(tmp_path_factory.mktemp("llama-cpp-server"))
     try:
         yield server

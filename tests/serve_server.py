@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.processes import track
 from tui.worker.session_store import read_session
 
 APP_FLAGS = ("-c", "512", "--greedy", "-t", "1")
@@ -72,6 +73,7 @@ class Served:
         self.proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp
         )
+        track(self.proc, f"tokenstep serve on port {self.port}")
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

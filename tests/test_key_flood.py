@@ -9,6 +9,8 @@ import asyncio
 import threading
 import time
 
+import llama_cpp
+import pytest
 from textual._xterm_parser import XTermParser
 from textual.widgets import Input
 
@@ -110,3 +112,76 @@ def test_a_served_tabs_quit_packet_stops_the_keys_at_once() -> None:
     driver.process_message(events.Key("y", "y"))
     driver.process_message(events.Resize.__new__(events.Resize))  # not a key: still passes
     assert len(sent) == 2 and not isinstance(sent[-1], events.Key)
+
+
+# 200 characters, most of them keys that mean something on the controls (w, digits, space)
+BURST = ("Hello " + " ".join(f"w{i}" for i in range(1, 60)))[:200]
+REPLY = "Write a long story about a dragon who learns to read."
+
+
+def endless_reply_app(make_engine, model, tmp_path):  # noqa: ANN001
+    """An app whose reply cannot end within a test: no end-of-generation token can be
+    picked (logit bias -inf, as ``-l ID-inf``) and the context holds 4096 tokens."""
+    from tui.app import TokenstepApp
+    from tui.engine import SamplerSettings
+
+    eog = [t for t in range(model.info.n_vocab) if llama_cpp.llama_vocab_is_eog(model.vocab, t)]
+    settings = SamplerSettings(temp=0.0, logit_bias=[(t, float("-inf")) for t in eog])
+    engine = make_engine(settings, n_ctx=4096)
+    return TokenstepApp(engine, autosave_dir=tmp_path / "autosave", close_engine=False)
+
+
+async def _replying(pilot, app) -> None:  # noqa: ANN001
+    from .test_app import send
+
+    await send(pilot, app, REPLY)
+    assert app.view is not None and app.view.activity == "generating"
+
+
+def _send_keys(app, text: str, gated: bool) -> None:  # noqa: ANN001
+    """``text`` key by key into the app's driver, every key at once (the app takes none of them
+    meanwhile). ``gated``: as the terminal's input thread hands over one read, through
+    ``process_message`` and so the key gate, which lets FLOOD keys through and keeps the rest;
+    else as ``pilot.press`` sends each key (``send_message``), without its wait after each."""
+    from textual import events
+
+    if gated:
+        for event in XTermParser(False).feed(text):
+            app._driver.process_message(event)
+        return
+    for ch in text:
+        key = "space" if ch == " " else ch
+        event = events.Key(key, ch)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["terminal-read", "key-by-key"])
+@pytest.mark.parametrize("focus", ["chat box", "controls"])
+@run_async
+async def test_a_burst_typed_during_a_reply_lands_whole_and_in_order(
+    make_engine, model, tmp_path, focus, gated
+):
+    """A 200-character burst typed during a reply, after Esc (and i). Through the gate, all
+    but FLOOD keys are kept and pasted once the app has taken those. Typed on the controls,
+    the first character (no command there) starts the message and every key after it is typed
+    too, as when typed one at a time (the keys the app had already sent to the controls used to
+    run as commands or be dropped, and a flood's paste overtook keys on their way)."""
+    app = endless_reply_app(make_engine, model, tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await _replying(pilot, app)
+        await pilot.press("escape")
+        chat = app.query_one("#chat", Input)
+        if focus == "chat box":
+            await pilot.press("i")
+            await wait_for(pilot, lambda: chat.has_focus, "the chat box")
+        else:
+            assert not chat.has_focus
+        assert app.key_gate is not None
+        _send_keys(app, BURST, gated)
+        await wait_for(pilot, lambda: len(chat.value) >= len(BURST), "the burst")
+        assert chat.value == BURST
+        if gated:
+            notice = str(app.query_one("#notice").render())
+            assert f"{len(BURST) - FLOOD} key presses came in faster" in notice
+        assert app.view is not None and app.view.activity == "generating"  # still replying

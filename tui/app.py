@@ -244,8 +244,8 @@ class TokenstepApp(AppActions):
 
     def _apply_latest(self) -> None:
         self._apply_timer = None
-        if not self.screen_stack or not self.main.query("#chat"):
-            return  # the app is closing
+        if not self.is_running or not self.screen_stack or not self.main.query("#chat"):
+            return  # the app is closing (its widgets go one by one: a view could find half)
         view = self.controller.take()
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
@@ -288,7 +288,7 @@ class TokenstepApp(AppActions):
 
     def _flush_heavy(self) -> None:
         self._heavy_timer = None
-        if not self.screen_stack:  # the timer fired while the app was closing
+        if not self.is_running or not self.screen_stack:  # fired while the app was closing
             return
         self._draw_heavy()
 

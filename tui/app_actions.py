@@ -12,20 +12,16 @@ from typing import TYPE_CHECKING
 
 from rich.style import Style
 from rich.text import Text
-from textual import events
-from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Input, Static
 
+from .app_keys import KeyRouting
 from .app_tabs import tabstrip
 from .widgets.attention import AttentionPane
 from .widgets.busy import BusyBar
-from .widgets.chat_input import ChatInput
 from .widgets.help import HelpScreen
-from .widgets.key_flood import KeyGate, describe, gate_driver
-from .widgets.keys import KEYS, STAGE_KEY_NAMES
+from .widgets.keys import KEYS
 from .widgets.logits import LogitsPane
 from .widgets.paths import PathsPane
 from .widgets.pipeline import PipelinePane
@@ -39,11 +35,6 @@ if TYPE_CHECKING:
     from .worker import View
     from .worker import Worker as Controller
 
-_ATTENTION_KEYS = frozenset(
-    k.strip() for b in AttentionPane.BINDINGS if isinstance(b, Binding) for k in b.key.split(",")
-)
-
-
 def _bindings() -> list[BindingType]:
     out: list[BindingType] = []
     for k in KEYS:
@@ -53,7 +44,7 @@ def _bindings() -> list[BindingType]:
     return out
 
 
-class AppActions(App[int]):
+class AppActions(KeyRouting):
     """The key actions and the tab strip; :class:`tui.app.TokenstepApp` adds the rest."""
 
     BINDINGS = _bindings()
@@ -65,12 +56,6 @@ class AppActions(App[int]):
     _notice_key: tuple[object, ...] | None
     _said_over: tuple[str, str] | None
     _paths_shown = False  # the tree pane shows: the worker parks rewound cells
-
-    @property
-    def main(self) -> Screen[object]:
-        """The screen with the panes. ``App.query_one`` looks in the active screen, which is
-        the help or save dialog while one is open; views keep arriving meanwhile."""
-        return self.screen_stack[0]
 
     def _draw_tabstrip(self) -> None:
         strip = self.main.query_one("#tabstrip", Static)
@@ -340,61 +325,3 @@ class AppActions(App[int]):
     async def _stop_then_exit(self) -> None:
         await asyncio.to_thread(self.controller.stop)
         self.exit(0)
-
-    # -- key floods (see widgets/key_flood.py) ---------------------------------------------------
-    key_gate: KeyGate | None = None
-
-    def _gate_keys(self) -> None:
-        """Put the key gate between the terminal driver's parser and the app's queue."""
-        driver = self._driver
-        if driver is None or self.key_gate is not None:
-            return
-        self.key_gate = gate_driver(driver, on_quit=lambda: self.controller.stop(timeout=0))
-
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Paste) and self._paste_to_chat(event):
-            return
-        flood = None
-        if isinstance(event, events.Key) and self.key_gate is not None:
-            if self.key_gate.quitting:
-                return  # queued before the quit: each could cost a pass over a huge chat box
-            flood = self.key_gate.taken(event)
-        await super().on_event(event)
-        if flood is not None and flood.keys:
-            chat = self.main.query_one("#chat", Input)
-            if not chat.has_focus:
-                chat.focus()
-            chat.post_message(events.Paste(flood.text))
-            self._say(describe(flood), "bright_yellow")
-
-    def _paste_to_chat(self, event: events.Paste) -> bool:
-        """A paste always lands in the chat box, whatever has the focus: Textual hands it to
-        the focused widget, and the controls (where the focus is while a reply plays) drop
-        it, so 210 kB vanished and the Enter after it forced a token. A dialog's own box
-        (save, chain) keeps its pastes."""
-        if event.is_forwarded or len(self.screen_stack) > 1:
-            return False
-        if isinstance(self.focused, Input):
-            return False  # the chat box itself, as usual
-        chat = self.main.query_one("#chat", ChatInput)
-        # Now, not at the next message: the keys after the paste (its Enter) go to the box.
-        self.main.set_focus(chat)
-        chat._forward_event(event)
-        if event.text and "\n" not in event.text and "\r" not in event.text:
-            self._say(
-                f"Pasted {len(event.text):,} characters into the chat box (the focus was on "
-                "the controls). Enter sends it; Esc goes back to the controls."
-            )
-        return True
-
-    def on_key(self, event: events.Key) -> None:
-        """A printable key with no meaning on the controls starts a message instead."""
-        chat = self.main.query_one("#chat", Input)
-        if chat.has_focus or len(self.screen_stack) > 1:
-            return
-        if isinstance(self.focused, AttentionPane) and event.key in _ATTENTION_KEYS:
-            return  # the attention pane's own keys ([ and ] change the layer)
-        if event.is_printable and event.character and event.key not in STAGE_KEY_NAMES:
-            chat.focus()
-            chat.insert_text_at_cursor(event.character)
-            event.stop()

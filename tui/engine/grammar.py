@@ -1,6 +1,7 @@
 """Grammars: llama.cpp's own grammar sampler (``llama_sampler_init_grammar``), GBNF text or a
-JSON schema turned into GBNF by llama-cpp-python's port of llama.cpp's converter
-(``llama_cpp.llama_grammar.json_schema_to_gbnf``).
+JSON schema turned into GBNF as llama.cpp's converter turns it (:mod:`.schema_gbnf`, the rules
+``llama-server --json-schema`` uses; llama-cpp-python's older Python port drops an integer's
+``minimum``/``maximum``).
 
 The grammar sees only the tokens generated in this turn (llama-server accepts prompt tokens
 with ``accept_grammar = false``). :class:`GrammarState` keeps the sampler in step with them:
@@ -24,21 +25,27 @@ import numpy as np
 from . import llama_log
 from .bounds import check_grammar_size
 from .errors import TokenstepError
+from .schema_gbnf import json_schema_to_grammar
 
-# The converter writes minLength/minItems N as N copies of the item rule: minLength 10^8 took
-# 3 GB and 40 s, minItems 10^8 8.3 GB. 4,096 makes a grammar of at most about 70 kB.
-MAX_REPEAT = 4096
+# llama.cpp's converter writes a count as a repetition ("char{0,12}", "item (\",\" space
+# item){1,4}"), and llama.cpp's grammar parser expands it into copies of the rule: it refuses a
+# minimum over MAX_REPETITION_THRESHOLD (2,000) and silently drops a larger maximum (the rule
+# then repeats without end). Refused here first, with the count, in one sentence; an array's
+# count may be one more (its first item stands before the repetition).
+MAX_REPEAT = 2000
 # One application of a grammar to the whole vocabulary, in this thread's CPU time: a rule of
 # 8,000 alternatives took 0.7 to 3.5 s of CPU here, 11,000 4.8 to 5.0 s, a JSON grammar under
 # 0.01 s (and a step applies it at least twice). The first 1,024 tokens go first: a grammar
 # far past the bound is refused from their time, without the whole vocabulary's.
 MAX_APPLY_S = 0.5
-_REPEATS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_REPEATS = {"minLength": MAX_REPEAT, "maxLength": MAX_REPEAT}
+_REPEATS |= {"minItems": MAX_REPEAT + 1, "maxItems": MAX_REPEAT + 1}
 _BRACES = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 def check_schema_cost(schema: Any) -> None:
-    """The repetition counts a schema asks for, before the converter spells them out."""
+    """The repetition counts a schema asks for, against what llama.cpp's grammar parser
+    repeats, before anything is converted."""
     stack = [schema]
     while stack:
         node = stack.pop()
@@ -48,12 +55,12 @@ def check_schema_cost(schema: Any) -> None:
         if not isinstance(node, dict):
             continue
         stack += node.values()
-        for key in _REPEATS:
+        for key, most in _REPEATS.items():
             n = node.get(key)
-            if isinstance(n, int | float) and not isinstance(n, bool) and n > MAX_REPEAT:
+            if isinstance(n, int | float) and not isinstance(n, bool) and n > most:
                 raise TokenstepError(
-                    f"-j/--json-schema asks for {key} {_count(n)}; tokenstep converts at most "
-                    f"{MAX_REPEAT} repetitions (the grammar spells out each one)."
+                    f"-j/--json-schema asks for {key} {_count(n)}; llama.cpp's grammar parser "
+                    f"repeats a rule at most {MAX_REPEAT:,} times ({key} at most {most:,})."
                 )
         pattern = node.get("pattern")
         if isinstance(pattern, str):
@@ -62,7 +69,7 @@ def check_schema_cost(schema: Any) -> None:
                 if n > MAX_REPEAT:
                     raise TokenstepError(
                         f"-j/--json-schema's pattern repeats {n} times ({m.group(0)}); "
-                        f"tokenstep converts at most {MAX_REPEAT} repetitions."
+                        f"llama.cpp's grammar parser repeats a rule at most {MAX_REPEAT:,} times."
                     )
 
 
@@ -71,9 +78,7 @@ def _count(n: float) -> str:
 
 
 def schema_to_gbnf(schema_text: str) -> str:
-    """A JSON schema (text) as GBNF, with llama.cpp's converter as llama-cpp-python ships it."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
+    """A JSON schema (text) as GBNF, the grammar llama.cpp's own converter makes of it."""
     try:
         schema = json.loads(schema_text)
     except RecursionError:
@@ -82,10 +87,12 @@ def schema_to_gbnf(schema_text: str) -> str:
         raise TokenstepError(f"-j/--json-schema is not valid JSON ({e}).") from None
     check_schema_cost(schema)
     try:
-        return str(json_schema_to_gbnf(schema_text))
-    except Exception as e:  # noqa: BLE001 - the converter raises many kinds; one sentence
+        return json_schema_to_grammar(schema)
+    except RecursionError:
+        raise TokenstepError("-j/--json-schema nests too deeply.") from None
+    except ValueError as e:  # llama.cpp's reason, e.g. "JSON schema error at #: ..."
         raise TokenstepError(
-            f"-j/--json-schema could not be turned into a grammar ({e})."
+            f"-j/--json-schema could not be turned into a grammar ({str(e).rstrip('.')})."
         ) from None
 
 
