@@ -322,6 +322,10 @@ class AppActions(KeyRouting):
         )
         self.run_worker(self._stop_then_exit(), exclusive=True)  # keys keep working meanwhile
 
+    def _stop_now(self) -> None:
+        """On the driver's input thread, at a served tab's quit: ask, without waiting."""
+        self.controller.stop(timeout=0)
+
     async def _stop_then_exit(self) -> None:
         await asyncio.to_thread(self.controller.stop)
         self.exit(0)

@@ -49,12 +49,15 @@ class KeyRouting(App[int]):
     def _say(self, text: str, colour: str = "grey85") -> None:
         raise NotImplementedError  # the notice row: AppActions
 
+    def _stop_now(self) -> None:
+        raise NotImplementedError  # ask the decode thread to stop and autosave: AppActions
+
     def _gate_keys(self) -> None:
         """Put the key gate between the terminal driver's parser and the app's queue."""
         driver = self._driver
         if driver is None or self.key_gate is not None:
             return
-        self.key_gate = gate_driver(driver, on_quit=lambda: self.controller.stop(timeout=0))
+        self.key_gate = gate_driver(driver, on_quit=self._stop_now)
 
     def _types(self, event: events.Key) -> bool:
         """A key just taken from the app's queue is a character for the chat box: printable,
