@@ -12,20 +12,29 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
+from .engine import secret, text_size
 from .engine.errors import TokenstepError
 from .spec_flags import spec_flags
 from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
+DEFAULT_N_CTX = 4096  # -c when not given (over --server, the server's own)
 
 
 class _Parser(argparse.ArgumentParser):
+    """argparse with no abbreviations (``--api-k K`` is not ``--api-key K``: one spelling per
+    flag, so the key is known by its spellings) and its errors as one masked sentence."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         see = " ".join(w for w in ("tokenstep", self._cmd, "--help") if w)
-        raise TokenstepError(f"{message} (see '{see}').")
+        raise TokenstepError(f"{secret.redact(message)} (see '{see}').")
 
     @property
     def _cmd(self) -> str:
@@ -51,9 +60,9 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         "-c",
         "--ctx-size",
         type=int,
-        default=4096,
+        default=None,  # None: 4096, or over --server the server's (a given -c is warned)
         metavar="N",
-        help="context size in tokens (default 4096)",
+        help="context size in tokens (default 4096; with --server, the server's own)",
     )
     p.add_argument(
         "-b",
@@ -112,7 +121,7 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--context-full",
         choices=["stop", "shift"],
-        default="stop",
+        default=None,  # None: stop (over --server the server's own rule)
         help="when the context is full: stop, or shift (forget the oldest half after --keep)",
     )
     p.add_argument(
@@ -332,7 +341,8 @@ def _serve_parser() -> argparse.ArgumentParser:
         description="Serve the app to browsers (textual-serve): each tab runs its own app "
         "process on the same model.",
         epilog="Every other flag is the app's (see 'tokenstep --help') and reaches each tab's app.",
-        allow_abbrev=False,  # an app flag is never taken for an abbreviated serve flag
+        # allow_abbrev is off (as in every parser): an app flag is never taken for an
+        # abbreviated serve flag
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -362,18 +372,22 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
 
 
 def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence."""
+    """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence, and
+    so is a text larger than the context can hold (:mod:`~tui.engine.text_size`), before it
+    is read whole."""
     if args.file is not None and args.prompt is not None:
         raise TokenstepError("-p and -f both give the prompt; pass one of them.")
+    ctx = getattr(args, "ctx_size", None)
+    n_ctx = ctx if isinstance(ctx, int) and ctx > 0 else DEFAULT_N_CTX
     if args.file:
         try:
             with open(args.file, "rb") as fh:
-                raw = fh.read()
+                raw = text_size.read_bounded(fh, f"the prompt file {args.file}", n_ctx)
         except OSError as exc:
             raise TokenstepError(f"cannot read prompt file {args.file}: {exc.strerror}.") from exc
         source = args.file
     elif args.prompt == "-":
-        raw = sys.stdin.buffer.read()
+        raw = text_size.read_bounded(sys.stdin.buffer, "the prompt on standard input", n_ctx)
         source = "standard input"
     elif args.prompt is not None:
         try:  # bytes that are not UTF-8 reach argv as lone surrogates
@@ -382,6 +396,7 @@ def read_prompt(args: argparse.Namespace) -> str:
             raise TokenstepError(
                 f"the prompt given with -p is not valid UTF-8 (bad byte at character {exc.start})."
             ) from exc
+        text_size.check_text("the prompt given with -p", str(args.prompt), n_ctx)
         return str(args.prompt)
     else:
         raise TokenstepError("no prompt: pass -p TEXT, -p - for standard input, or -f FILE.")
