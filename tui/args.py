@@ -10,23 +10,22 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
-from .engine import secret, text_size
+from .engine import secret
 from .engine.errors import TokenstepError
+from .prompt_input import DEFAULT_N_CTX as DEFAULT_N_CTX
+from .prompt_input import read_prompt as read_prompt
 from .spec_flags import spec_flags
 from .version import VersionAction
 
 COMMANDS = ("trace", "info", "verify", "serve")
-DEFAULT_N_CTX = 4096  # -c when not given (over --server, the server's own)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with no abbreviations (``--api-k K`` is not ``--api-key K``: one spelling per
-    flag, so the key is known by its spellings) and its errors as one masked sentence."""
+    """No abbreviations (the key has one spelling); errors as one masked sentence."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
@@ -341,8 +340,6 @@ def _serve_parser() -> argparse.ArgumentParser:
         description="Serve the app to browsers (textual-serve): each tab runs its own app "
         "process on the same model.",
         epilog="Every other flag is the app's (see 'tokenstep --help') and reaches each tab's app.",
-        # allow_abbrev is off (as in every parser): an app flag is never taken for an
-        # abbreviated serve flag
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -369,40 +366,3 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     if argv and argv[0] in COMMANDS:
         return argv[0], parse_with_repeats(parsers[argv[0]], list(argv[1:]))
     return "app", parse_with_repeats(parsers["app"], list(argv))
-
-
-def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence, and
-    so is a text larger than the context can hold (:mod:`~tui.engine.text_size`), before it
-    is read whole."""
-    if args.file is not None and args.prompt is not None:
-        raise TokenstepError("-p and -f both give the prompt; pass one of them.")
-    ctx = getattr(args, "ctx_size", None)
-    n_ctx = ctx if isinstance(ctx, int) and ctx > 0 else DEFAULT_N_CTX
-    if args.file:
-        try:
-            with open(args.file, "rb") as fh:
-                raw = text_size.read_bounded(fh, f"the prompt file {args.file}", n_ctx)
-        except OSError as exc:
-            raise TokenstepError(f"cannot read prompt file {args.file}: {exc.strerror}.") from exc
-        source = args.file
-    elif args.prompt == "-":
-        raw = text_size.read_bounded(sys.stdin.buffer, "the prompt on standard input", n_ctx)
-        source = "standard input"
-    elif args.prompt is not None:
-        try:  # bytes that are not UTF-8 reach argv as lone surrogates
-            str(args.prompt).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise TokenstepError(
-                f"the prompt given with -p is not valid UTF-8 (bad byte at character {exc.start})."
-            ) from exc
-        text_size.check_text("the prompt given with -p", str(args.prompt), n_ctx)
-        return str(args.prompt)
-    else:
-        raise TokenstepError("no prompt: pass -p TEXT, -p - for standard input, or -f FILE.")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TokenstepError(
-            f"the prompt from {source} is not valid UTF-8 (bad byte at offset {exc.start})."
-        ) from exc

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import faulthandler
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
 
 from .args import parse
 from .engine import secret
 from .engine.errors import TokenstepError, one_line
 
+Hook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
-def _redacting_hook(hook: object) -> object:
+
+def _redacting_hook(hook: Hook) -> Hook:
     """``sys.excepthook`` that prints an unexpected traceback with the API key masked."""
     import traceback
 
-    def redacted(kind: type[BaseException], exc: BaseException, tb: object) -> None:
-        text = "".join(traceback.format_exception(kind, exc, tb))  # type: ignore[arg-type]
+    def redacted(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        text = "".join(traceback.format_exception(kind, exc, tb))
         sys.stderr.write(secret.redact(text))
 
     return redacted if secret.known() else hook
@@ -30,7 +33,7 @@ def _redacting_hook(hook: object) -> object:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     secret.collect(argv)  # before anything can print: every message below is masked
-    sys.excepthook = _redacting_hook(sys.excepthook)  # type: ignore[assignment]
+    sys.excepthook = _redacting_hook(sys.excepthook)
     try:
         if argv[:1] == ["tokenize"]:  # the vocabulary only: no engine flags, no context
             from .tokenize_cli import tokenize_main

@@ -23,10 +23,8 @@ DAY_S = 86_400
 
 def broken_reply(exc: http.client.HTTPException) -> str:
     """What went wrong, after "the server at URL ... ": a clause without exception names."""
-    if isinstance(exc, http.client.IncompleteRead):
-        got = len(exc.partial or b"")
-        more = f" ({got:,} bytes of it came)" if got else ""
-        return f"closed the connection in the middle of its reply{more}"
+    if isinstance(exc, http.client.IncompleteRead):  # fewer bytes than its Content-Length
+        return "closed the connection in the middle of its reply"
     if isinstance(exc, http.client.LineTooLong):
         return "sent a header line longer than the 65,536 bytes an HTTP client reads"
     if isinstance(exc, http.client.BadStatusLine):
@@ -54,7 +52,7 @@ def retry_wait(value: str | None, now: float | None = None) -> str:
     if when is None:
         return "its Retry-After is neither a number of seconds nor an HTTP date"
     if when.tzinfo is None:  # "-0000": an HTTP date is always GMT
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     left = when.timestamp() - (time.time() if now is None else now)
     stamp = when.strftime("%Y-%m-%d %H:%M:%S UTC")
     if left <= 0:

@@ -123,9 +123,9 @@ class OpenAICompletion:
 
 
 def read_openai_completion(
-    url: str, body: Any, n_probs: int, n_vocab: int, to_id: ToId, n_prompt: int = MAX_CTX
+    url: str, body: Any, n_probs: int, n_vocab: int, to_id: ToId, prompt_len: int = MAX_CTX
 ) -> OpenAICompletion:
-    """``n_prompt``: the most prompt tokens the server can have counted (``timings.prompt_n``
+    """``prompt_len``: the most prompt tokens the server can have counted (``timings.prompt_n``
     and ``cache_n`` are whole numbers up to it, as over the native API)."""
     f = OpenAIFields(url, COMPLETIONS)
     body = f.obj(body, "the reply")
@@ -156,7 +156,7 @@ def read_openai_completion(
     timings = None
     if isinstance(t, dict):
         timings = {
-            key: 0.0 if t.get(key) is None else float(f.whole(t[key], f"timings.{key}", 0, n_prompt))
+            key: 0.0 if t.get(key) is None else float(f.whole(t[key], f"timings.{key}", 0, prompt_len))
             for key in ("prompt_n", "cache_n")
         } | {
             key: 0.0 if t.get(key) is None else f.number(t[key], f"timings.{key}", 0.0, MAX_MS)

@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 FLAG = "--api-key"
 ENV = "OPENAI_API_KEY"
 MASK = "***"
+# A key shorter than this is kept out of argv but not masked in text: masking "42" would
+# rewrite every 42 of a trace.
+MIN_MASKED = 4
 
 _keys: set[str] = set()
 _forms: list[str] = []  # every spelling of every key, longest first
@@ -40,7 +43,7 @@ def _spellings(key: str) -> set[str]:
 
 def add(key: str | None) -> None:
     """Know ``key`` as a secret from now on (None or blank: nothing)."""
-    if not key or not key.strip() or key in _keys:
+    if not key or len(key.strip()) < MIN_MASKED or key in _keys:
         return
     _keys.add(key)
     forms = set(_forms)

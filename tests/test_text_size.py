@@ -1,0 +1,110 @@
+"""Text is bounded by what the context can hold (issue 37, item 6): a file, standard input, a
+chat message or a resume file's message over ``text_size.max_bytes`` is refused in one sentence
+before it is tokenized whole. Each CLI case measures the process's own peak RSS (VmHWM) for a
+10 MB input: refused first, it stays far under 300 MB (tokenizing it whole took 1.3 to 2.7 GB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tui.engine import SamplerSettings, text_size
+from tui.worker import Worker
+from tui.worker.commands import Send
+
+from .conftest import ROOT
+from .resume_files import write_resume
+from .scripted_server import run_measured
+
+TEN_MB = 10 * 10**6
+PEAK_MB = 300
+
+
+def test_the_bound_is_a_context_worth_of_bytes_with_a_floor():
+    assert text_size.max_bytes(512) == text_size.FLOOR_BYTES == 1 << 20
+    assert text_size.max_bytes(1 << 20) == 32 << 20
+    with pytest.raises(text_size.TokenstepError, match="more than a context of 4,096 tokens"):
+        text_size.check("this text", (1 << 20) + 1, 4096)
+    text_size.check("this text", 1 << 20, 4096)  # the bound itself passes
+
+
+def test_no_piece_of_the_bundled_vocabulary_is_longer_than_the_bound_assumes(model):
+    """A text of B bytes is at least B / L tokens (L the longest piece): with L at most
+    BYTES_PER_TOKEN, a refused text could never have fit."""
+    vocab = model.vocab
+    longest = max(len(vocab.piece(t)) for t in range(model.info.n_vocab))
+    assert 0 < longest <= text_size.BYTES_PER_TOKEN
+
+
+def _big(tmp_path: Path) -> Path:
+    path = tmp_path / "big.txt"
+    path.write_bytes(b"The cat sat on the mat. " * (TEN_MB // 24 + 1))
+    return path
+
+
+def _refused(code: int, err: str, mb: float, *needles: str) -> None:
+    assert code == 1, err
+    assert "Traceback" not in err and err.startswith("tokenstep: ") and err.count("\n") == 1, err
+    for n in needles:
+        assert n in err, (n, err)
+    assert 0 < mb < PEAK_MB, mb
+
+
+def test_tokenize_of_a_10_mb_file_is_refused_before_tokenizing(tmp_path):
+    code, err, _s, mb = run_measured("tokenize", "-f", str(_big(tmp_path)))
+    _refused(code, err, mb, "more than a context of 8,192 tokens can hold", "shorten it")
+
+
+def test_tokenize_of_10_mb_on_standard_input_is_refused(tmp_path):
+    big = _big(tmp_path)
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    with open(big, "rb") as fh:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tui", "tokenize", "--stdin"],
+            stdin=fh, capture_output=True, cwd=ROOT, env=env, timeout=120,
+        )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "the text on standard input is more than" in err, err
+    assert proc.stdout == b""
+
+
+def test_trace_of_a_10_mb_prompt_file_is_refused_before_tokenizing(tmp_path):
+    code, err, _s, mb = run_measured("trace", "-f", str(_big(tmp_path)), "-n", "1", "-c", "512")
+    _refused(code, err, mb, "the prompt file", "more than a context of 512 tokens can hold")
+
+
+def test_resume_of_a_10_mb_message_is_refused_before_tokenizing(tmp_path, model_path):
+    path = write_resume(tmp_path / "big.jsonl", model_path)
+    header = json.loads(path.read_text(encoding="utf-8"))
+    header["conversation"] = [{"role": "user", "content": "cat " * (TEN_MB // 4)}]
+    path.write_text(json.dumps(header) + "\n", encoding="utf-8")
+    code, err, _s, mb = run_measured("--resume", str(path))
+    _refused(code, err, mb, "cannot be resumed: its conversation is", "can hold")
+
+
+def test_a_resume_file_whose_first_line_is_endless_is_refused(tmp_path):
+    from tui.worker.resume import MAX_HEADER_CHARS, load_header
+
+    path = tmp_path / "long.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write('{"tokenstep_session": 1, "x": "')
+        fh.write("a" * (MAX_HEADER_CHARS + 10))
+    with pytest.raises(text_size.TokenstepError, match="first line is longer than 64 MiB"):
+        load_header(path)
+
+
+def test_a_chat_message_larger_than_the_context_holds_is_refused_and_given_back(make_engine):
+    eng = make_engine(SamplerSettings(temp=0.0), n_ctx=512)
+    w = Worker(eng, raw=False, autoplay=False, autosave_dir=None, close_engine=False)
+    text = "word " * ((2 << 20) // 5)  # 2 MiB: over the 1 MiB floor
+    w.handle(Send(text))
+    s = w.state
+    assert s.notice_level == "error", s.notice
+    assert "This message is 2.0 MiB, more than a context of 512 tokens can hold" in s.notice
+    assert s.returned_text == text  # the chat box gets it back: nothing is lost
+    assert eng.n_past == 0
