@@ -166,16 +166,18 @@ def _backend(url: str, **kw) -> OpenAIBackend:
 
 def test_v1_timings_are_bounded_by_the_prompt(fake):  # noqa: F811
     b = _backend(fake.url)
+    two = b.vocab.tokenize("Hello there, friend", add_special=False)[:2]
+    assert len(two) == 2
     try:
         fake.mutate = lambda r: r | {
             "timings": {"prompt_n": 2, "cache_n": 10**9, "prompt_ms": 1.0, "predicted_ms": 1.0}
         }
         with pytest.raises(ServerError, match=r"timings\.cache_n.*outside 0\.\.2"):
-            b.prefill(b.vocab.tokenize("Hi", add_special=False)[:2])
+            b.prefill(two)
         fake.mutate = lambda r: r | {
             "timings": {"prompt_n": 1, "cache_n": 1, "prompt_ms": 1.0, "predicted_ms": 1.0}
         }
-        recs = b.prefill(b.vocab.tokenize("Hi", add_special=False)[:2])
+        recs = b.prefill(two)
         assert recs and recs[-1].server is not None and recs[-1].server.cache_n == 1
     finally:
         b.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tui.engine import SamplerSettings, text_size
+from tui.engine.errors import TokenstepError
 from tui.worker import Worker
 from tui.worker.commands import Send
 
@@ -33,12 +34,16 @@ def test_the_bound_is_a_context_worth_of_bytes_with_a_floor():
     text_size.check("this text", 1 << 20, 4096)  # the bound itself passes
 
 
-def test_no_piece_of_the_bundled_vocabulary_is_longer_than_the_bound_assumes(model):
-    """A text of B bytes is at least B / L tokens (L the longest piece): with L at most
-    BYTES_PER_TOKEN, a refused text could never have fit."""
-    vocab = model.vocab
-    longest = max(len(vocab.piece(t)) for t in range(model.info.n_vocab))
-    assert 0 < longest <= text_size.BYTES_PER_TOKEN
+def test_the_margin_over_real_text_and_the_longest_pieces(make_engine):
+    """Prose averages far under the bound (the README: 3.2 bytes a token), and the floor
+    covers the vocabulary's longest piece at the default -c: a text refused there is more
+    bytes than 4,096 of SmolLM2's longest tokens could hold."""
+    eng = make_engine()
+    text = (ROOT / "README.md").read_bytes()
+    ids = eng.vocab.tokenize(text.decode("utf-8"), add_special=False)
+    assert len(text) / len(ids) * 4 < text_size.BYTES_PER_TOKEN  # a margin of 4 at least
+    longest = max(len(eng.vocab.piece(t)) for t in range(eng.info.n_vocab))
+    assert longest * 4096 < text_size.max_bytes(4096)
 
 
 def _big(tmp_path: Path) -> Path:
@@ -102,9 +107,8 @@ def test_a_chat_message_larger_than_the_context_holds_is_refused_and_given_back(
     eng = make_engine(SamplerSettings(temp=0.0), n_ctx=512)
     w = Worker(eng, raw=False, autoplay=False, autosave_dir=None, close_engine=False)
     text = "word " * ((2 << 20) // 5)  # 2 MiB: over the 1 MiB floor
-    w.handle(Send(text))
-    s = w.state
-    assert s.notice_level == "error", s.notice
-    assert "This message is 2.0 MiB, more than a context of 512 tokens can hold" in s.notice
-    assert s.returned_text == text  # the chat box gets it back: nothing is lost
+    with pytest.raises(TokenstepError, match="this message is at least 2.0 MiB, more than a "
+                       "context of 512 tokens can hold"):
+        w.handle(Send(text))  # the worker's guard makes it the notice line's sentence
+    assert w.state.returned_text == text  # the chat box gets it back: nothing is lost
     assert eng.n_past == 0

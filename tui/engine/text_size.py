@@ -3,11 +3,15 @@
 Tokenizing costs memory in proportion to the text, far more than the text itself: llama.cpp's
 tokenizer and the Python lists around it took about 130 bytes per input byte (a 10 MB
 ``tokenize --stdin`` peaked at 1.34 GB, a 20 MB resume message at 2.74 GB), before the result
-was found too long for the context anyway. A text of B bytes is at least B / L tokens, L the
-longest piece of the vocabulary (SmolLM2's is 16 bytes; byte-level BPE vocabularies stay
-well under 32): so a text over :data:`BYTES_PER_TOKEN` bytes per context token cannot fit
-and is refused in one sentence before it is tokenized whole. :data:`FLOOR_BYTES` keeps small
-contexts from refusing texts that cost little (1 MiB tokenizes within about 130 MB).
+was found too long for the context anyway. Text averages a few bytes per token (this README:
+73,593 bytes, 23,173 SmolLM2 tokens, 3.2 bytes each), so a text over :data:`BYTES_PER_TOKEN`
+(32) bytes per context token, ten times that, is refused in one sentence before it is
+tokenized whole. It is a margin, not a proof: a text of B bytes is at least B / L tokens, L
+the vocabulary's longest piece, and SmolLM2 has 47 pieces over 32 bytes (runs of ``#`` or
+spaces, the longest 81). :data:`FLOOR_BYTES` keeps small contexts from refusing texts that
+cost little (1 MiB tokenizes within about 130 MB); below 12,945 tokens of context it is over
+81 bytes a token, so there even a text of SmolLM2's longest pieces that is refused could not
+have fit.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"
 
 
-def refusal(what: str, n_bytes: int, n_ctx: int, *, more: bool = False) -> str:
-    """One sentence: ``what`` is too large to tokenize for this context."""
-    size = f"more than {_mib(n_bytes)}" if more else _mib(n_bytes)
+def refusal(what: str, n_bytes: int, n_ctx: int, *, bound: str = "") -> str:
+    """One sentence: ``what`` is too large to tokenize for this context (``bound``: "at
+    least " or "more than " when only that much is known of its size)."""
+    size = bound + _mib(n_bytes)
     return (
         f"{what} is {size}, more than a context of {n_ctx:,} tokens can hold "
         f"(tokenstep tokenizes at most {_mib(max_bytes(n_ctx))}, {BYTES_PER_TOKEN} bytes per "
@@ -50,7 +55,7 @@ def check_text(what: str, text: str, n_ctx: int) -> None:
     huge text is refused without encoding it."""
     limit = max_bytes(n_ctx)
     if len(text) > limit:
-        raise TokenstepError(refusal(what, len(text), n_ctx, more=True))
+        raise TokenstepError(refusal(what, len(text), n_ctx, bound="at least "))
     if len(text) * 4 > limit:  # only then can the UTF-8 form be over the bound
         check(what, len(text.encode("utf-8", "surrogatepass")), n_ctx)
 
@@ -60,5 +65,5 @@ def read_bounded(fh: BinaryIO, what: str, n_ctx: int) -> bytes:
     limit = max_bytes(n_ctx)
     raw = fh.read(limit + 1)
     if len(raw) > limit:
-        raise TokenstepError(refusal(what, limit, n_ctx, more=True))
+        raise TokenstepError(refusal(what, limit, n_ctx, bound="more than "))
     return raw
