@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tui.app import TokenstepApp
 from tui.args import build_parsers
 from tui.crash import CrashLog, shown_argv
 from tui.engine import SamplerSettings, default_model_path, secret
@@ -24,6 +25,8 @@ from tui.worker.state import State
 
 from .conftest import run_cli
 from .openai_servers import fake  # noqa: F401  (the fixture)
+from .test_app import SIZE, run_async, send, wait_for
+from .test_openai_app import _screen_text
 
 KEY = "sk-issue37-Zq9xW4-SECRET"
 
@@ -82,6 +85,31 @@ def test_a_long_body_is_masked_before_it_is_cut(fake):  # noqa: F811
     fake.echo = "x" * 290 + " {auth}"  # the cut at 300 characters falls inside the key
     err = one_sentence(run_cli(*trace_args(fake.url, f"--api-key={KEY}")), KEY, KEY[:8])
     assert "***" in err
+
+
+@run_async
+async def test_the_app_screen_and_its_autosave_never_show_it(fake, tmp_path):  # noqa: F811
+    """The app over a server that echoes the header into its 400: the notice on screen,
+    the whole screen and the autosave hold no key."""
+    secret.add(KEY)
+    backend = OpenAIBackend(
+        fake.url, SamplerSettings(temp=0.0), local_vocab=LocalVocab(default_model_path()),
+        api_key=KEY,
+    )
+    app = TokenstepApp(backend, autosave_dir=tmp_path / "autosave", autoplay=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Hello")
+        fake.status, fake.echo = 400, "bad request; your header was {auth}"
+        await pilot.press("right")
+        await wait_for(pilot, lambda: app.view.notice_level == "error", "the 400 sentence")
+        assert "HTTP 400" in app.view.notice and "your header was ***" in app.view.notice
+        assert KEY not in _screen_text(app)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    saved = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert saved
+    for p in saved:
+        assert KEY.encode() not in p.read_bytes(), p
 
 
 def test_the_notice_and_the_screen_never_show_it(fake, tmp_path):  # noqa: F811
