@@ -12,7 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from textual import events
+from textual.widgets import Input
 
+from tui.app import TokenstepApp
 from tui.engine import SamplerSettings, text_size
 from tui.engine.errors import TokenstepError
 from tui.worker import Worker
@@ -21,6 +24,7 @@ from tui.worker.commands import Send
 from .conftest import ROOT
 from .resume_files import write_resume
 from .scripted_server import run_measured
+from .test_app import SIZE, run_async, wait_for
 
 TEN_MB = 10 * 10**6
 PEAK_MB = 300
@@ -112,3 +116,25 @@ def test_a_chat_message_larger_than_the_context_holds_is_refused_and_given_back(
         w.handle(Send(text))  # the worker's guard makes it the notice line's sentence
     assert w.state.returned_text == text  # the chat box gets it back: nothing is lost
     assert eng.n_past == 0
+
+
+@run_async
+async def test_a_paste_larger_than_the_context_holds_is_refused_before_the_box_takes_it(
+    make_engine, tmp_path
+):
+    eng = make_engine(SamplerSettings(temp=0.0), n_ctx=512)
+    app = TokenstepApp(eng, autosave_dir=tmp_path / "autosave", close_engine=False, autoplay=False)
+    pasted = "The cat sat on the mat. " * ((2 << 20) // 24)  # 2 MiB: over the 1 MiB floor
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.query_one("#chat", Input)
+        await wait_for(pilot, lambda: app.view is not None, "the first view")
+        chat.post_message(events.Paste(pasted))
+        await wait_for(pilot, lambda: bool(app._notifications), "the refusal")
+        said = [n.message for n in app._notifications]
+        assert any(
+            "This paste is at least 2.0 MiB, more than a context of 512 tokens can hold" in m
+            for m in said
+        ), said
+        assert chat.value == ""  # nothing pasted, nothing to tokenize
+        chat.post_message(events.Paste("a short paste"))
+        await wait_for(pilot, lambda: chat.value == "a short paste", "a paste that fits")
