@@ -155,6 +155,16 @@ def test_c_and_context_full_over_a_server_are_warned(scripted):  # noqa: F811
     assert plain.returncode == 0 and b"warning" not in plain.stderr, plain.stderr
 
 
+def test_the_stop_line_over_a_server_does_not_advise_c(scripted):  # noqa: F811
+    """The scripted server's context is 512 tokens: a trace asked for more stops there, and
+    the line names the server's context, not -c and --context-full (which do nothing)."""
+    proc = run_cli("trace", "--server", scripted.url, "-p", "Hi", "-n", "1000")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert "context full (511 of the server's 512 tokens; its own -c and --context-shift " in err
+    assert "a larger -c" not in err and "--context-full shift" not in err, err
+
+
 # -- /v1 replies read as strictly as the native ones ------------------------------------------------
 
 
