@@ -155,6 +155,18 @@ def test_c_and_context_full_over_a_server_are_warned(scripted):  # noqa: F811
     assert plain.returncode == 0 and b"warning" not in plain.stderr, plain.stderr
 
 
+def test_the_app_warns_the_same_flags_at_start():
+    """The app's start notes use the same sentence (``startup.start_notes``)."""
+    from tui.args import build_parsers
+    from tui.backend_flags import ignored_over_server
+
+    app = build_parsers()["app"]
+    said = ignored_over_server(app.parse_args(["--server", "http://h:1", "-c", "2048"]))
+    assert said is not None and said.startswith("-c 2048 does nothing with --server")
+    assert ignored_over_server(app.parse_args(["-c", "2048", "--context-full", "shift"])) is None
+    assert ignored_over_server(app.parse_args(["--server", "http://h:1"])) is None
+
+
 def test_the_stop_line_over_a_server_does_not_advise_c(scripted):  # noqa: F811
     """The scripted server's context is 512 tokens: a trace asked for more stops there, and
     the line names the server's context, not -c and --context-full (which do nothing)."""
