@@ -58,7 +58,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, allow_abbrev=False)
     ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()

@@ -96,7 +96,7 @@ def engine_runner(eng: Engine, prompt: list[int]) -> Callable[[int], float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--threads", type=int, default=2)

@@ -98,6 +98,10 @@ class Fake(ThreadingHTTPServer):
         self.release = threading.Event()
         self.seen_auth: list[str | None] = []
         self.completions = 0
+        # With ``status``: the error message, "{auth}" replaced by the request's Authorization
+        # header (a server that echoes what it was sent; no real one can be made to).
+        self.echo: str | None = None
+        self.mutate: Any = None  # a function applied to each 200 reply of /v1/completions
 
     @property
     def url(self) -> str:
@@ -132,7 +136,11 @@ class FakeHandler(BaseHTTPRequestHandler):
             return self._send(200, {})
         if self.server.status is not None:
             msg = {401: "Incorrect API key provided", 429: "Rate limit reached"}
-            body = {"error": {"message": msg.get(self.server.status, "no")}}
+            text = msg.get(self.server.status, "no")
+            if self.server.echo is not None:
+                auth = self.headers.get("Authorization") or ""
+                text = self.server.echo.replace("{auth}", auth)
+            body = {"error": {"message": text}}
             return self._send(self.server.status, body, self.server.headers_out)
         self.server.completions += 1
         k = int(req.get("logprobs") or 0)
@@ -143,7 +151,10 @@ class FakeHandler(BaseHTTPRequestHandler):
         first = {"id": TOP[0][0], "token": TOP[0][1], "logprob": TOP[0][2], "top_logprobs": top}
         choice: dict[str, Any] = {"text": TOP[0][1], "index": 0, "finish_reason": "length"}
         choice["logprobs"] = None if self.server.no_logprobs else {"content": [first]}
-        self._send(200, {"object": "text_completion", "choices": [choice]})
+        reply: dict[str, Any] = {"object": "text_completion", "choices": [choice]}
+        if self.server.mutate is not None:
+            reply = self.server.mutate(reply)
+        self._send(200, reply)
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         raw = json.dumps(body).encode()

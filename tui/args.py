@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
+from .engine import secret
 from .engine.errors import TokenstepError
+from .prompt_input import DEFAULT_N_CTX as DEFAULT_N_CTX
+from .prompt_input import read_prompt as read_prompt
 from .spec_flags import spec_flags
 from .version import VersionAction
 
@@ -23,9 +25,15 @@ COMMANDS = ("trace", "info", "verify", "serve")
 
 
 class _Parser(argparse.ArgumentParser):
+    """No abbreviations (the key has one spelling); errors as one masked sentence."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         see = " ".join(w for w in ("tokenstep", self._cmd, "--help") if w)
-        raise TokenstepError(f"{message} (see '{see}').")
+        raise TokenstepError(f"{secret.redact(message)} (see '{see}').")
 
     @property
     def _cmd(self) -> str:
@@ -51,9 +59,9 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         "-c",
         "--ctx-size",
         type=int,
-        default=4096,
+        default=None,  # None: 4096, or over --server the server's (a given -c is warned)
         metavar="N",
-        help="context size in tokens (default 4096)",
+        help="context size in tokens (default 4096; with --server, the server's own)",
     )
     p.add_argument(
         "-b",
@@ -112,7 +120,7 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--context-full",
         choices=["stop", "shift"],
-        default="stop",
+        default=None,  # None: stop (over --server the server's own rule)
         help="when the context is full: stop, or shift (forget the oldest half after --keep)",
     )
     p.add_argument(
@@ -332,7 +340,6 @@ def _serve_parser() -> argparse.ArgumentParser:
         description="Serve the app to browsers (textual-serve): each tab runs its own app "
         "process on the same model.",
         epilog="Every other flag is the app's (see 'tokenstep --help') and reaches each tab's app.",
-        allow_abbrev=False,  # an app flag is never taken for an abbreviated serve flag
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
@@ -359,35 +366,3 @@ def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
     if argv and argv[0] in COMMANDS:
         return argv[0], parse_with_repeats(parsers[argv[0]], list(argv[1:]))
     return "app", parse_with_repeats(parsers["app"], list(argv))
-
-
-def read_prompt(args: argparse.Namespace) -> str:
-    """The prompt from -p, -p - (stdin) or -f; invalid UTF-8 is refused in one sentence."""
-    if args.file is not None and args.prompt is not None:
-        raise TokenstepError("-p and -f both give the prompt; pass one of them.")
-    if args.file:
-        try:
-            with open(args.file, "rb") as fh:
-                raw = fh.read()
-        except OSError as exc:
-            raise TokenstepError(f"cannot read prompt file {args.file}: {exc.strerror}.") from exc
-        source = args.file
-    elif args.prompt == "-":
-        raw = sys.stdin.buffer.read()
-        source = "standard input"
-    elif args.prompt is not None:
-        try:  # bytes that are not UTF-8 reach argv as lone surrogates
-            str(args.prompt).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise TokenstepError(
-                f"the prompt given with -p is not valid UTF-8 (bad byte at character {exc.start})."
-            ) from exc
-        return str(args.prompt)
-    else:
-        raise TokenstepError("no prompt: pass -p TEXT, -p - for standard input, or -f FILE.")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TokenstepError(
-            f"the prompt from {source} is not valid UTF-8 (bad byte at offset {exc.start})."
-        ) from exc

@@ -224,6 +224,31 @@ def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None 
         raise TokenstepError(f"--slot must be 0 or more, not {args.slot}.")
 
 
+def ignored_over_server(args: argparse.Namespace) -> str | None:
+    """The sentence for -c or --context-full given with --server, which the server's own
+    context overrides (said, not dropped in silence); None when neither was given."""
+    if not getattr(args, "server", None):
+        return None
+    given = [
+        flag
+        for flag, on in (
+            (f"-c {args.ctx_size}", getattr(args, "ctx_size", None) is not None),
+            (
+                f"--context-full {getattr(args, 'context_full', None)}",
+                getattr(args, "context_full", None) is not None,
+            ),
+        )
+        if on
+    ]
+    if not given:
+        return None
+    verb = "do" if len(given) > 1 else "does"
+    return (
+        f"{' and '.join(given)} {verb} nothing with --server: the context is the server's own "
+        "(start llama-server with -c N, and --context-shift to shift it)."
+    )
+
+
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""

@@ -9,14 +9,31 @@ from __future__ import annotations
 
 import faulthandler
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
 
 from .args import parse
+from .engine import secret
 from .engine.errors import TokenstepError, one_line
+
+Hook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+
+
+def _redacting_hook(hook: Hook) -> Hook:
+    """``sys.excepthook`` that prints an unexpected traceback with the API key masked."""
+    import traceback
+
+    def redacted(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        text = "".join(traceback.format_exception(kind, exc, tb))
+        sys.stderr.write(secret.redact(text))
+
+    return redacted if secret.known() else hook
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    secret.collect(argv)  # before anything can print: every message below is masked
+    sys.excepthook = _redacting_hook(sys.excepthook)
     try:
         if argv[:1] == ["tokenize"]:  # the vocabulary only: no engine flags, no context
             from .tokenize_cli import tokenize_main
@@ -28,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return tour_main(argv[1:], config_from_args)
         cmd, args = parse(argv)
+        if getattr(args, "server", None):  # a key no header can carry: said before connecting
+            from .engine.openai_backend import api_key_from
+
+            api_key_from(getattr(args, "api_key", None))
         if cmd in ("trace", "verify", "info") and not faulthandler.is_enabled():
             # A native crash (in llama.cpp) prints the Python stack on stderr instead of
             # ending with exit code 139 and nothing said; the app writes it to a file instead.
@@ -55,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_app(args)
     except TokenstepError as exc:
-        print(f"tokenstep: {one_line(str(exc))}", file=sys.stderr)
+        print(f"tokenstep: {secret.redact(one_line(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

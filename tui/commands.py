@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .args import read_prompt
-from .backend_flags import remote_from_args, server_conflicts
+from .args import DEFAULT_N_CTX, read_prompt
+from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
 from .engine import (
     Engine,
     EngineConfig,
@@ -20,6 +20,7 @@ from .engine import (
     info,
     loop,
     rules,
+    secret,
     trace,
 )
 from .engine import chat as chat_mod
@@ -59,14 +60,14 @@ def settings_from_args(args: argparse.Namespace) -> SamplerSettings:
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
     c = EngineConfig(
-        n_ctx=args.ctx_size,
+        n_ctx=DEFAULT_N_CTX if args.ctx_size is None else args.ctx_size,
         n_batch=args.batch_size,
         n_ubatch=args.ubatch_size,
         n_threads=args.threads,
         flash_attn=args.flash_attn,
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
-        context_full=getattr(args, "context_full", "stop"),
+        context_full=getattr(args, "context_full", None) or "stop",
         n_keep=getattr(args, "keep", 0),
         offload_kqv=not getattr(args, "no_kv_offload", False),
         n_seq_max=getattr(args, "parallel", 2),
@@ -212,6 +213,8 @@ def trace_main(args: argparse.Namespace) -> int:
     if not text.strip():  # before the model load, like the flags
         raise TokenstepError("the prompt is empty.")
     engine = engine_from_args(args)
+    if (ignored := ignored_over_server(args)) is not None:
+        print(f"tokenstep: warning: {ignored}", file=sys.stderr)
     spec = None
     try:
         spec = speculator_from_args(args, engine)
@@ -225,11 +228,11 @@ def trace_main(args: argparse.Namespace) -> int:
         for rec in generate_records(engine, spec, args.n_predict, toks):
             if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
                 lens.note_pick(engine, rec)
-            out.write(trace.dumps(engine, rec) + "\n")
+            out.write(secret.redact(trace.dumps(engine, rec)) + "\n")
             out.flush()
             n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
         if n_sampled < args.n_predict and engine.stop_reason:
-            print(stopped_early(engine, n_sampled, args.n_predict), file=sys.stderr)
+            print(secret.redact(stopped_early(engine, n_sampled, args.n_predict)), file=sys.stderr)
     finally:
         if spec is not None:
             spec.close()
@@ -253,7 +256,12 @@ def stopped_early(engine: Engine, n_sampled: int, n_predict: int) -> str:
     stays 0: stopping is the loop's rule, not an error)."""
     why = engine.stop_reason or ""
     line = f"tokenstep: stopped after {n_sampled} of -n {n_predict} tokens: {why}"
-    if why.startswith("context full"):
+    if why.startswith("context full") and isinstance(getattr(engine, "url", None), str):
+        line += (
+            f" ({engine.n_past} of the server's {engine.n_ctx} tokens; its own -c and "
+            "--context-shift decide, not tokenstep's)"
+        )
+    elif why.startswith("context full"):
         line += f" ({engine.n_past} of -c {engine.n_ctx} tokens)"
         if why == "context full":
             line += "; a larger -c or --context-full shift keeps going"

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from .engine import secret
+
 PREFIX = "crash-"  # crash-<date>-<pid>.log: a run's stack file (deleted at a clean exit)
 _FATAL = "Fatal Python error: "
 _TOLD = "told at the next start"
@@ -37,14 +39,9 @@ _FRAME = re.compile(r'^\s+File "([^"]+)", line \d+ in (\S+)', re.M)
 
 
 def shown_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the value of ``--api-key`` hidden: a crash log is shared."""
-    out = list(argv)
-    for i, a in enumerate(out):
-        if a.startswith("--api-key="):
-            out[i] = "--api-key=…"
-        elif a == "--api-key" and i + 1 < len(out):
-            out[i + 1] = "…"
-    return out
+    """``argv`` with the API key masked (:mod:`~tui.engine.secret`): a crash log is shared."""
+    secret.collect(argv)
+    return [secret.redact(a) for a in argv]
 
 
 class CrashLog:
@@ -66,9 +63,10 @@ class CrashLog:
         except OSError:
             return False
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        fh.write(f"tokenstep pid {os.getpid()}, started {started}: {' '.join(shown_argv(sys.argv))}\n")
+        shown = " ".join(shown_argv(sys.argv))
+        fh.write(f"tokenstep pid {os.getpid()}, started {started}: {shown}\n")
         if about:
-            fh.write(about.rstrip("\n") + "\n")
+            fh.write(secret.redact(about.rstrip("\n")) + "\n")
         fh.write("\n")
         fh.flush()  # faulthandler writes to the descriptor, past Python's buffer
         self._was_enabled = faulthandler.is_enabled()  # e.g. by PYTHONFAULTHANDLER, or pytest

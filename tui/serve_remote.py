@@ -29,20 +29,10 @@ def remote_api(app_args: argparse.Namespace) -> tuple[str, str]:
 
 
 def without_api_key(argv: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The tabs' flags without ``--api-key KEY`` and the environment that carries it instead
-    (a command line is visible to every user of the machine, in ``ps``)."""
-    out: list[str] = []
-    env: dict[str, str] = {}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--api-key" and i + 1 < len(argv):
-            env["OPENAI_API_KEY"] = argv[i + 1]
-            i += 2
-            continue
-        if a.startswith("--api-key="):
-            env["OPENAI_API_KEY"] = a.split("=", 1)[1]
-        else:
-            out.append(a)
-        i += 1
-    return out, env
+    """The tabs' flags without the API key, in any spelling :mod:`~tui.engine.secret` knows,
+    and the environment that carries it instead (a command line is visible to every user of
+    the machine, in ``ps``)."""
+    from .engine import secret
+
+    out, key = secret.without_key(argv)
+    return out, ({secret.ENV: key} if key else {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from .engine.bounds import INT32_MAX
 from .engine.errors import TokenstepError
 
 if TYPE_CHECKING:
@@ -95,7 +96,8 @@ def spec_flags(p: argparse.ArgumentParser) -> None:
 
 def check_spec(args: argparse.Namespace) -> str:
     """The flags' own checks, before any model loads; returns the type ('none': off)."""
-    kind = getattr(args, "spec_type", "none") or "none"
+    kind = getattr(args, "spec_type", None)
+    kind = "none" if kind is None else kind  # '' is a type named nothing: refused below
     if kind in LLAMA_SERVER_ONLY:
         raise TokenstepError(
             f"--spec-type {kind} is llama-server's; tokenstep has ngram-simple and draft-simple."
@@ -115,8 +117,14 @@ def check_spec(args: argparse.Namespace) -> str:
         raise TokenstepError("--spec-type draft-simple needs a draft model: -md PATH.")
     if md and kind != "draft-simple":
         raise TokenstepError("-md gives a draft model; add --spec-type draft-simple to use it.")
-    if args.spec_draft_n_max < 0:
-        raise TokenstepError(f"--spec-draft-n-max must be 0 or more, not {args.spec_draft_n_max}.")
+    for flag, lo in (("draft_n_max", 0), ("draft_n_min", 0), ("ngram_simple_min_hits", 1)):
+        v = getattr(args, f"spec_{flag}")
+        if not lo <= v <= INT32_MAX:  # llama.cpp's int32_t, bounded as --top-k is
+            name = flag.replace("_", "-")
+            raise TokenstepError(
+                f"--spec-{name} must be between {lo} and {INT32_MAX} (llama.cpp's 32-bit int), "
+                f"not {v}."
+            )
     if not 0.0 <= args.spec_draft_p_min <= 1.0:
         raise TokenstepError(
             f"--spec-draft-p-min must be between 0 and 1, not {args.spec_draft_p_min}."

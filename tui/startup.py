@@ -12,6 +12,7 @@ from typing import Any
 
 from . import crash
 from .app import TokenstepApp
+from .backend_flags import ignored_over_server
 from .commands import engine_from_args
 from .engine.chat import CHATML
 from .engine.errors import TokenstepError
@@ -66,18 +67,23 @@ def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace)
         app.controller.attention.start(parse_layers(spec, engine.info.n_layer))
 
 
-def start_notes(app: TokenstepApp, engine: Engine, crashed: str | None) -> None:
+def start_notes(
+    app: TokenstepApp, engine: Engine, crashed: str | None, ignored: str | None = None
+) -> None:
     """The lines start-up owes the user, before the notice already set (the ChatML fallback,
-    a resumed session's): the last run's crash, and extra buffers turned off (or forced on
-    over the AMX kernels), so whoever sees a slower prefill knows why."""
+    a resumed session's): the last run's crash, flags --server ignores, and extra buffers
+    turned off (or forced on over the AMX kernels), so whoever sees a slower prefill knows
+    why."""
     choice = getattr(getattr(engine, "model", None), "repack", None)
     notes = [crashed] if crashed else []
+    if ignored:
+        notes.append(ignored[0].upper() + ignored[1:])
     if choice is not None and choice.notable:
         notes.append(choice.reason[0].upper() + choice.reason[1:] + ".")
     if not notes:
         return
     state = app.controller.state
-    warn = crashed is not None or bool(choice and choice.amx and choice.use_extra_bufts)
+    warn = crashed is not None or bool(ignored or choice and choice.amx and choice.use_extra_bufts)
     level = "warn" if warn or state.notice_level == "warn" else state.notice_level
     state.note(" ".join([*notes, state.notice] if state.notice else notes), level)
 
@@ -133,7 +139,7 @@ def _run(
         except BaseException:
             engine.close()
             raise
-    start_notes(app, engine, crashed)
+    start_notes(app, engine, crashed, ignored_over_server(args))
     guard.screen_taken()
     try:
         app.run()

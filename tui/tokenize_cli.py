@@ -15,9 +15,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from .engine import text_size
 from .engine.errors import TokenstepError
 from .engine.tokens import display_bytes
+
+MAX_N_CTX = 1 << 20  # the largest context tokenstep makes (EngineConfig.validate)
 
 
 def tokenize_parser() -> argparse.ArgumentParser:
@@ -51,7 +55,8 @@ def tokenize_parser() -> argparse.ArgumentParser:
     return p
 
 
-def read_text(args: argparse.Namespace) -> str:
+def check_given(args: argparse.Namespace) -> None:
+    """Exactly one of TEXT, -p, -f and --stdin gives the text."""
     given = [
         name
         for name, on in (
@@ -66,14 +71,21 @@ def read_text(args: argparse.Namespace) -> str:
         raise TokenstepError(f"{' and '.join(given)} both give the text; pass one of them.")
     if not given:
         raise TokenstepError("no text: pass TEXT, -p TEXT, -f FILE or --stdin.")
+
+
+def read_text(args: argparse.Namespace, n_ctx: int = 0) -> str:
+    """The text from TEXT, -p, -f or --stdin; one larger than a context of ``n_ctx`` tokens
+    (the model's training context) can hold is refused before it is read whole
+    (:mod:`~tui.engine.text_size`)."""
+    check_given(args)
     if args.file is not None:
         try:
             with open(args.file, "rb") as fh:
-                raw = fh.read()
+                raw = text_size.read_bounded(fh, f"the text in {args.file}", n_ctx)
         except OSError as exc:
             raise TokenstepError(f"cannot read {args.file}: {exc.strerror}.") from exc
     elif args.stdin or args.prompt == "-":  # -p - as in trace
-        raw = sys.stdin.buffer.read()
+        raw = text_size.read_bounded(sys.stdin.buffer, "the text on standard input", n_ctx)
     else:
         text = str(args.text if args.text is not None else args.prompt)
         try:
@@ -82,6 +94,7 @@ def read_text(args: argparse.Namespace) -> str:
             raise TokenstepError(
                 f"the text is not valid UTF-8 (bad byte at character {exc.start})."
             ) from exc
+        text_size.check_text("the text", text, n_ctx)
         return text
     try:
         return raw.decode("utf-8")
@@ -93,7 +106,15 @@ def read_text(args: argparse.Namespace) -> str:
 
 def tokenize_main(argv: Sequence[str]) -> int:
     args = tokenize_parser().parse_args(list(argv))
-    text = read_text(args)  # before the model load: a typo should not wait for it
+    check_given(args)  # a missing text is said before the header is read
+    from .engine import gguf_header
+    from .engine.info import facts
+    from .engine.model import default_model_path
+
+    path = Path(args.model) if args.model is not None else default_model_path()
+    n_train = facts(gguf_header.validate(path)).n_ctx_train or 0  # the header only
+    n_ctx = min(n_train, MAX_N_CTX)  # a header's claim, bounded as -c is
+    text = read_text(args, n_ctx)  # before the model load: a typo should not wait for it
     from .engine.vocab_only import VocabModel
 
     model = VocabModel(args.model)

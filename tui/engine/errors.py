@@ -5,9 +5,17 @@ a prompt that does not fit) is raised as :class:`TokenstepError` with one plain 
 The CLI prints that sentence and exits non-zero; it never shows a traceback for these.
 """
 
+from __future__ import annotations
+
+from . import secret
+
 
 class TokenstepError(Exception):
-    """An error whose message is one sentence meant for the user."""
+    """An error whose message is one sentence meant for the user. The message passes through
+    :func:`~tui.engine.secret.redact`: a server's error text may quote the API key."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(secret.redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ModelError(TokenstepError):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
-from . import gguf_header
+from . import gguf_header, secret
 from .errors import TokenstepError, one_line
 from .info import facts
 from .local_vocab import PROBE_TEXT, check_same_vocab
@@ -54,8 +54,15 @@ DEFAULT_OPENAI_N_PROBS = 20  # OpenAI's and vLLM's cap (vLLM: --max-logprobs, de
 
 
 def api_key_from(flag: str | None) -> str | None:
-    """--api-key, else $OPENAI_API_KEY, else none."""
-    return flag or os.environ.get("OPENAI_API_KEY") or None
+    """--api-key, else $OPENAI_API_KEY, else none; a key no HTTP header can carry is one
+    sentence that does not repeat it."""
+    key = flag or os.environ.get(secret.ENV) or None
+    if key is not None:
+        secret.add(key)
+        problem = secret.header_problem(key)
+        if problem is not None:
+            raise TokenstepError(problem)
+    return key
 
 
 class OpenAIBackend(RemoteBackend):
@@ -192,9 +199,16 @@ class OpenAIBackend(RemoteBackend):
         reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
         if self._index is None and not isinstance(self.vocab, RemoteVocab):
             self._index = tokenizer_to_id(self.vocab)
+        n_prompt = len(prompt) if text is None else MAX_CTX  # over text: the server's own count
         c = read_openai_completion(
-            self.url, reply.body, self.n_probs, self.info.n_vocab, self._to_id
+            self.url, reply.body, self.n_probs, self.info.n_vocab, self._to_id, n_prompt
         )
+        if self.pick == "server" and c.server_pick is None:
+            raise ServerError(
+                f"the {WHAT} at {self.url} answered {COMPLETIONS} without a token tokenstep can "
+                "read as its own pick, so --pick server has none to take; leave out --pick "
+                "server to let tokenstep's chain pick."
+            )
         t = c.timings
         cached = c.cached_tokens
         step = ServerStep(

@@ -125,8 +125,10 @@ class OpenAICompletion:
 
 
 def read_openai_completion(
-    url: str, body: Any, n_probs: int, n_vocab: int, to_id: ToId
+    url: str, body: Any, n_probs: int, n_vocab: int, to_id: ToId, prompt_len: int = MAX_CTX
 ) -> OpenAICompletion:
+    """``prompt_len``: the most prompt tokens the server can have counted (``timings.prompt_n``
+    and ``cache_n`` are whole numbers up to it, as over the native API)."""
     f = OpenAIFields(url, COMPLETIONS)
     body = f.obj(body, "the reply")
     choices = f.items(body.get("choices"), "choices", 16)
@@ -158,8 +160,11 @@ def read_openai_completion(
     timings = None
     if isinstance(t, dict):
         timings = {
+            key: 0.0 if t.get(key) is None else float(f.whole(t[key], f"timings.{key}", 0, prompt_len))
+            for key in ("prompt_n", "cache_n")
+        } | {
             key: 0.0 if t.get(key) is None else f.number(t[key], f"timings.{key}", 0.0, MAX_MS)
-            for key in ("prompt_n", "cache_n", "prompt_ms", "predicted_ms")
+            for key in ("prompt_ms", "predicted_ms")
         }
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     n_prompt = usage.get("prompt_tokens")
@@ -228,6 +233,8 @@ def _legacy(
         raise f.error(where, list(row)[:5], "no text that names a token id")
     tokens = lp.get("tokens")
     pick = None
-    if isinstance(tokens, list) and tokens and isinstance(tokens[0], str):
-        pick = to_id(tokens[0])[0]
+    if tokens is not None:  # the sampled token's text: said when malformed, not dropped
+        listed = f.items(tokens, "logprobs.tokens", MAX_CTX)
+        if listed:
+            pick = to_id(f.text(listed[0], "logprobs.tokens[0]", MAX_PIECE_BYTES))[0]
     return top, odd, pick

@@ -22,6 +22,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from . import http_faults, secret
 from .errors import TokenstepError
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -157,6 +158,11 @@ class ServerClient:
         json_ms = (time.perf_counter() - t0) * 1000.0
         status, raw = self._exchange(method, path, data, deadline)
         t1 = time.perf_counter()
+        if not raw.strip() and status == 200:
+            raise ServerError(
+                f"{self.url} answered {method} {path} with an empty reply, not JSON: it does "
+                f"not look like {self.what}."
+            )
         try:
             parsed = json.loads(raw) if raw else {}
         except (ValueError, RecursionError):  # RecursionError: [[[[... nested too deeply
@@ -217,9 +223,13 @@ class ServerClient:
                 raise ServerError(
                     f"the host {self.host!r} of --server {self.url} is unknown ({exc.strerror})."
                 ) from exc
-            except (OSError, http.client.HTTPException) as exc:
+            except http.client.HTTPException as exc:  # it answered: in words, not names
                 self.close()
-                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                what = http_faults.broken_reply(exc)
+                raise ServerError(f"the {self.what} at {self.url} {what} ({path}).", retry=True) from exc
+            except OSError as exc:
+                self.close()
+                reason = getattr(exc, "strerror", None) or "the connection failed"
                 raise ServerError(f"cannot reach {self.url}: {reason}.", retry=True) from exc
         raise AssertionError("unreachable")
 
@@ -227,6 +237,9 @@ class ServerClient:
         """At most :data:`MAX_REPLY_BYTES` of a reply; past that, one sentence (and the
         connection, with the rest unread, is closed)."""
         length = resp.getheader("Content-Length")
+        if (bad := http_faults.bad_length(length)) is not None:  # -1: read until closed
+            self.close()
+            raise ServerError(f"the {self.what} at {self.url} {bad} ({path}).", retry=True)
         too_long = length is not None and length.strip().isdigit() and int(length) > MAX_REPLY_BYTES
         raw = b"" if too_long else resp.read(MAX_REPLY_BYTES + 1)
         if too_long or len(raw) > MAX_REPLY_BYTES:
@@ -250,8 +263,8 @@ class ServerClient:
         message = err.get("message") if isinstance(err, dict) else None
         if not isinstance(message, str):
             message = None
-        else:  # quoted inside one sentence: one line, short
-            message = " ".join(message.split())
+        else:  # quoted inside one sentence: one line, short, the API key masked before the cut
+            message = " ".join(secret.redact(message).split())
             message = message if len(message) <= 300 else message[:300] + "…"
         if status == 503 and self.what == "llama-server":
             return f"the {self.what} at {self.url} is still loading its model ({message or 'HTTP 503'})."
@@ -267,9 +280,10 @@ class ServerClient:
                 "pass --api-key KEY or set $OPENAI_API_KEY."
             )
         if status == 429:
-            wait = (self._retry_after or "").strip()
-            after = f"it asks to wait {wait} s" if wait.isdigit() else "it gives no wait"
-            return f"the {self.what} at {self.url} is rate-limiting requests (HTTP 429, {after})."
+            after = http_faults.retry_wait(self._retry_after)
+            return (
+                f"the {self.what} at {self.url} is rate-limiting requests (HTTP 429, {after})."
+            )
         detail = f": {' '.join(str(message).split())}" if message else ""
         return f"the {self.what} at {self.url} refused {path} (HTTP {status}){detail.rstrip('.')}."
 

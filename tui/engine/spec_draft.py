@@ -74,6 +74,7 @@ class DraftSimple:
     draft_ms: float = 0.0  # the llama_decode time of the last draft in the draft context
     draft_decodes: int = 0  # llama_decode calls the last draft made
     source: int | None = None  # a model drafts: no context index to copy from
+    cannot: str | None = None  # why the last call drafted nothing it could not feed
 
     name = "draft-simple"
 
@@ -95,8 +96,22 @@ class DraftSimple:
         self.engine = Engine(model, config, SamplerSettings(greedy=True))
 
     def draft(self, tokens: Sequence[int], sampled: int, room: int) -> list[int]:
-        """Up to ``min(n_max, room)`` tokens after ``tokens`` + ``sampled``."""
+        """Up to ``min(n_max, room)`` tokens after ``tokens`` + ``sampled``. llama.cpp's check
+        lets the draft's vocabulary be up to 128 tokens smaller than the target's: an id of the
+        context past the draft's vocabulary cannot be fed to it (llama_decode fails with -1),
+        so there is no draft while the context holds one, and :attr:`cannot` says why."""
         eng = self.engine
+        self.cannot = None
+        n_vocab = eng.info.n_vocab
+        fed = [*tokens, sampled]
+        bad = next((t for t in fed if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            self.draft_ms, self.draft_decodes = 0.0, 0
+            self.cannot = (
+                f"the context holds token {bad:,}, which the draft model's {n_vocab:,}-token "
+                "vocabulary lacks, so it cannot be fed to it"
+            )
+            return []
         first = len(eng.records)
         eng.sync_prompt([*tokens, sampled])  # the common prefix stays, the rest is decoded
         out: list[int] = []

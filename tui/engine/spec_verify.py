@@ -165,6 +165,7 @@ class Speculator:
             sampled = engine.sample()
             rec.spec = SpecInfo(self.name, [], 0, [sampled.token])
             rec.spec.draft_ms, rec.spec.draft_decodes = draft_ms, draft_decodes
+            rec.spec.why_none = (getattr(drafter, "cannot", None) or "") if ran else ""
             st.plain += 1
             st.plain_ms += rec.decode_ms
             st.emitted += 1

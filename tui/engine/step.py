@@ -72,6 +72,7 @@ class SpecInfo:
     draft_decodes: int = 0
     source: int | None = None  # ngram-simple: the context index the draft was copied from
     draft_removed: int = 0  # cells the draft model's own cache cut to follow (0: no cache)
+    why_none: str = ""  # why the drafter could not draft this round (a sentence), or ""
 
 
 @dataclass

@@ -121,6 +121,7 @@ def record_to_dict(engine: Source, rec: StepRecord, *, weights: bool = True) -> 
             "removed": sp.removed,
             "draft_ms": round(sp.draft_ms, 3),
             "draft_decodes": sp.draft_decodes,
+            **({"why_none": sp.why_none} if sp.why_none else {}),
             "rows": [
                 {
                     "pick": r.pick,

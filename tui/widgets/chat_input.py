@@ -12,7 +12,8 @@ typed: the focus goes back to the controls and the key is handed to them, so it 
 would have done a moment earlier (``0`` opens the cache tab). Keys pressed after the move are
 typed as usual. (A reply's end no longer moves the focus here at all: the next control key, ``k``
 for top-k, was typed as text; ``i`` types. A paste moves it, with plain ``set_focus``: the keys
-after a paste, its Enter, belong to the box.)"""
+after a paste, its Enter, belong to the box.) A paste larger than the context can hold
+(:mod:`~tui.engine.text_size`) is refused in one sentence, before the box takes it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from textual import events
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
+
+from ..engine import text_size
 
 
 class ChatInput(Input):
@@ -63,6 +66,14 @@ class ChatInput(Input):
 
     def _on_paste(self, event: events.Paste) -> None:
         text = event.text
+        view = getattr(self.app, "view", None)
+        n_ctx = view.text.n_ctx if view is not None else 0
+        if len(text) > text_size.max_bytes(n_ctx):  # more than the worker would tokenize
+            event.stop()
+            event.prevent_default()
+            why = text_size.refusal("this paste", len(text), n_ctx, bound="at least ")
+            self.notify(why[0].upper() + why[1:] + " Nothing was pasted.", severity="error")
+            return
         if text and ("\n" in text or "\r" in text):
             lines = text.splitlines()
             joined = " ".join(lines)

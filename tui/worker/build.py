@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine import secret
 from ..engine.errors import TokenstepError
 from ..engine.memory import memory_report
 from ..engine.sampling import ChainResult, top_stats
@@ -100,7 +101,7 @@ class ViewBuilder:
             return None
         self.seq += 1
         return replace(
-            last, seq=self.seq, notice=text, notice_level="error", commands=self.w.commands
+            last, seq=self.seq, notice=secret.redact(text), notice_level="error", commands=self.w.commands
         )
 
     def build(self) -> View:

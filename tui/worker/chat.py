@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..engine import text_size
 from ..engine.chat import Message, chat_tokens
 from ..engine.errors import ContextFullError, TokenstepError
 from . import paths
@@ -187,6 +188,8 @@ def planned(w: WorkerParts, text: str) -> Planned:
     """Tokenize the conversation with the new message (the worker owns tokenization);
     a conversation longer than the context is refused, in one sentence."""
     s, eng = w.state, w.engine
+    what = "this text" if w.raw else "this message"
+    text_size.check_text(what, text, eng.n_ctx)  # before it is tokenized whole
     messages = list(s.messages)
     if not w.raw and not messages and w.system_prompt:
         messages.append(Message("system", w.system_prompt))

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import checks
+from ..engine import checks, text_size
 from ..engine.chat import Message, chat_tokens
 from ..engine.context import EngineConfig
 from ..engine.errors import TokenstepError
@@ -37,6 +37,9 @@ CONFIG_OPTIONAL = ("flash_attn", "cache_type_k", "cache_type_v", "n_seq_max")
 # message: 100,000 messages took 35 s before the screen opened (10,000: 1.6 s).
 MAX_MESSAGES = 10_000
 MAX_BRANCHES = 1_000  # paths not taken; a session keeps those of one turn
+# The header of the largest context (2^20 tokens): its text at text_size's 32 bytes a token,
+# its ids as JSON (at most 8 bytes each), and room for the rest.
+MAX_HEADER_CHARS = 64 * 2**20
 HOWS = ("rewind", "force", "fork", "jump")
 
 
@@ -45,11 +48,16 @@ def load_header(path: str | Path) -> dict[str, Any]:
     from it; any problem is one sentence that names the field."""
     try:
         with open(path, encoding="utf-8") as fh:
-            first = fh.readline()
+            first = fh.readline(MAX_HEADER_CHARS + 1)
     except OSError as exc:
         raise TokenstepError(f"cannot read the session file {path}: {exc.strerror}.") from exc
     except UnicodeDecodeError:
         raise TokenstepError(f"{path} is not a tokenstep session file (not UTF-8 text).") from None
+    if len(first) > MAX_HEADER_CHARS:
+        raise TokenstepError(
+            f"the session file {path} cannot be resumed: its first line is longer than "
+            f"{MAX_HEADER_CHARS // 2**20} MiB, more than any context tokenstep makes holds."
+        )
     try:
         header = json.loads(first)
     except RecursionError:  # [[[[... nested deeper than the decoder recurses
@@ -107,8 +115,14 @@ def saved_settings(h: dict[str, Any]) -> SamplerSettings:
 
 
 def saved_config(h: dict[str, Any]) -> EngineConfig:
+    """The saved config; a session saved over a server has null batch sizes (the server's
+    own, unknown to tokenstep), checked here as the defaults they resume with."""
     cfg = _object(h, "config")
     fields = {k: _field(cfg, "config", k) for k in CONFIG_KEYS}
+    if _object(h, "server", required=False):
+        for key in ("n_batch", "n_ubatch"):
+            if fields[key] is None:
+                fields[key] = getattr(EngineConfig(), key)
     fields.update({k: cfg[k] for k in CONFIG_OPTIONAL if k in cfg})
     return EngineConfig(**fields)
 
@@ -202,6 +216,10 @@ def check_header(h: dict[str, Any]) -> None:
     saved_settings(h).validate(lambda k: f"settings.{k}")
     config = saved_config(h)
     config.validate(lambda k: f"config.{k}")
+    n_chars = sum(len(m["content"]) for m in conv)  # before any of it is tokenized
+    if n_chars * 4 > text_size.max_bytes(config.n_ctx):
+        n_bytes = sum(len(m["content"].encode("utf-8")) for m in conv)
+        text_size.check("its conversation", n_bytes, config.n_ctx)
     toks = h.get("context_tokens")
     if not isinstance(toks, list) or not all(type(t) is int and t >= 0 for t in toks):
         raise TokenstepError("context_tokens must be a list of token ids.")
@@ -209,6 +227,13 @@ def check_header(h: dict[str, Any]) -> None:
         raise TokenstepError(
             f"it holds {len(toks)} context tokens but its config.n_ctx is {config.n_ctx}."
         )
+    server = _object(h, "server", required=False)
+    if server:
+        checks.text(server.get("url"), "server.url")
+        if server.get("api") not in ("llama-server", "openai"):
+            raise TokenstepError(
+                f"server.api must be llama-server or openai, not {checks.shown(server.get('api'))}."
+            )
     model = _object(h, "model", required=False)
     for key in ("path", "name"):
         if model.get(key) is not None:
@@ -224,13 +249,18 @@ def check_header(h: dict[str, Any]) -> None:
 
 def apply_to_args(args: argparse.Namespace, header: dict[str, Any]) -> None:
     """The saved config, settings and mode replace the command line's (``header`` has
-    passed :func:`load_header`)."""
+    passed :func:`load_header`). Over --server the context is the server's: the saved size
+    and context-full rule stay out; null batch sizes (a session saved over a server) leave
+    -b and -ub as given."""
     cfg, st = header["config"], header["settings"]
-    args.ctx_size = cfg["n_ctx"]
-    args.batch_size = cfg["n_batch"]
-    args.ubatch_size = cfg["n_ubatch"]
-    args.context_full = cfg["context_full"]
-    args.keep = cfg["n_keep"]
+    if not getattr(args, "server", None):
+        args.ctx_size = cfg["n_ctx"]
+        args.context_full = cfg["context_full"]
+        args.keep = cfg["n_keep"]
+    if cfg["n_batch"] is not None:
+        args.batch_size = cfg["n_batch"]
+    if cfg["n_ubatch"] is not None:
+        args.ubatch_size = cfg["n_ubatch"]
     if "n_seq_max" in cfg:
         args.parallel = cfg["n_seq_max"]
     for key in CONFIG_OPTIONAL:

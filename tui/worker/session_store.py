@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..engine import secret
 from ..engine.chat import Message
 from ..engine.errors import TokenstepError
 from ..engine.session import Engine
@@ -51,10 +52,25 @@ def autosave_name(started: float, chat_no: int) -> str:
     return f"session-{stamp}-{os.getpid()}-chat{chat_no}.jsonl"
 
 
+def server_of(engine: Engine) -> dict[str, Any] | None:
+    """``{"url", "api"}`` for a backend that steps a server, None for a local context."""
+    url = getattr(engine, "url", None)
+    if not isinstance(url, str):
+        return None
+    return {"url": url, "api": getattr(engine, "api", None) or "llama-server"}
+
+
 def session_header(
     engine: Engine, messages: list[Message], *, raw: bool, prefix_cache: bool
 ) -> dict[str, Any]:
+    """The first line of a session file. Over a server the batch sizes are the server's own,
+    unknown here: they are null (resuming takes -b/-ub, or their defaults), and ``server``
+    says where the session ran."""
     info = engine.info
+    server = server_of(engine)
+    config = asdict(engine.config)
+    if server is not None:
+        config["n_batch"] = config["n_ubatch"] = None
     return {
         "tokenstep_session": FORMAT_VERSION,
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -66,7 +82,7 @@ def session_header(
             "n_params": info.n_params,
             "n_vocab": info.n_vocab,
         },
-        "config": asdict(engine.config),
+        "config": config,
         "n_ctx": engine.n_ctx,
         "flash_attn": engine.flash_attn_resolved,
         "mode": "raw" if raw else "chat",
@@ -78,7 +94,7 @@ def session_header(
             for m in messages
         ],
         "context_tokens": engine.tokens,
-    }
+    } | ({"server": server} if server is not None else {})
 
 
 def session_rows(
@@ -111,7 +127,7 @@ def write_jsonl_atomic(path: str | Path, rows: list[dict[str, Any]]) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                fh.write(secret.redact(json.dumps(row, ensure_ascii=False)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a saved file is a normal file

@@ -116,7 +116,8 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     s.note_records((rec,), (before, eng.kv.used), (eng.kv.used, eng.kv.used + sp.removed))
     if not k:
         run.decoded_alone(rec.decode_ms)
-        s.note("Nothing to draft here: one token decoded as usual, its pick waits.")
+        why = f" ({sp.why_none})" if sp.why_none else ""
+        s.note(f"Nothing to draft here{why}: one token decoded as usual, its pick waits.")
         return
     got = quoted(piece(pick), pick)
     how = (

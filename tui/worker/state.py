@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..engine import secret
 from ..engine.chat import Message
 from ..engine.step import StepRecord
 from ..engine.surprise import Surprise
@@ -131,8 +132,9 @@ class State:
             self.dirty_since_save = False
 
     def note(self, text: str, level: str = "info") -> None:
-        """The sentence the status line shows for the last command."""
-        self.notice, self.notice_level = text, level
+        """The sentence the status line shows for the last command (the API key masked: a
+        server's error text may quote it)."""
+        self.notice, self.notice_level = secret.redact(text), level
 
     def sent(
         self, messages: list[Message], spans: list[Span], reply_start: int, tok: Tokenized

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..engine import secret
 from ..engine.errors import TokenstepError
 from ..engine.remote_http import ServerError
 from ..engine.sampling import ChainResult
@@ -371,11 +372,11 @@ class Worker:
             self.state.playback.pause()  # the same error again and again helps nobody
             self.state.note(str(exc)[:1].upper() + str(exc)[1:], "error")
         except Exception as exc:  # keep the worker alive; show what happened
-            self.error = traceback.format_exc()
+            self.error = secret.redact(traceback.format_exc())
             self.state.note(f"Internal error: {type(exc).__name__}: {exc}", "error")
             self.state.playback.pause()
 
     def _failed(self, text: str, trace: str) -> None:
         """A view could not be built, or a key on the lane failed outside its command."""
-        self.error = trace
+        self.error = secret.redact(trace)
         self.state.note(text, "error")
