@@ -240,7 +240,18 @@ class OpenAIBackend(RemoteBackend):
 
     def _ask(self, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
         text = None if self.ids_prompt else self._text_prompt(prompt)
-        reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
+        try:
+            reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
+        except ServerError as exc:
+            if "(HTTP 400)" not in str(exc) or "logprobs" not in str(exc):
+                raise
+            # vLLM 0.32: "Requested sample logprobs of 101, which is greater than max allowed:
+            # 100 (parameter=logprobs, value=101)"
+            raise ServerError(
+                f"the {WHAT} at {self.url} sends fewer candidates than --n-probs "
+                f"{self.n_probs} asks for (vLLM's cap is its --max-logprobs, 20 unless it was "
+                "started with more): pass a smaller --n-probs."
+            ) from exc
         if self._index is None and not isinstance(self.vocab, RemoteVocab):
             self._index = tokenizer_to_id(self.vocab)
         c = read_openai_completion(self.url, reply.body, self.n_probs, self.info.n_vocab, self._to_id)
