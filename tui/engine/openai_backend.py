@@ -243,7 +243,8 @@ class OpenAIBackend(RemoteBackend):
         try:
             reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
         except ServerError as exc:
-            if "(HTTP 400)" not in str(exc) or "logprobs" not in str(exc):
+            said = str(exc)
+            if "(HTTP 400)" not in said or "logprobs" not in said or "than" not in said:
                 raise
             # vLLM 0.32: "Requested sample logprobs of 101, which is greater than max allowed:
             # 100 (parameter=logprobs, value=101)"
