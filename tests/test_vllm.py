@@ -57,9 +57,10 @@ def f32_model() -> Model:
     return Model(f32_gguf())
 
 
-@pytest.fixture(scope="module")
-def q4_model() -> Model:
-    return Model(default_model_path())
+@pytest.fixture
+def q4_model(model: Model) -> Model:
+    """The bundled Q4_1 GGUF: conftest's session model."""
+    return model
 
 
 @pytest.fixture
@@ -260,6 +261,14 @@ def test_n_probs_over_vllm_s_max_logprobs_is_one_sentence(vllm_server):
     assert f"--n-probs {MAX_LOGPROBS + 1}" in err and "--max-logprobs" in err
     proc = run_cli(*args, "--n-probs", str(MAX_LOGPROBS), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_serve_asks_vllm_once_and_names_its_model(vllm_server):
+    from tui.args import build_parsers
+    from tui.serve_remote import remote_api
+
+    app_args = build_parsers()["app"].parse_args(["--server", vllm_server.url + "/v1"])
+    assert remote_api(app_args) == ("openai", SERVED_NAME)
 
 
 def test_zz_vllm_stopped_mid_run_is_one_sentence_and_keeps_the_conversation(vllm_server, over_vllm):
