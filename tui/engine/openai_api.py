@@ -2,8 +2,9 @@
 
 llama-server answers ``GET /props`` with its ``default_generation_settings``; an
 OpenAI-compatible server (vLLM, SGLang, Ollama, llama-cpp-python's, a gateway) answers
-``GET /v1/models`` and not that. llama-server answers both, and is stepped natively unless
-``--api openai`` asks for its ``/v1``.
+``GET /v1/models`` and not that (vLLM 0.32: ``/props`` 404, ``/health`` 200 with an empty body,
+so ``/health`` is never asked first). llama-server answers both, and is stepped natively unless
+``--api openai`` asks for its ``/v1``. The key (``--api-key``) goes with every question.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ def detect_api(url: str, timeout: float = 30.0, api_key: str | None = None) -> s
         except ServerError as exc:
             if "HTTP" not in str(exc) and "not JSON" not in str(exc):
                 raise  # nothing listens, a timeout, still loading: no second question helps
+            if "(HTTP 401)" in str(exc) or "(HTTP 403)" in str(exc):
+                # llama-server's --api-key (its /v1/models is public), or a gateway: the key's
+                # sentence, about a server not yet known to be llama-server
+                said = str(exc).replace("the llama-server at", "the server at", 1)
+                raise ServerError(said, retry=exc.retry) from exc
         client.what = "OpenAI-compatible server"
         try:
             client.get("/v1/models")

@@ -80,17 +80,22 @@ class OpenAIBackend(RemoteBackend):
         model: str | None = None,
         api_key: str | None = None,
     ) -> None:
-        self._model_name, self._api_key = model, api_key
+        self._model_name = model
         self._index: PieceIndex | None = None
         self.api = "openai"
         super().__init__(
-            url, settings, n_probs=n_probs, pick=pick, timeout=timeout, local_vocab=local_vocab
+            url,
+            settings,
+            n_probs=n_probs,
+            pick=pick,
+            timeout=timeout,
+            local_vocab=local_vocab,
+            api_key=api_key,  # the client's header holds it; nothing else does
         )
-        self._api_key = None  # the client's header holds it; nothing else does
         self.__dict__["slot"] = None  # /v1 has no slots: the header names none
 
-    def _client(self, url: str, timeout: float) -> ServerClient:
-        return ServerClient(url, timeout, api_key=self._api_key, what=WHAT)
+    def _client(self, url: str, timeout: float, api_key: str | None) -> ServerClient:
+        return ServerClient(url, timeout, api_key=api_key, what=WHAT)
 
     def _connect(self) -> None:
         models = read_model_list(self.client.url, self.client.get("/v1/models").body)
@@ -107,22 +112,27 @@ class OpenAIBackend(RemoteBackend):
             native = self._native_vocab()
             if native is not None:  # llama-server's /v1: the file must tokenize as it does
                 check_same_vocab(local, native, url)
+            else:
+                self._check_served_tokenizer(local)
             self.vocab = FileVocab(local)
             self.info = _file_info(local, url, served.id)
             self.n_ctx = served.n_ctx or self.info.n_ctx_train or MAX_CTX
             self.props = {"model_alias": served.id}
         else:
             try:  # llama-server's /v1: its native /props and /tokenize give the ids
-                self.props = handshake(self.client, 0)
-                meta = read_models(url, self.client.get("/v1/models").body)
+                props = self._llama_server_props()
+                meta = read_models(url, self.client.get("/v1/models").body) if props else None
             except ServerError as exc:
                 if "HTTP" not in str(exc) and "not JSON" not in str(exc):
                     raise  # nothing answers, a timeout: that sentence, not "no tokenizer"
+                props = meta = None
+            if props is None or meta is None:
                 raise TokenstepError(
                     f"the server at {url} has no tokenizer tokenstep can reach (no /tokenize "
                     "of llama-server's): give the GGUF it serves with -m PATH (tokenstep loads "
                     "only its vocabulary)."
-                ) from exc
+                )
+            self.props = props
             self.n_ctx = int(self.props["default_generation_settings"]["n_ctx"])
             self.vocab = RemoteVocab(self.client, int(meta["n_vocab"]))
             self.info = model_info(url, self.props, meta, self.vocab)
@@ -144,10 +154,51 @@ class OpenAIBackend(RemoteBackend):
                 f"same probe text is {mine} tokens here and {theirs} there."
             )
 
+    def _check_served_tokenizer(self, local: LocalVocab) -> None:
+        """vLLM's ``POST /tokenize`` (``{"model", "prompt"}`` -> ``{"tokens": [...]}``), where
+        the server has one: the probe text must give the ids the -m file gives it. A server
+        without it (404) or with another form is not asked more here."""
+        body = {"model": self.model, "prompt": PROBE_TEXT, "add_special_tokens": False}
+        try:
+            reply = self.client.post("/tokenize", body).body
+        except ServerError as exc:
+            if "HTTP" not in str(exc) and "not JSON" not in str(exc):
+                raise
+            return
+        theirs = reply.get("tokens") if isinstance(reply, dict) else None
+        if not isinstance(theirs, list) or not all(type(t) is int for t in theirs):
+            return
+        mine = local.vocab.tokenize(PROBE_TEXT, add_special=False)
+        if mine != theirs:
+            pairs = enumerate(zip(mine, theirs, strict=False))
+            at = next((i for i, (a, b) in pairs if a != b), min(len(mine), len(theirs)))
+            here = mine[at] if at < len(mine) else "-"
+            there = theirs[at] if at < len(theirs) else "-"
+            raise TokenstepError(
+                f"-m {local.path} is not the model the {WHAT} at {self.client.url} serves: the "
+                f"same text tokenizes differently (its /tokenize, token {at}: id {here} here, "
+                f"{there} there)."
+            )
+
+    def _llama_server_props(self) -> dict[str, Any] | None:
+        """llama-server's checked ``/props`` where the server is one, else None. Asked first,
+        before its ``/health``: vLLM answers ``/health`` 200 with an empty body and ``/props``
+        404 (llama-server's ``/health`` is ``{"status": "ok"}``)."""
+        try:
+            props = self.client.get("/props").body
+        except ServerError as exc:
+            if "HTTP" not in str(exc) and "not JSON" not in str(exc):
+                raise
+            return None
+        if not isinstance(props, dict) or "default_generation_settings" not in props:
+            return None
+        return handshake(self.client, 0)
+
     def _native_vocab(self) -> RemoteVocab | None:
         """llama-server's own /tokenize where the server is one (None elsewhere)."""
         try:
-            handshake(self.client, 0)
+            if self._llama_server_props() is None:
+                return None
             meta = read_models(self.client.url, self.client.get("/v1/models").body)
         except ServerError as exc:
             if "HTTP" not in str(exc) and "not JSON" not in str(exc):
@@ -196,7 +247,19 @@ class OpenAIBackend(RemoteBackend):
 
     def _ask(self, prompt: list[int], reuse: bool) -> tuple[ServerStep, list[tuple[int, bytes]]]:
         text = None if self.ids_prompt else self._text_prompt(prompt)
-        reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
+        try:
+            reply = self.client.post(COMPLETIONS, self._body(prompt if text is None else text))
+        except ServerError as exc:
+            said = str(exc)
+            if "(HTTP 400)" not in said or "logprobs" not in said or "than" not in said:
+                raise
+            # vLLM 0.32: "Requested sample logprobs of 101, which is greater than max allowed:
+            # 100 (parameter=logprobs, value=101)"
+            raise ServerError(
+                f"the {WHAT} at {self.url} sends fewer candidates than --n-probs "
+                f"{self.n_probs} asks for (vLLM's cap is its --max-logprobs, 20 unless it was "
+                "started with more): pass a smaller --n-probs."
+            ) from exc
         if self._index is None and not isinstance(self.vocab, RemoteVocab):
             self._index = tokenizer_to_id(self.vocab)
         n_prompt = len(prompt) if text is None else MAX_CTX  # over text: the server's own count

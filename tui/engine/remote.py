@@ -1,19 +1,18 @@
 """A model that lives elsewhere: the :class:`~tui.engine.backend.Backend` seam over llama-server.
 
 One token per request: ``POST /completion`` with the whole context as token ids, ``n_predict: 1``
-and ``n_probs: K``; the server evaluates what its slot's cache lacks and answers with the top K
-of the next position (see ``remote_step``). The loop (``loop.advance``) runs on this backend as
-on the local Engine: sample from the last answer, then feed the token, which is the next request.
-A rewind or a forced token simply sends the shorter or forced prefix next time; the server reuses
-what its cache still holds and ``timings.cache_n`` says how much that was.
+and ``n_probs: K`` (``--api-key`` goes as a bearer token with each); the server evaluates what
+its slot's cache lacks and answers with the top K of the next position (see ``remote_step``).
+The loop (``loop.advance``) runs on this backend as on the local Engine: sample from the last
+answer, then feed the token, which is the next request. A rewind or a forced token simply sends
+the shorter or forced prefix next time; the server reuses what its cache still holds and
+``timings.cache_n`` says how much that was.
 
-A prefill is the same request: ``n_predict: 0`` is no pure prefill on this llama-server (checked
-here: it still samples one token, ``tokens_predicted`` 1), and the sampled token is never
-decoded with ``n_predict: 1`` either (``predicted_ms`` 0.001), so one request costs one prompt
-evaluation of what the slot lacks.
+A prefill is the same request (``n_predict: 0`` still samples one token on this llama-server, and
+``n_predict: 1`` never decodes it): one request, one evaluation of what the slot lacks.
 
-Two picks: tokenstep's own llama.cpp chain and seeded RNG on the server's top K (the default),
-or the server's own pick from the same request (its RNG restarts at every request).
+Two picks: tokenstep's own chain and seeded RNG on the server's top K (the default), or the
+server's own pick from the same request (its RNG restarts at every request).
 
 Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
 :attr:`RemoteBackend.capabilities` and say why they are empty. DRY and grammars need the
@@ -70,6 +69,7 @@ class RemoteBackend(NoLocalContext):
         timeout: float = DEFAULT_TIMEOUT_S,
         local_vocab: LocalVocab | None = None,
         check_chain: bool = False,
+        api_key: str | None = None,
     ) -> None:
         """``local_vocab``: the served GGUF's vocabulary (-m) for DRY and grammars (owned).
         ``check_chain``: ask the server's own post-chain probabilities beside each pick."""
@@ -79,7 +79,7 @@ class RemoteBackend(NoLocalContext):
             raise TokenstepError(f"--n-probs must be 1 or more, not {n_probs}.")
         if pick not in PICKS:
             raise TokenstepError(f"--pick must be one of {', '.join(PICKS)}, not {pick!r}.")
-        self.client = self._client(url, timeout)
+        self.client = self._client(url, timeout, api_key)
         self.url = self.client.url
         self.settings = settings or SamplerSettings()
         self.settings.validate()
@@ -114,8 +114,8 @@ class RemoteBackend(NoLocalContext):
         self._sent: list[int] = []  # the prompt of the last answered request (the slot's cache)
         self._pending: tuple[int, int | None, int] | None = None  # a pick whose feed failed
 
-    def _client(self, url: str, timeout: float) -> ServerClient:
-        return ServerClient(url, timeout)
+    def _client(self, url: str, timeout: float, api_key: str | None) -> ServerClient:
+        return ServerClient(url, timeout, api_key=api_key)
 
     def _connect(self) -> None:
         """The handshake: the context size, the vocabulary and the model's facts."""

@@ -98,7 +98,9 @@ class Reply:
 
 
 def parse_url(url: str) -> tuple[str, int, str]:
-    """``http://HOST:PORT[/prefix]`` as (host, port, prefix); a bad address is one sentence."""
+    """``http://HOST:PORT[/prefix]`` as (host, port, prefix); a bad address is one sentence.
+    A prefix ending in ``/v1`` is the base URL an OpenAI client is given (``.../v1``):
+    the paths asked carry ``/v1`` themselves, so it is dropped from the prefix."""
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
@@ -112,7 +114,8 @@ def parse_url(url: str) -> tuple[str, int, str]:
             f"--server {url!r} is not an address like http://HOST:PORT "
             "(tokenstep speaks plain HTTP to llama-server)."
         )
-    return parts.hostname, port or 8080, parts.path.rstrip("/")
+    prefix = parts.path.rstrip("/")
+    return parts.hostname, port or 8080, prefix.removesuffix("/v1")
 
 
 class ServerClient:
