@@ -225,6 +225,42 @@ def _inside(f: InsideFacts, s: Strings) -> list[Page]:
         Page("inside", t, s["inside.graph"].format(n=n, tri=tri), s["pane.mask"]),
         Page("inside", t, s["guess.title"], s["pane.mask"], g),
         Page("inside", t, body, s["pane.attention"]),
+        *_lens(f, s),
+    ]
+
+
+def _lens(f: InsideFacts, s: Strings) -> list[Page]:
+    """The logit lens on the same prefill: guess the first layer whose top 5 holds
+    llama.cpp's top-1, among three of the first, middle, three-quarter and last layers."""
+    t, lens = s["inside.title"], f.lens
+    if lens is None:
+        return [Page("inside", t, s["lens.skip"].format(detail=f.lens_skip), s["pane.lens"])]
+    last = lens.n_layer - 1
+    others = [
+        v for v in (last, 0, lens.n_layer // 2, 3 * lens.n_layer // 4) if v != lens.top5_layer
+    ]
+    g = _choice(
+        s,
+        "lens.guess",
+        lens.top5_layer,
+        others[:3],
+        piece=lens.top1_piece,
+        last=last,
+        id=lens.top1,
+        top5=lens.top5_layer,
+        top1=s["lens.never"] if lens.top1_layer is None else lens.top1_layer,
+    )
+    if lens.rounding_bound is None:
+        bound = s["lens.no_bound"]
+    else:
+        bound = s["lens.bound"].format(bound=lens.rounding_bound)
+    body = s["lens.result"].format(last=last, d=lens.max_abs_diff, bound=bound, head=lens.head)
+    if lens.head_load_ms is not None and lens.head_load_ms >= 1.0:  # under 1 ms: read before
+        body += "\n" + s["lens.head_read"].format(ms=lens.head_load_ms)
+    return [
+        Page("inside", t, s["lens.intro"].format(last=last), s["pane.lens"]),
+        Page("inside", t, s["guess.title"], s["pane.lens"], g),
+        Page("inside", t, body, s["pane.lens"]),
     ]
 
 

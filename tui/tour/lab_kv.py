@@ -1,12 +1,14 @@
 """The tour's chapters about attention and the KV cache: the causal mask seen in the model's
-own weights, the quadratic wall counted, the cache's bytes taken apart, a full context, and
-the prefix a second turn reuses. Each function runs on a context the lab made for it."""
+own weights (and, in the same prefill, the logit lens), the quadratic wall counted, the
+cache's bytes taken apart, a full context, and the prefix a second turn reuses. Each function
+runs on a context the lab made for it."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +41,22 @@ def next_not_eog(eng: Engine) -> int:
 
 
 @dataclass(frozen=True)
+class LensFacts:
+    """The logit lens on the prompt's last position: where llama.cpp's own top-1 first shows
+    (layers 0-based, as ``tokenstep trace --lens`` counts them)."""
+
+    n_layer: int
+    top1: int  # llama.cpp's top-1 token id
+    top1_piece: str
+    top5_layer: int  # the first layer whose lens has it among its 5 highest
+    top1_layer: int | None  # ... and the first where it is the highest
+    max_abs_diff: float  # the last layer's lens against llama.cpp's logits
+    rounding_bound: float | None  # what the head's 8-bit activation rounding can move a logit
+    head: str  # how the head projects (LensHead.describe)
+    head_load_ms: float | None  # the one-time read of the head from the GGUF file
+
+
+@dataclass(frozen=True)
 class InsideFacts:
     n_tokens: int
     allowed: int  # mask cells a query may look at (on or below the diagonal)
@@ -50,18 +68,46 @@ class InsideFacts:
     last_piece: str
     top_piece: str  # the key the last row weights most (mean over heads)
     top_weight: float
+    lens: LensFacts | None = None
+    lens_skip: str = ""  # why there is no lens (the head cannot be read, ...)
+
+
+def _lens(check: dict[str, Any] | None, problems: list[str], n_layer: int) -> LensFacts | str:
+    if check is None:
+        return problems[0] if problems else "the prefill gave the lens no row"
+    if check["top5_layer"] is None:  # the head's rounding moved the top-1 out of every top 5
+        return "llama.cpp's top-1 is in no layer's top 5 of the lens"
+    return LensFacts(
+        n_layer,
+        int(check["top1"]["id"]),
+        str(check["top1"]["piece"]),
+        int(check["top5_layer"]),
+        check["top1_layer"],
+        float(check["max_abs_diff"]),
+        check.get("rounding_bound"),
+        str(check["head"]),
+        check.get("head_load_ms"),
+    )
 
 
 def inside_facts(model: Model, config: EngineConfig, prompt: str) -> InsideFacts:
-    """One prefill with the softmax of one layer copied out of the graph."""
-    from ..engine.attention_capture import AttentionCapture
+    """One prefill with the softmax of one layer copied out of the graph, and, on the same
+    eval callback, every layer's ``l_out`` row of the last position for the logit lens (the
+    head is read from the GGUF file once per model: about 1 s on SmolLM2, part of this
+    chapter's "running" time)."""
     from ..engine.attention_map import context_attention, top_attended
+    from ..engine.lens import head_problem
+    from ..engine.lens_capture import AttentionLensCapture
 
-    layer = int(model.info.n_layer * INSIDE_LAYER_FRACTION)
-    cap = AttentionCapture(model.info.n_layer, [layer])
+    n_layer = model.info.n_layer
+    layer = int(n_layer * INSIDE_LAYER_FRACTION)
+    problem = head_problem(model.header)
+    cap = AttentionLensCapture(n_layer=n_layer, layers=[layer], lens=problem is None)
     with Engine(model, config, SamplerSettings(temp=0.0), observers=[cap]) as eng:
         ids = eng.vocab.tokenize(prompt)
-        eng.prefill(ids)
+        recs = eng.prefill(ids)
+        extras = recs[-1].extras if recs else {}
+        lens = problem or _lens(extras.get("lens_check"), extras.get("lens_problems", []), n_layer)
         att = context_attention(eng, layer)
         assert att is not None
         w = att.weights.astype(np.float64)  # (n_head, n, n)
@@ -81,6 +127,8 @@ def inside_facts(model: Model, config: EngineConfig, prompt: str) -> InsideFacts
             _piece(eng, ids[-1]),
             _piece(eng, ids[col]),
             weight,
+            lens if isinstance(lens, LensFacts) else None,
+            lens if isinstance(lens, str) else "",
         )
 
 

@@ -150,6 +150,37 @@ STRINGS: dict[str, str] = {
         "  largest |row sum - 1|: {err:.1e}\n"
         "The last token {last!r} looks most at {top!r} ({w:.2f}, mean over heads)."
     ),
+    "lens.intro": (
+        "Every layer ends in a node l_out-N: the residual stream after layer N. The logit lens "
+        "sends that row through the model's own head (the final norm, then the output matrix), "
+        "as if the model stopped there. Layers count from 0 to {last}; the lab did this for "
+        "the prompt's last position, in the same prefill."
+    ),
+    "lens.guess.q": (
+        "llama.cpp's own top-1 here is {piece!r} (id {id}). Which layer's lens is the first "
+        "to have it in its top 5?"
+    ),
+    "lens.guess.why": (
+        "Layer {top5} is the first whose top 5 holds {piece!r}; the lens first ranks it top-1 "
+        "at layer {top1}. The last layer's lens is llama.cpp's own logits, up to the head's "
+        "8-bit rounding (next page)."
+    ),
+    "lens.never": "none",
+    "lens.result": (
+        "The lens of the last layer, {last}, is llama.cpp's own logits computed again here: "
+        "max |difference| over the vocabulary {d:.3f}. {bound}\nThe head: {head}."
+    ),
+    "lens.bound": (
+        "llama.cpp rounds the normed row to 8 bits before multiplying the quantized head, which "
+        "can move a logit by at most {bound:.2f}; the difference stays within that."
+    ),
+    "lens.head_read": "Reading the head from the GGUF file took {ms:,.0f} ms (once per model).",
+    "lens.no_bound": (
+        "The difference is rounding: this head's type is one whose rounding the lens does not "
+        "bound."
+    ),
+    "lens.skip": "The logit lens cannot read this model's head, so its guess is skipped: {detail}",
+    "pane.lens": "In the app: tab 8, the logit lens.",
     "exact.title": "Why the cache is exact",
     "exact.intro": (
         "A past token's keys and values depend only on the tokens before it, and the mask "

@@ -117,6 +117,29 @@ STRINGS: dict[str, str] = {
         "  |行和 - 1| 的最大值：{err:.1e}\n"
         "最后一个 token {last!r} 最关注 {top!r}（{w:.2f}，各头平均）。"
     ),
+    "lens.intro": (
+        "每一层都以节点 l_out-N 结束：第 N 层之后的残差流。logit lens 把这一行送进模型自己的"
+        "输出头（最后的归一化，再乘输出矩阵），就像模型在这一层停下。层从 0 数到 {last}；"
+        "实验在同一次 prefill 里对提示的最后一个位置做了这件事。"
+    ),
+    "lens.guess.q": "这里 llama.cpp 自己的 top-1 是 {piece!r}（id {id}）。哪一层的 lens 最先把它排进前 5？",
+    "lens.guess.why": (
+        "第 {top5} 层是第一个把 {piece!r} 排进前 5 的层；lens 第一次把它排在第一是第 {top1} 层。"
+        "最后一层的 lens 就是 llama.cpp 自己的 logits，只差输出头的 8 位舍入（见下一页）。"
+    ),
+    "lens.never": "没有",
+    "lens.result": (
+        "最后一层（第 {last} 层）的 lens 就是在这里重新算一遍 llama.cpp 自己的 logits："
+        "整个词表上的最大 |差| 为 {d:.3f}。{bound}\n输出头：{head}。"
+    ),
+    "lens.bound": (
+        "llama.cpp 在乘量化的输出头之前把归一化后的行舍入到 8 位，这最多能让一个 logit 移动 "
+        "{bound:.2f}；上面的差别在这个范围之内。"
+    ),
+    "lens.head_read": "从 GGUF 文件读取输出头用了 {ms:,.0f} ms（每个模型一次）。",
+    "lens.no_bound": "差别来自舍入：这种输出头的类型，lens 没有给出舍入的上界。",
+    "lens.skip": "logit lens 读不了这个模型的输出头，这个猜测跳过：{detail}",
+    "pane.lens": "在应用里：第 8 栏，logit lens。",
     "exact.title": "为什么缓存是精确的",
     "exact.intro": (
         "过去某个 token 的 key 和 value 只取决于它前面的 token，而掩码挡住了后来的 token。"
