@@ -172,6 +172,7 @@ def test_every_guess_is_answered_by_the_labs_number(smol):
         ("tokens", len(smol["tokens"].hanzi_ids)),
         ("batch", smol["batch"].prefill_calls),
         ("inside", smol["inside"].allowed),
+        ("inside", smol["inside"].lens.top5_layer),
         ("wall", smol["wall"].without_cache),
         ("ram", smol["ram"].bytes_per_token),
         ("full", smol["full"].n_discard),
@@ -240,3 +241,58 @@ def test_every_page_builds_on_both_architectures_in_both_languages(smol, gemma):
                 assert (g.answer >= 0 and g.shown_answer in g.choices) or (
                     g.typed and not g.choices
                 )
+
+
+def test_the_lens_layer_is_the_one_trace_lens_reports(smol, gemma, capsys):
+    """The lab's lens rides on its own prefill; ``tokenstep trace --lens`` on the same prompt
+    (same context size, flash attention off as the lab's attention capture has it) names the
+    same first layers for llama.cpp's top-1."""
+    import json
+
+    from tui.args import parse
+    from tui.commands import trace_main
+
+    f = smol["inside"].lens
+    assert f is not None and smol["inside"].lens_skip == ""
+    argv = ["trace", "--lens", "-p", "The capital of France is", "-n", "1", "-t", "2"]
+    cmd, args = parse([*argv, "-c", "256", "--flash-attn", "off"])
+    assert cmd == "trace" and trace_main(args) == 0
+    recs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    check = next(d["lens_check"] for d in recs if "lens_check" in d)
+    assert check["pos"] == smol["inside"].n_tokens - 1
+    assert (f.top1, f.top5_layer, f.top1_layer) == (
+        check["top1"]["id"],
+        check["top5_layer"],
+        check["top1_layer"],
+    )
+    assert f.n_layer == 30 and 0 <= f.top5_layer <= (f.top1_layer or 0) <= f.n_layer - 1
+    # the last layer's lens is llama.cpp's logits up to the Q8_0 head's activation rounding
+    assert f.rounding_bound is not None and f.max_abs_diff <= f.rounding_bound
+    g = gemma["inside"].lens  # an unquantized head: no rounding to bound
+    assert g is not None and g.rounding_bound is None and g.n_layer == 4
+
+
+def test_the_lens_guess_offers_layers_and_skips_an_unreadable_head(smol, monkeypatch):
+    f = smol["inside"]
+    assert f.lens is not None
+    for strings in (EN, ZH):
+        pages = pages_for("inside", f, strings)
+        (g,) = [p.guess for p in pages[3:] if p.guess is not None]
+        assert 3 <= len(g.choices) <= 4 and g.shown_answer == str(f.lens.top5_layer)
+        assert all(0 <= int(c) < f.lens.n_layer for c in g.choices)
+        assert f"{f.lens.max_abs_diff:.3f}" in pages[-1].body
+
+    from tui.engine import lens
+
+    sentence = "the lens needs output_norm.weight; this model has none"
+    monkeypatch.setattr(lens, "head_problem", lambda header: sentence)  # no loadable GGUF lacks it
+    lab = Lab(None, config=CONFIG)
+    try:
+        skipped = lab.run("inside")
+    finally:
+        lab.close()
+    assert isinstance(skipped, lab_kv.InsideFacts) and skipped.lens is None
+    assert skipped.allowed == f.allowed  # the attention pages are all still there
+    pages = pages_for("inside", skipped, ZH)
+    assert len(pages) == 4 and pages[-1].guess is None
+    assert pages[-1].body == ZH["lens.skip"].format(detail=sentence)
