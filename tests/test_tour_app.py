@@ -88,6 +88,31 @@ async def test_the_wall_page_shows_the_labs_count() -> None:
 
 
 @run_async
+async def test_the_lens_guess_is_answered_with_the_labs_layer() -> None:
+    """Inside one decode: the learner picks the first layer whose top 5 holds llama.cpp's
+    top-1, among layer numbers; the lab's layer is the right one, and the next page compares
+    the last layer's lens with llama.cpp's logits."""
+    screen = TourScreen("zh", lab=lambda: Lab(None, config=CONFIG, lang="zh"))
+    async with TourApp(screen).run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "inside" in screen.tour.pages)
+        tour = screen.tour
+        lens_pages = [p for p in tour.pages["inside"] if p.guess and "lens" in p.pane]
+        assert len(lens_pages) == 1
+        tour.chapter = CHAPTERS.index("inside")
+        tour.page = tour.pages["inside"].index(lens_pages[0])
+        screen.draw()
+        g = lens_pages[0].guess
+        assert g is not None and g.choices[g.answer].isdigit()
+        await pilot.press(str(g.answer + 1))
+        assert tour.answer == (str(g.answer + 1), True)
+        shown = screen.page_text(tour.current, 77).plain
+        assert g.shown_answer in shown and g.why[:12] in shown
+        await pilot.press("right")
+        assert "logits" in (tour.current.body if tour.current else "")
+        await pilot.press("q")
+
+
+@run_async
 async def test_l_opens_the_tour_over_the_app_and_leaves_the_chat_alone(make_engine) -> None:
     engine = make_engine(SamplerSettings(temp=0.0))
     app = TokenstepApp(engine, autosave_dir=None, show_timings=False, close_engine=False)
