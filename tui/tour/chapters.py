@@ -8,8 +8,7 @@ where the learner is, what they answered and the score, is :mod:`~tui.tour.walk`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from .lab import (
     BatchFacts,
@@ -21,8 +20,10 @@ from .lab import (
     TokenFacts,
 )
 from .lab_kv import FullFacts, InsideFacts, PrefixFacts, RamFacts, WallFacts
+from .page import Guess, Page, Strings, choice
 
-Strings = Mapping[str, str]
+__all__ = ["Guess", "Page", "Strings", "pages_for"]
+
 STAGES = ("tokenize", "batch", "decode", "logits", "sample", "detok", "feed")
 CALLS = (
     "llama_tokenize",
@@ -33,54 +34,6 @@ CALLS = (
     "llama_vocab_is_eog + llama_token_to_piece",
     "llama_decode (1 token)",
 )
-
-
-@dataclass(frozen=True)
-class Guess:
-    question: str
-    choices: tuple[str, ...]  # empty: a typed answer
-    answer: int  # index of the right choice (-1 for a typed answer)
-    typed: str = ""  # the right typed answer
-    why: str = ""  # said after the answer, right or wrong
-
-    def is_right(self, given: str) -> bool:
-        if self.choices:
-            return given.isdigit() and int(given) - 1 == self.answer
-        return _norm(given) == _norm(self.typed)
-
-    @property
-    def shown_answer(self) -> str:
-        return self.choices[self.answer] if self.choices else self.typed
-
-
-def _norm(text: str) -> str:
-    return text.strip().casefold()
-
-
-@dataclass(frozen=True)
-class Page:
-    chapter: str
-    title: str
-    body: str
-    pane: str = ""  # where the app shows the same thing
-    guess: Guess | None = None
-    stages: tuple[str, ...] = ()  # the seven steps, with the lit one marked
-    lit: int = -1
-
-
-def _choice(s: Strings, key: str, actual: object, others: Sequence[object], **kw: object) -> Guess:
-    """A multiple-choice guess: the measured value among distractors (deduplicated, sorted
-    when they are numbers), the right one found by value."""
-    values: list[object] = []
-    for v in [actual, *others]:
-        if v not in values:
-            values.append(v)
-    if all(isinstance(v, int) for v in values):
-        values.sort()  # type: ignore[type-var]
-    choices = tuple(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
-    return Guess(
-        s[f"{key}.q"].format(**kw), choices, values.index(actual), why=s[f"{key}.why"].format(**kw)
-    )
 
 
 def _loop(f: LoopFacts, s: Strings) -> list[Page]:
@@ -111,7 +64,7 @@ def _loop(f: LoopFacts, s: Strings) -> list[Page]:
                 Page("loop", s["loop.title"], s["guess.title"], s["pane.logits"], g, names, i)
             )
         if i == 6:
-            g = _choice(
+            g = choice(
                 s,
                 "loop.guess_cells",
                 f.cells_after,
@@ -127,7 +80,7 @@ def _loop(f: LoopFacts, s: Strings) -> list[Page]:
 
 def _tokens(f: TokenFacts, s: Strings) -> list[Page]:
     n = len(f.hanzi_ids)
-    g = _choice(
+    g = choice(
         s,
         "tokens.guess",
         n,
@@ -163,7 +116,7 @@ def _tokens(f: TokenFacts, s: Strings) -> list[Page]:
 
 
 def _batch(f: BatchFacts, s: Strings) -> list[Page]:
-    g = _choice(s, "batch.guess", f.prefill_calls, [1, f.n_prompt], n=f.n_prompt, b=f.n_batch)
+    g = choice(s, "batch.guess", f.prefill_calls, [1, f.n_prompt], n=f.n_prompt, b=f.n_batch)
     ratio = f.prefill_ms / f.decode_ms if f.decode_ms else 0.0
     body = s["batch.times"].format(
         n=f.n_prompt,
@@ -206,7 +159,7 @@ def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
 
 def _inside(f: InsideFacts, s: Strings) -> list[Page]:
     n = f.n_tokens
-    g = _choice(s, "inside.guess", f.allowed, [n, n * n, f.masked], n=n, masked=f.masked)
+    g = choice(s, "inside.guess", f.allowed, [n, n * n, f.masked], n=n, masked=f.masked)
     rows = min(n, 8)
     tri = "\n".join(
         "  " + " ".join("■" if c <= r else "·" for c in range(rows)) for r in range(rows)
@@ -239,7 +192,7 @@ def _lens(f: InsideFacts, s: Strings) -> list[Page]:
     others = [
         v for v in (last, 0, lens.n_layer // 2, 3 * lens.n_layer // 4) if v != lens.top5_layer
     ]
-    g = _choice(
+    g = choice(
         s,
         "lens.guess",
         lens.top5_layer,
@@ -289,7 +242,7 @@ def _exact(f: ExactFacts, s: Strings) -> list[Page]:
 
 def _wall(f: WallFacts, s: Strings) -> list[Page]:
     n = f.n
-    g = _choice(s, "wall.guess", f.without_cache, [n, n * n], n=n, formula=f.formula)
+    g = choice(s, "wall.guess", f.without_cache, [n, n * n], n=n, formula=f.formula)
     shown = [p for p in f.series if p[0] in (1, 2, 4, 8, n) or p[0] == n]
     table = "\n".join(f"  {c:>4} {w:>8,} {wo:>10,}" for c, w, wo in shown)
     body = s["wall.table"].format(
@@ -310,7 +263,7 @@ def _wall(f: WallFacts, s: Strings) -> list[Page]:
 
 def _ram(f: RamFacts, s: Strings) -> list[Page]:
     wrong = [f.mha_bytes_per_token, f.bytes_per_token // 2, f.n_layer * f.k_row]
-    g = _choice(s, "ram.guess", f.bytes_per_token, wrong, name=f.name)
+    g = choice(s, "ram.guess", f.bytes_per_token, wrong, name=f.name)
     body = s["ram.formula"].format(
         layers=f.n_layer,
         kv=f.n_head_kv,
@@ -348,7 +301,7 @@ def _ram(f: RamFacts, s: Strings) -> list[Page]:
 
 
 def _full(f: FullFacts, s: Strings) -> list[Page]:
-    g = _choice(
+    g = choice(
         s,
         "full.guess",
         f.n_discard,
@@ -378,7 +331,7 @@ def _full(f: FullFacts, s: Strings) -> list[Page]:
 
 
 def _prefix(f: PrefixFacts, s: Strings) -> list[Page]:
-    g = _choice(s, "prefix.guess", f.computed, [f.second_tokens, 0], n=f.second_tokens)
+    g = choice(s, "prefix.guess", f.computed, [f.second_tokens, 0], n=f.second_tokens)
     body = s["prefix.result"].format(
         first=f.first_tokens,
         reply=f.reply_tokens,
