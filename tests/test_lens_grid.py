@@ -13,7 +13,7 @@ from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.lens_capture import LensCapture
 
 from .conftest import logits_oracle, run_cli
-from .test_lens import MIDDLE, SMOL_TOL, _numpy_head
+from .test_lens import MIDDLE, _numpy_head
 
 PROMPT = "The capital of France is Paris, and the capital of Italy is"
 
@@ -53,10 +53,11 @@ def test_grid_middle_layer_matches_numpy_and_last_layer_llama_cpp(model, model_p
         oracle.eval(tokens)
         scores = np.asarray(oracle.scores[:n])
         for j in range(n):  # the last layer against llama.cpp's logits of every position
-            assert grid["max_abs_diff"][j] <= SMOL_TOL
+            bound = grid["rounding_bound"][j]  # the head's 8-bit activation rounding
+            assert 0 < grid["max_abs_diff"][j] <= bound < 5
             top1 = grid["top1"][j][-1]
             # the same token, or a near-tie within the quantized head's rounding
-            assert scores[j].max() - scores[j][top1] <= 2 * SMOL_TOL, (j, top1)
+            assert scores[j].max() - scores[j][top1] <= 2 * bound, (j, top1)
         same = sum(grid["top1"][j][-1] == int(np.argmax(scores[j])) for j in range(n))
         assert same >= n - 1
     finally:

@@ -259,7 +259,7 @@ def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Pat
         "import sys\n"
         "import tui.startup as s\n"
         "from tui.engine.model import _meta_str\n"
-        "s.engine_from_args = lambda args: _meta_str(None, 'general.name')\n"
+        "s.engine_from_args = lambda args, **kw: _meta_str(None, 'general.name')\n"
         "from tui.cli import main\n"
         "sys.exit(main(['-c', '512', '-t', '1']))\n"
     )

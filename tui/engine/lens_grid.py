@@ -63,7 +63,8 @@ def grid_figures(
 ) -> dict[str, Any]:
     """The grid of one decode: per position its token, and per layer the lens's top-1 id,
     piece and p (temperature 1); per position the last layer's max |Δ| against llama.cpp's
-    own logits row (None without one)."""
+    own logits row and the bound the head's activation rounding puts on it (None without a
+    row, or without a bound for the head's type)."""
     n_vocab = vocab.n_vocab
     hidden = hidden_by_token(call, rows, n_layer)
     t0 = time.perf_counter()
@@ -75,6 +76,7 @@ def grid_figures(
         "top1_piece": [],
         "p": [],
         "max_abs_diff": [],
+        "rounding_bound": [],  # per position, what the head's 8-bit rounding allows
         "left_out": start,
     }
     n_v = min(head.out.shape[0], n_vocab)
@@ -92,10 +94,12 @@ def grid_figures(
         for k, i in enumerate(have):
             ids[i] = int(top[k])
             ps[i] = round(float(1.0 / z[k]), 6)
-        diff = None
+        diff = bound = None
         if call.tokens[j].logits and n_layer - 1 in have:
             final = read_row(ctx, j, n_vocab)[:n_v]
             diff = round(float(np.abs(logits[have.index(n_layer - 1)] - final).max()), 5)
+            last = hidden[j][n_layer - 1]
+            bound = None if last is None else head.rounding_bound(last)
         tok = call.tokens[j]
         grid["pos"].append(tok.pos)
         grid["token"].append(tok.id)
@@ -105,5 +109,6 @@ def grid_figures(
         )
         grid["p"].append(ps)
         grid["max_abs_diff"].append(diff)
+        grid["rounding_bound"].append(None if bound is None else round(bound, 5))
     grid["ms"] = round((time.perf_counter() - t0) * 1000.0, 3)
     return grid
