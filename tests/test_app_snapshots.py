@@ -4,7 +4,8 @@ Greedy sampling makes the tokens deterministic on one build; the pictures that p
 model's probabilities are kept per kernel family (tests/kernel_class.py). Measured times are
 hidden (``show_timings`` off) so the pictures do not depend on the machine's speed; autosave
 is off so no temporary path appears. Update with ``pytest tests/test_app_snapshots.py
---snapshot-update`` and look at the SVGs before committing them."""
+--snapshot-update`` and look at the SVGs before committing them; the update deletes the other
+kernel families' pictures as unused, so take those back from git (``git checkout --`` them)."""
 
 from __future__ import annotations
 
