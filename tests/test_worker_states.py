@@ -17,13 +17,9 @@ import os
 import time
 from pathlib import Path
 
-import pytest
-
-hypothesis = pytest.importorskip("hypothesis")
-
-from hypothesis import HealthCheck, Phase, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.stateful import (  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
@@ -32,13 +28,13 @@ from hypothesis.stateful import (  # noqa: E402
     run_state_machine_as_test,
 )
 
-from tui.engine import Engine, EngineConfig, SamplerSettings  # noqa: E402
-from tui.engine.spec_ngram import NgramSimple  # noqa: E402
-from tui.engine.spec_verify import NgramDrafter, Speculator  # noqa: E402
-from tui.worker import commands as c  # noqa: E402
-from tui.worker.session_store import read_session  # noqa: E402
-from tui.worker.spec_run import SpecRun  # noqa: E402
-from tui.worker.thread import Worker  # noqa: E402
+from tui.engine import Engine, EngineConfig, SamplerSettings
+from tui.engine.spec_ngram import NgramSimple
+from tui.engine.spec_verify import NgramDrafter, Speculator
+from tui.worker import commands as c
+from tui.worker.session_store import read_session
+from tui.worker.spec_run import SpecRun
+from tui.worker.thread import Worker
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 FUZZ_MINUTES = float(os.environ.get("FUZZ_MINUTES", "30"))
@@ -154,7 +150,8 @@ class WorkerStates(RuleBasedStateMachine):
         self.jumps += 1
 
     @rule(
-        name=st.sampled_from(["temp", "top_k", "top_p", "min_p"]), direction=st.sampled_from([-1, 1])
+        name=st.sampled_from(["temp", "top_k", "top_p", "min_p"]),
+        direction=st.sampled_from([-1, 1]),
     )
     def sampler(self, name: str, direction: int) -> None:
         self.both(c.Adjust(name, direction))
@@ -205,7 +202,9 @@ class WorkerStates(RuleBasedStateMachine):
     def look(self, cmd: object) -> None:
         COUNTS["commands"] += 1
         w = self.seen
-        w.run_now(c.Call(w.lens.toggle_grid) if cmd == "grid" else cmd)  # type: ignore[arg-type]
+        if cmd == "grid":  # as the G key sends it
+            cmd = c.lens_command("grid", (), w.lens.toggle_grid)
+        w.run_now(cmd)  # type: ignore[arg-type]
         assert w.error is None, w.error
         w.build_view()  # the panes read the observer context: it catches up here
 

@@ -150,6 +150,7 @@ class Call:
     be touched there), like any key press."""
 
     fn: Callable[[], object]
+    looks: bool = False  # an observer's command: it never settles a pick waiting for a batch
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def attention_command(name: str, args: tuple[Any, ...], capture_all: Callable[[]
     if name == "toggle":
         return AttentionToggle()
     if name == "all":
-        return Call(capture_all)
+        return Call(capture_all, looks=True)
     if name == "layer":
         return AttentionLayer(int(args[0]))
     if name == "head":
@@ -212,5 +213,5 @@ def lens_command(name: str, args: tuple[Any, ...], toggle_grid: Callable[[], Non
     if name == "mode":
         return LensMode()
     if name == "grid":
-        return Call(toggle_grid)
+        return Call(toggle_grid, looks=True)
     raise ValueError(name)

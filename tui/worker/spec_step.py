@@ -73,7 +73,11 @@ KEEPS_PENDING = (
     cmd_types.PathsShown,
     cmd_types.SurpriseScale,
     cmd_types.LensTab,
+    cmd_types.LensMode,
     cmd_types.AttentionTabs,
+    cmd_types.AttentionToggle,
+    cmd_types.AttentionLayer,
+    cmd_types.AttentionHead,
     cmd_types.SpecRow,
     cmd_types.SpecStage,
 )
@@ -94,8 +98,8 @@ def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
         return
     if isinstance(cmd, (cmd_types.Rewind, cmd_types.NewChat)):
         drop(run)
-    elif not isinstance(cmd, KEEPS_PENDING):
-        settle(w, run)
+    elif not isinstance(cmd, KEEPS_PENDING) and not getattr(cmd, "looks", False):
+        settle(w, run)  # looking (attention, the lens, its grid) never decodes the pick
 
 
 def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> None:
