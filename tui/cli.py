@@ -1,5 +1,6 @@
 """Command line: ``tokenstep`` (the app), ``tokenstep trace``, ``tokenstep info``,
-``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``, ``tokenstep tour``.
+``tokenstep verify``, ``tokenstep tokenize``, ``tokenstep serve``, ``tokenstep tour``,
+``tokenstep compare``.
 
 The top of the package: it parses (:mod:`tui.args`) and hands over to the command or the app.
 Every user mistake ends with one sentence on stderr and a non-zero exit code, never a traceback.
@@ -44,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .tour.cli import tour_main
 
             return tour_main(argv[1:], config_from_args)
+        if argv[:1] == ["compare"]:  # two configurations in lockstep: A-flags --vs B-flags
+            from .commands import config_from_args
+            from .compare.cli import compare_main
+
+            return compare_main(argv[1:], config_from_args)
         cmd, args = parse(argv)
         if getattr(args, "server", None):  # a key no header can carry: said before connecting
             from .engine.openai_backend import api_key_from

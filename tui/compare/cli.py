@@ -1,0 +1,244 @@
+"""``tokenstep compare A-FLAGS --vs B-FLAGS``: the command line, and what it prints.
+
+The flags before ``--vs`` are llama.cpp's own (the app's parser: ``-m``, ``-c``, ``-b``, ``-ub``,
+``-fa``, ``-ctk``, ``-ctv``, ``--repack``, the sampler's) and set both sides; the flags after it
+are B's changes, in the same names, parsed on top of A's. ``--json`` prints one JSON line per
+position and then the summary object; without it, on a pipe (or with ``--text``) a table; on a
+terminal the compare screen (:mod:`tui.compare.screen`, when it is there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ..engine import EngineConfig
+from ..engine.errors import TokenstepError
+from .records import Position, Result
+
+# What B may change, with the flag that names it (in llama.cpp's spelling).
+SIDE_FLAGS = {
+    "model": "-m",
+    "ctx_size": "-c",
+    "batch_size": "-b",
+    "ubatch_size": "-ub",
+    "threads": "-t",
+    "flash_attn": "-fa",
+    "cache_type_k": "-ctk",
+    "cache_type_v": "-ctv",
+    "repack": "--repack",
+    "swa_full": "--swa-full",
+    "temp": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+    "seed": "-s",
+    "greedy": "--greedy",
+}
+LOGIT_FLAGS = {"model", "ctx_size", "batch_size", "ubatch_size", "threads", "flash_attn"}
+LOGIT_FLAGS |= {"cache_type_k", "cache_type_v", "repack", "swa_full"}
+RUN_FLAGS = ("prompt", "file", "n_predict", "json", "text", "chunks", "score_from", "kld_base")
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    from ..args import _context_flags, _model_flags, _Parser, _sampler_flags
+    from ..backend_flags import repack_flags
+
+    p = _Parser(
+        prog="tokenstep compare",
+        description="Run two configurations, A and B, on the same tokens in lockstep and "
+        "compare their next-token distributions position by position: KL(A||B) in nats, "
+        "whether the top-1 agrees, where A's next token ranks in B. The flags before --vs set "
+        "both sides; the flags after it are B's changes, in the same names "
+        "(e.g. --vs -ctk q4_0 -ctv q4_0, --vs -m other.gguf, --vs -ub 1).",
+        epilog="Defaults follow llama-perplexity: -c 512 and -b 512. --kld-base FILE is "
+        "tokenstep's own format (an .npz: the tokens, the spans and A's float32 logits rows), "
+        "not llama-perplexity's uint16 file: written when FILE does not exist, read instead of "
+        "running A when it does.",
+    )
+    _model_flags(p)
+    _context_flags(p)
+    _sampler_flags(p)
+    repack_flags(p)
+    p.set_defaults(ctx_size=512, batch_size=512, parallel=1)
+    p.add_argument("-p", "--prompt", metavar="TEXT", help="the text both sides are fed")
+    p.add_argument("-f", "--file", metavar="PATH", help="read the text from a file")
+    p.add_argument(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=0,
+        metavar="N",
+        help="feed A's own greedy continuation of the text, N tokens (default 0: the text alone)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON line per position, then a summary")
+    p.add_argument("--text", action="store_true", help="the table, even on a terminal")
+    p.add_argument(
+        "--chunks",
+        action="store_true",
+        help="score as llama-perplexity --kl-divergence does: chunks of -c tokens, each from "
+        "BOS and an empty cache, the second half of each compared",
+    )
+    p.add_argument(
+        "--score-from",
+        type=int,
+        default=0,
+        metavar="POS",
+        help="compare the positions from POS on (default 0; not with --chunks)",
+    )
+    p.add_argument("--kld-base", metavar="FILE", help="write, or read, A's logits (see below)")
+    return p
+
+
+def split_vs(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    argv = list(argv)
+    if "--vs" not in argv:
+        return argv, None
+    i = argv.index("--vs")
+    return argv[:i], argv[i + 1 :]
+
+
+def parse_sides(
+    argv: Sequence[str],
+) -> tuple[argparse.Namespace, argparse.Namespace, tuple[str, ...]]:
+    """A's namespace, B's (A's with B's flags parsed on top) and B's changes as flags."""
+    p = compare_parser()
+    a_argv, b_argv = split_vs(argv)
+    if b_argv is None:
+        raise TokenstepError(
+            "compare needs --vs and B's changes after it (e.g. --vs -ctk q4_0 -ctv q4_0); "
+            "see 'tokenstep compare --help'."
+        )
+    a = p.parse_args(a_argv)
+    try:
+        alone = p.parse_args(b_argv)
+    except TokenstepError as exc:
+        raise TokenstepError(f"after --vs: {exc}") from None
+    defaults = p.parse_args([])
+    run = [f for f in RUN_FLAGS if getattr(alone, f) != getattr(defaults, f)]
+    if run:
+        flag = "--" + run[0].replace("_", "-")
+        raise TokenstepError(
+            f"{flag} after --vs: the text and the output are the run's; put it before --vs."
+        )
+    b = p.parse_args(b_argv, namespace=copy.copy(a))
+    differs = tuple(
+        f"{SIDE_FLAGS[d]} {getattr(b, d)}" for d in SIDE_FLAGS if getattr(b, d) != getattr(a, d)
+    )
+    return a, b, differs
+
+
+def _kv_label(cfg: EngineConfig) -> str:
+    k, v = cfg.cache_type_k, cfg.cache_type_v
+    return f"{k} KV" if k == v else f"{k}/{v} KV"
+
+
+def labels(
+    a: argparse.Namespace,
+    b: argparse.Namespace,
+    ca: EngineConfig,
+    cb: EngineConfig,
+    quant: Callable[[str | None], str],
+) -> tuple[str, str]:
+    """Short names for the two sides, from what B changes: "f16 KV"/"q4_0 KV", the weights'
+    type, or the flags themselves."""
+    parts_a: list[str] = []
+    parts_b: list[str] = []
+    if (ca.cache_type_k, ca.cache_type_v) != (cb.cache_type_k, cb.cache_type_v):
+        parts_a.append(_kv_label(ca))
+        parts_b.append(_kv_label(cb))
+    if a.model != b.model:
+        qa, qb = quant(a.model), quant(b.model)
+        parts_a.append(f"{qa} weights" if qa != qb else os.path.basename(a.model or "bundled"))
+        parts_b.append(f"{qb} weights" if qa != qb else os.path.basename(b.model or ""))
+    for d, flag in SIDE_FLAGS.items():
+        if d in ("cache_type_k", "cache_type_v", "model") or getattr(a, d) == getattr(b, d):
+            continue
+        parts_a.append(f"{flag} {getattr(a, d)}")
+        parts_b.append(f"{flag} {getattr(b, d)}")
+    if not parts_b:
+        return "A", "B: the same"
+    return "A: " + ", ".join(parts_a), "B: " + ", ".join(parts_b)
+
+
+def summary_line(result: Result) -> str:
+    """ "B: q4_0 KV: 68% less KV memory, top-1 differs at 3 of 200 positions, KL mean ..." """
+    s = result.summary
+    bits = [s.b.label.removeprefix("B: ")]
+    saving = s.kv_saving
+    if saving is not None and abs(saving) >= 0.005:
+        bits[0] += f": {abs(saving):.0%} {'less' if saving > 0 else 'more'} KV memory"
+    bits.append(f"top-1 differs at {s.n_flips} of {s.n} positions")
+    kl = "KL bound" if s.kl_is_bound else "KL"
+    bits.append(
+        f"{kl} mean {s.kl_mean:.6f}, median {s.kl_median:.6f}, p99 {s.kl_p99:.6f}, "
+        f"max {s.kl_max:.6f} nats"
+    )
+    if s.first_flip is not None:
+        bits.append(f"first flip at position {s.first_flip}")
+    if s.shared_logits:
+        bits.append("B differs only in its sampler: both sides share A's logits")
+    return ", ".join(bits) + "."
+
+
+def table(result: Result, top: int = 10) -> str:
+    s = result.summary
+    lines = [summary_line(result), ""]
+    for side in (s.a, s.b):
+        kv = f"{side.kv_bytes / 2**20:.2f} MiB KV" if side.kv_bytes is not None else "KV unseen"
+        lines.append(
+            f"{side.label}: {side.model}, -c {side.n_ctx} -b {side.n_batch} -ub {side.n_ubatch} "
+            f"-fa {side.flash_attn} -ctk {side.type_k} -ctv {side.type_v}, {kv}"
+        )
+    lines += [
+        "",
+        f"{'pos':>6} {'KL':>10} {'next':<14} {'top A':<14} {'top B':<14} "
+        f"{'rank B':>6} {'Δp':>8} {'max|Δlogit|':>11}",
+    ]
+    by_pos = {p.position: p for p in result.positions}
+    for pos in s.by_kl[:top]:
+        p = by_pos[pos]
+        mark = " " if p.same_top else "*"
+        lines.append(
+            f"{p.position:>6} {p.kl:>10.6f} {p.piece[:14]!r:<14} "
+            f"{p.top_a[0].piece[:12]!r:<14} {p.top_b[0].piece[:12]!r:<14}"
+            f"{mark}{p.rank_in_b if p.rank_in_b is not None else '-':>5} {p.dp:>+8.4f} "
+            f"{p.max_abs_dlogit:>11.4f}"
+        )
+    lines.append("(* the top-1 differs)")
+    return "\n".join(lines)
+
+
+def compare_main(
+    argv: Sequence[str], make_config: Callable[[argparse.Namespace], EngineConfig]
+) -> int:
+    """Parse, run both sides, print. ``make_config`` is the app's own flags-to-context
+    function (the same checks, the same messages)."""
+    from .run import run_compare
+
+    a, b, differs = parse_sides(argv)
+    ca, cb = make_config(a), make_config(b)
+    emit: Callable[[Position], None] | None = None
+    if a.json:
+
+        def emit(p: Position) -> None:
+            print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
+
+    result = run_compare(a, b, ca, cb, differs, on_position=emit)
+    if a.json:
+        print(json.dumps(result.summary.to_json(), ensure_ascii=False))
+        return 0
+    if sys.stdout.isatty() and not a.text:
+        try:
+            from .screen import run_screen  # type: ignore[attr-defined]
+        except ImportError:
+            pass
+        else:
+            run_screen(result)
+            return 0
+    print(table(result))
+    return 0
