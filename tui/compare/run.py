@@ -26,8 +26,6 @@ def _sampler(ns: argparse.Namespace) -> str:
         return "greedy"
     return f"temp {ns.temp} top-k {ns.top_k} top-p {ns.top_p} min-p {ns.min_p} seed {ns.seed}"
 
-    return probe(path).file_type_name if hasattr(probe(path), "file_type_name") else "?"
-
 
 def _text(a: argparse.Namespace) -> str:
     from ..args import read_prompt
