@@ -153,6 +153,8 @@ def labels(
     ca: EngineConfig,
     cb: EngineConfig,
     quant: Callable[[str | None], str],
+    *,
+    same_fa: bool = False,
 ) -> tuple[str, str]:
     """Short names for the two sides, from what B changes: "f16 KV"/"q4_0 KV", the weights'
     type, or the flags themselves."""
@@ -167,6 +169,8 @@ def labels(
         parts_b.append(f"{qb} weights" if qa != qb else os.path.basename(b.model or ""))
     for d, flag in SIDE_FLAGS.items():
         if d in ("cache_type_k", "cache_type_v", "model") or getattr(a, d) == getattr(b, d):
+            continue
+        if d == "flash_attn" and same_fa:  # -fa auto that llama.cpp turned on, against on
             continue
         parts_a.append(f"{flag} {getattr(a, d)}")
         parts_b.append(f"{flag} {getattr(b, d)}")

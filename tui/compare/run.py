@@ -85,14 +85,19 @@ def run_compare(
         if not shared and not same_file:
             model_b = Model(b.model, repack_flag=b.repack)
             quants[b.model] = model_b.info.quant
-        la, lb = labels(a, b, ca, cb, lambda m: quants.get(m, "?"))
-        side_a = LocalSide(SideSpec(la, (), a.model, ca, a.repack, _sampler(a)), model_a)
+        side_a = LocalSide(SideSpec("A", (), a.model, ca, a.repack, _sampler(a)), model_a)
         sides.append(side_a)
         side_b = None
         if not shared:
-            spec_b = SideSpec(lb, differs, b.model, cb, b.repack, _sampler(b))
+            spec_b = SideSpec("B", differs, b.model, cb, b.repack, _sampler(b))
             side_b = LocalSide(spec_b, model_b or model_a)
             sides.append(side_b)
+        fa = side_a.context.flash_attn_resolved
+        fa_b = side_b.context.flash_attn_resolved if side_b is not None else fa
+        la, lb = labels(a, b, ca, cb, lambda m: quants.get(m, "?"), same_fa=fa == fa_b)
+        side_a.spec.label = la
+        if side_b is not None:
+            side_b.spec.label = lb
         vocab: Vocab = side_a.vocab
         tokens = vocab.tokenize(text, add_special=True)
         if a.free:
