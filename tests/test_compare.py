@@ -171,3 +171,36 @@ def test_bad_input_is_one_sentence_and_a_nonzero_exit(capsys, other_vocab, argv,
     assert len(lines) == 1 and lines[0].startswith("tokenstep: "), err
     assert said in lines[0]
     assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """The real llama-server on the bundled model, flash attention off as A's below."""
+    from tests.llama_server import start_server
+
+    srv = start_server(tmp_path_factory.mktemp("server"))
+    yield srv
+    srv.stop()
+
+
+def test_a_remote_b_gives_a_kl_bound_from_its_top_k_and_says_so(capsys, server):
+    local, ls = json_run(capsys, "-fa", "off", "--vs", "-ub", "1")
+    rows, s = json_run(capsys, "-fa", "off", "--vs", "--server", server.url, "--n-probs", "50")
+    assert s["kl_is_bound"] is True and s["b"]["remote"] is True and s["b"]["kv_bytes"] is None
+    assert [r["position"] for r in rows] == [r["position"] for r in local]
+    for r, lr in zip(rows, local, strict=True):
+        assert r["p_a"] == lr["p_a"] and r["top_a"] == lr["top_a"]  # A is the same context
+        assert r["kl"] >= 0.0
+        ps = [c["p"] for c in r["top_b"]]
+        assert ps == sorted(ps, reverse=True) and len(ps) == 10
+        assert r["top1_b"] == r["top_b"][0]["id"]
+        if r["rank_in_b"] is None:  # not among the 50 listed: at most the 50th p
+            assert r["p_b"] == 0.0
+    rc, out, _ = run(capsys, "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url)
+    assert rc == 0 and " KL bound mean " in out[0]
+    assert any("the KL a lower bound" in line for line in out)
+
+
+def test_a_remote_a_is_refused(capsys):
+    rc, out, err = run(capsys, "-p", PROMPT, "--server", "http://127.0.0.1:1", "--vs")
+    assert rc == 1 and "A must be local" in err and len(err.strip().splitlines()) == 1

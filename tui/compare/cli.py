@@ -76,6 +76,19 @@ def compare_parser() -> argparse.ArgumentParser:
         help="compare the positions from POS on (default 0; not with --chunks)",
     )
     p.add_argument(
+        "--server",
+        metavar="URL",
+        help="after --vs: B is this llama-server (top-K log-probabilities only: the KL is a "
+        "lower bound, and says so)",
+    )
+    p.add_argument(
+        "--n-probs",
+        type=int,
+        default=100,
+        metavar="K",
+        help="with --server: the top K B's server sends per position (default 100)",
+    )
+    p.add_argument(
         "--free",
         action="store_true",
         help="free-running: each side generates -n tokens (default 32) with its own sampler "
@@ -114,6 +127,11 @@ def parse_sides(
         raise TokenstepError(
             f"{RUN_FLAGS[run[0]]} after --vs: the text and the output are the run's; put it before --vs."
         )
+    if a.server:
+        raise TokenstepError(
+            "--server before --vs: A must be local (its logits are the reference); put "
+            "--server URL after --vs."
+        )
     b = p.parse_args(b_argv, namespace=copy.copy(a))
     differs = tuple(
         f"{SIDE_FLAGS[d]} {getattr(b, d)}" for d in SIDE_FLAGS if getattr(b, d) != getattr(a, d)
@@ -145,6 +163,9 @@ def table(result: Result, top: int = 10) -> str:
     s = result.summary
     lines = [summary_line(result), ""]
     for side in (s.a, s.b):
+        if side.remote:
+            lines.append(f"{side.label}: its top K log-probabilities only, the KL a lower bound")
+            continue
         kv = f"{side.kv_bytes / 2**20:.2f} MiB KV" if side.kv_bytes is not None else "KV unseen"
         lines.append(
             f"{side.label}: {side.model}, -c {side.n_ctx} -b {side.n_batch} -ub {side.n_ubatch} "

@@ -49,6 +49,8 @@ def run_compare(
 ) -> Result:
     ca, cb = configs
     text = _text(a)
+    if b.server and a.free:
+        raise TokenstepError("--free with a remote B: the server samples with its own chain.")
     if a.free and a.chunks:
         raise TokenstepError("--free and --chunks both given: --chunks scores a given text.")
     if a.chunks and a.score_from:
@@ -81,13 +83,13 @@ def run_compare(
     sides: list[LocalSide] = []
     try:
         quants = {a.model: model_a.info.quant}
-        if not shared and not same_file:
+        if not shared and not same_file and not b.server:
             model_b = Model(b.model, repack_flag=b.repack)
             quants[b.model] = model_b.info.quant
         side_a = LocalSide(SideSpec("A", (), a.model, ca, a.repack, _sampler(a)), model_a)
         sides.append(side_a)
         side_b = None
-        if not shared:
+        if not shared and not b.server:
             spec_b = SideSpec("B", differs, b.model, cb, b.repack, _sampler(b))
             side_b = LocalSide(spec_b, model_b or model_a)
             sides.append(side_b)
@@ -99,6 +101,8 @@ def run_compare(
             side_b.spec.label = lb
         vocab: Vocab = side_a.vocab
         tokens = vocab.tokenize(text, add_special=True)
+        if b.server:
+            return _remote(a, b, side_a, tokens, lb, differs, on_position)
         if a.free:
             assert side_b is not None
 
@@ -129,3 +133,30 @@ def run_compare(
         if model_b is not None:
             model_b.close()
         model_a.close()
+
+
+def _remote(
+    a: argparse.Namespace,
+    b: argparse.Namespace,
+    side_a: LocalSide,
+    tokens: list[int],
+    label: str,
+    differs: tuple[str, ...],
+    on_position: Callable[[Position], None] | None,
+) -> Result:
+    """Teacher-forced against llama-server: A's rows against the server's top K."""
+    from .remote import RemoteSide, run_remote_span
+
+    remote = RemoteSide(b.server, side_a.n_vocab, n_probs=b.n_probs, label=label, differs=differs)
+    try:
+        run = Lockstep(side_a, None, on_position=on_position)
+        bos = side_a.model.info.bos if side_a.model.info.add_bos else None
+        n_ctx = side_a.context.n_ctx
+        for span in spans(tokens, n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from):
+            run_remote_span(run, remote, span)
+        result = run.result(tokens, side_a.describe(), remote.describe(n_ctx))
+    finally:
+        remote.close()
+    from dataclasses import replace
+
+    return replace(result, summary=replace(result.summary, kl_is_bound=True, shared_logits=False))
