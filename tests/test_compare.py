@@ -204,3 +204,23 @@ def test_a_remote_b_gives_a_kl_bound_from_its_top_k_and_says_so(capsys, server):
 def test_a_remote_a_is_refused(capsys):
     rc, out, err = run(capsys, "-p", PROMPT, "--server", "http://127.0.0.1:1", "--vs")
     assert rc == 1 and "A must be local" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_kld_base_file_gives_the_figures_of_a_live_a(capsys, tmp_path):
+    base = tmp_path / "a.kld"
+    b = ["--vs", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
+    live_rows, live = json_run(capsys, "--kld-base", str(base), *b)
+    assert base.is_file()
+    rc, out, err = run(capsys, "--json", "--kld-base", str(base), *b)  # no text: the file's
+    assert rc == 0, err
+    rows = [json.loads(x) for x in out[:-1]]
+    s = json.loads(out[-1])
+    assert rows == live_rows  # float32 rows kept as they are: every figure the same
+    assert {k: s[k] for k in ("n", "kl_mean", "kl_max", "same_top", "first_flip")} == {
+        k: live[k] for k in ("n", "kl_mean", "kl_max", "same_top", "first_flip")
+    }
+    bad = tmp_path / "bad.kld"
+    bad.write_bytes(b"_logits_\x00\x00")
+    rc, out, err = run(capsys, "--kld-base", str(bad), "--vs")
+    assert rc == 1 and "is not a tokenstep base file" in err
+    assert len(err.strip().splitlines()) == 1

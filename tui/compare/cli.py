@@ -29,6 +29,7 @@ RUN_FLAGS = {
     "chunks": "--chunks",
     "score_from": "--score-from",
     "free": "--free",
+    "kld_base": "--kld-base",
 }
 
 
@@ -74,6 +75,13 @@ def compare_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="POS",
         help="compare the positions from POS on (default 0; not with --chunks)",
+    )
+    p.add_argument(
+        "--kld-base",
+        metavar="FILE",
+        help="keep A's logits rows in FILE (written when it does not exist), or compare B "
+        "against the rows FILE keeps, without running A (then the file's text, -c and "
+        "scoring are the run's); tokenstep's own exact format, not llama-perplexity's",
     )
     p.add_argument(
         "--server",

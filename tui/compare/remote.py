@@ -85,9 +85,8 @@ class RemoteSide:
         self.client.close()
 
 
-def run_remote_span(run: Lockstep, remote: RemoteSide, span: Span) -> None:
+def run_remote_span(run: Lockstep, a: LocalSide, remote: RemoteSide, span: Span) -> None:
     """A decodes the span (its rows copied out as in lockstep); B is asked each position."""
-    a: LocalSide = run.a
     a.clear()
     n = len(span.tokens)
     want = [span.first <= j <= n - 2 for j in range(n)]
