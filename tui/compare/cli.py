@@ -44,13 +44,15 @@ def compare_parser() -> argparse.ArgumentParser:
         "whether the top-1 agrees, where A's next token ranks in B. The flags before --vs set "
         "both sides; the flags after it are B's changes, in the same names "
         "(e.g. --vs -ctk q4_0 -ctv q4_0, --vs -m other.gguf, --vs -ub 1).",
-        epilog="Defaults follow llama-perplexity: -c 512 and -b 512 (-ub must not exceed -b).",
+        epilog="Defaults follow llama-perplexity: -c 512 and -b 512; -ub, when not given, is 512 "
+        "capped at -b, as llama.cpp caps it.",
     )
     _model_flags(p)
     _context_flags(p)
     _sampler_flags(p)
     repack_flags(p)
-    p.set_defaults(ctx_size=512, batch_size=512, parallel=1)
+    # -ub not given: llama.cpp's 512, capped at -b as llama.cpp caps it (filled per side below)
+    p.set_defaults(ctx_size=512, batch_size=512, ubatch_size=None, parallel=1)
     p.add_argument("-p", "--prompt", metavar="TEXT", help="the text both sides are fed")
     p.add_argument("-f", "--file", metavar="PATH", help="read the text from a file")
     p.add_argument(
@@ -141,6 +143,9 @@ def parse_sides(
             "--server URL after --vs."
         )
     b = p.parse_args(b_argv, namespace=copy.copy(a))
+    for ns in (a, b):
+        if ns.ubatch_size is None:
+            ns.ubatch_size = min(512, ns.batch_size)
     differs = tuple(
         f"{SIDE_FLAGS[d]} {getattr(b, d)}" for d in SIDE_FLAGS if getattr(b, d) != getattr(a, d)
     )
