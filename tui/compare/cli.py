@@ -152,6 +152,13 @@ def parse_sides(
     return a, b, differs
 
 
+def nats(x: float) -> str:
+    """A KL for reading: 0 when it is exactly 0, 6 decimals down to 1e-3, then 3 digits."""
+    if x == 0.0:
+        return "0"
+    return f"{x:.6f}" if abs(x) >= 1e-3 else f"{x:.3e}"
+
+
 def summary_line(result: Result) -> str:
     """ "B: q4_0 KV: 68% less KV memory, top-1 differs at 3 of 200 positions, KL mean ..." """
     s = result.summary
@@ -162,8 +169,8 @@ def summary_line(result: Result) -> str:
     bits.append(f"top-1 differs at {s.n_flips} of {s.n} positions")
     kl = "KL bound" if s.kl_is_bound else "KL"
     bits.append(
-        f"{kl} mean {s.kl_mean:.6f}, median {s.kl_median:.6f}, p99 {s.kl_p99:.6f}, "
-        f"max {s.kl_max:.6f} nats"
+        f"{kl} mean {nats(s.kl_mean)}, median {nats(s.kl_median)}, p99 {nats(s.kl_p99)}, "
+        f"max {nats(s.kl_max)} nats"
     )
     if s.first_flip is not None:
         bits.append(f"first flip at position {s.first_flip}")
@@ -194,7 +201,7 @@ def table(result: Result, top: int = 10) -> str:
         p = by_pos[pos]
         mark = " " if p.same_top else "*"
         lines.append(
-            f"{p.position:>6} {p.kl:>10.6f} {p.piece[:14]!r:<14} "
+            f"{p.position:>6} {nats(p.kl):>10} {p.piece[:14]!r:<14} "
             f"{p.top_a[0].piece[:12]!r:<14} {p.top_b[0].piece[:12]!r:<14}"
             f"{mark}{p.rank_in_b if p.rank_in_b is not None else '-':>5} {p.dp:>+8.4f} "
             f"{p.max_abs_dlogit:>11.4f}"
@@ -214,6 +221,14 @@ def table(result: Result, top: int = 10) -> str:
             for ca, cb in zip(p.top_a, p.top_b, strict=True):
                 lines.append(f"{ca.piece!r:<24}{ca.p:>8.4f}   {cb.piece!r:<24}{cb.p:>8.4f}")
     return "\n".join(lines)
+
+
+def has_screen() -> bool:
+    """Whether the compare screen (``tui/compare/screen.py``, ``run_screen(result)``) is
+    there; until it is, a terminal gets the table too."""
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__package__}.screen") is not None
 
 
 def compare_main(
@@ -241,13 +256,10 @@ def compare_main(
     if a.json:
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0
-    if sys.stdout.isatty() and not a.text:
-        try:
-            from .screen import run_screen  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            run_screen(result)
-            return 0
+    if sys.stdout.isatty() and not a.text and has_screen():
+        from .screen import run_screen  # type: ignore[attr-defined]  # Textual loads only here
+
+        run_screen(result)
+        return 0
     print(table(result))
     return 0

@@ -232,7 +232,7 @@ def _from_base(
                 score_from=int(h["score_from"]),
             ):
                 run.run_span(span)
-            desc_b = replace(side_b.describe(), label="B: " + (", ".join(differs) or "the same"))
+            desc_b = replace(side_b.describe(), label="B: " + (", ".join(differs) or "same as A"))
             return run.result(reader.tokens, reader.side, desc_b)
         finally:
             if side_b is not None:

@@ -72,5 +72,5 @@ def labels(
         parts_a.append(f"{flag} {getattr(a, d)}")
         parts_b.append(f"{flag} {getattr(b, d)}")
     if not parts_b:
-        return "A", "B: the same"
+        return "A", "B: same as A"
     return "A: " + ", ".join(parts_a), "B: " + ", ".join(parts_b)
