@@ -224,3 +224,11 @@ def test_a_kld_base_file_gives_the_figures_of_a_live_a(capsys, tmp_path):
     rc, out, err = run(capsys, "--kld-base", str(bad), "--vs")
     assert rc == 1 and "is not a tokenstep base file" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_help_needs_no_vs_and_names_the_split(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--vs" in out and "--kld-base" in out and "--free" in out

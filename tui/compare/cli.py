@@ -121,12 +121,12 @@ def parse_sides(
     """A's namespace, B's (A's with B's flags parsed on top) and B's changes as flags."""
     p = compare_parser()
     a_argv, b_argv = split_vs(argv)
+    a = p.parse_args(a_argv)  # --help, and A's mistakes, before asking for --vs
     if b_argv is None:
         raise TokenstepError(
             "compare needs --vs and B's changes after it (e.g. --vs -ctk q4_0 -ctv q4_0); "
             "see 'tokenstep compare --help'."
         )
-    a = p.parse_args(a_argv)
     try:
         alone = p.parse_args(b_argv)
     except TokenstepError as exc:
