@@ -203,10 +203,10 @@ def table(result: Result, top: int = 10) -> str:
         lines.append(
             f"{p.position:>6} {nats(p.kl):>10} {p.piece[:14]!r:<14} "
             f"{p.top_a[0].piece[:12]!r:<14} {p.top_b[0].piece[:12]!r:<14}"
-            f"{mark}{p.rank_in_b if p.rank_in_b is not None else '-':>5} {p.dp:>+8.4f} "
+            f"{mark}{p.rank_in_b + 1 if p.rank_in_b is not None else '-':>5} {p.dp:>+8.4f} "
             f"{p.max_abs_dlogit:>11.4f}"
         )
-    lines.append("(* the top-1 differs)")
+    lines.append("(* the top-1 differs; rank B: where the next token ranks in B, 1 = B's top-1)")
     if s.mode == "free":
         lines += ["", f"A's text: {s.text_a!r}", f"B's text: {s.text_b!r}"]
         if s.parted_at is None:
