@@ -25,25 +25,45 @@ def compare_help(*, bound: bool = False, free: bool = False) -> HelpText:
         if k.label and (free or k.action != "toggle_mode"):
             t.row(k.label, k.help)
     t.append("\nThe figures\n", H)
-    t.row("KL", "KL(A‖B) = Σ p_A·(log p_A − log p_B) over the vocabulary, in nats, at one "
-          "position: how many nats B loses coding A's next-token distribution. 0 is the same "
-          "distribution.")
+    t.row(
+        "KL",
+        "KL(A‖B) = Σ p_A·(log p_A − log p_B) over the vocabulary, in nats, at one "
+        "position: how many nats B loses coding A's next-token distribution. 0 is the same "
+        "distribution.",
+    )
     if bound:
-        t.row("bound", "B is a server: it sent its top K only, so B's p outside them is not "
-              "known and the KL shown is a bound computed from the top K, not the full sum.")
-    t.row("top-1", "the token each side ranks first; a flip is a position where they differ "
-          "(n/N jump between flips).")
-    t.row("rank, Δp", "where A's pick stands in B's list (1 is B's top) and B's p minus A's p "
-          "for it.")
-    t.row("|Δlogit|", "the largest difference of one token's logit between A and B at the "
-          "position.")
-    t.row("summary", "n positions compared; the mean, median, 99th percentile and maximum KL; "
-          "the share of positions with the same top-1; the first flip.")
-    t.row("KV", "the memory each side's KV cache takes, as llama.cpp allocated it, and B's as "
-          "a share of A's.")
+        t.row(
+            "bound",
+            "B is a server: it sent its top K only, so B's p outside them is not "
+            "known and the KL shown is a bound computed from the top K, not the full sum.",
+        )
+    t.row(
+        "top-1",
+        "the token each side ranks first; a flip is a position where they differ "
+        "(n/N jump between flips).",
+    )
+    t.row(
+        "rank, Δp", "where A's pick stands in B's list (1 is B's top) and B's p minus A's p for it."
+    )
+    t.row(
+        "|Δlogit|", "the largest difference of one token's logit between A and B at the position."
+    )
+    t.row(
+        "summary",
+        "n positions compared; the mean, median, 99th percentile and maximum KL; "
+        "the share of positions with the same top-1; the first flip.",
+    )
+    t.row(
+        "KV",
+        "the memory each side's KV cache takes, as llama.cpp allocated it, and B's as "
+        "a share of A's.",
+    )
     t.append("\nColours of the strip (KL in nats)\n", H)
-    t.row("", "  ".join(label for _, _, label in reversed(KL_BANDS)) + "; grey: no KL (the "
-          "first token has no prediction before it)")
+    t.row(
+        "",
+        "  ".join(label for _, _, label in reversed(KL_BANDS)) + "; grey: no KL (the "
+        "first token has no prediction before it)",
+    )
     t.append("\nEsc, q, ? or F1 closes this screen.")
     return t.done()
 

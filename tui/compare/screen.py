@@ -27,7 +27,6 @@ from .screen_keys import CompareKeyBar, bindings
 from .strip import TokenStrip, legend
 from .summary import DIMMED, LABEL, figures, glance, side_line, title
 
-
 SIDES_FROM = 36  # rows from which each side's flags get a line under the figures
 
 
@@ -66,7 +65,9 @@ class CompareApp(App[int]):
         yield Static(title(s), id="title")
         yield Static(glance(s), id="glance")
         yield Static(figures(s), id="figures")
-        yield Static(Text("\n".join(side_line(x, s.mode == "free") for x in (s.a, s.b)), DIMMED), id="sides")
+        yield Static(
+            Text("\n".join(side_line(x, s.mode == "free") for x in (s.a, s.b)), DIMMED), id="sides"
+        )
         with Vertical(id="forced"):
             yield Static(legend(s.kl_is_bound), id="legend")
             yield TokenStrip(id="strip")

@@ -5,7 +5,7 @@ the app's own widgets fed this table instead of the app's."""
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from ..widgets.keybar import KeyBar, families
 from ..widgets.keys import Key
@@ -54,7 +54,7 @@ KEYS: tuple[Key, ...] = (
 )
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     """The table as Textual bindings (none shown by Textual: the key bar shows them)."""
     return [Binding(k.keys, k.action, k.short or k.action, show=False) for k in KEYS]
 

@@ -54,7 +54,7 @@ def legend(bound: bool = False) -> Text:
     """One line: what the colours mean, in nats."""
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append("KL(A‖B) per token, nats" + (" (a bound, top-K)" if bound else "") + ": ", "bold")
-    for lo, colour, label in reversed(KL_BANDS):
+    for _, colour, label in reversed(KL_BANDS):
         t.append(f" {label} ", Style(bgcolor=colour, color="grey93"))
         t.append(" ")
     t.append("flip", FLIP)
