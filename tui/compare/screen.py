@@ -3,7 +3,7 @@
 From the top: the title (both sides' labels), the one-glance sentence (B's KV cache against
 A's, how often the top-1 differs) and the run's figures, the token strip coloured by KL with
 its legend, and what the cursor opens at its position: both top-K lists side by side. A
-free-running run adds a second view (tab): both texts, where they part, and both candidate
+free-running run adds a second view (t): both texts, where they part, and both candidate
 lists there. The keys are one table (:mod:`.screen_keys`) feeding the bindings, the key bar and
 the help. Nothing is computed here: every figure is a field of the
 :class:`~tui.compare.records.Result`, formatted.

@@ -41,10 +41,10 @@ KEYS: tuple[Key, ...] = (
         "step",
     ),
     Key(
-        "tab",
+        "t",
         "toggle_mode",
-        "tab",
-        "view",
+        "t",
+        "texts",
         "Free-running runs: switch between the positions (teacher-forced) and the two "
         "texts side by side with where they part.",
         "view",

@@ -91,14 +91,14 @@ class TokenStrip(ScrollView):
         self.styles_: list[Style] = []
         self.cursor = 0
         self.flow = FlowLines()
-        self._atoms: list[Atom] = []
+        self.atoms: list[Atom] = []
 
     def set_tokens(
         self, pieces: Sequence[str], kl: Sequence[float | None], flips: Sequence[bool]
     ) -> None:
         self.pieces = tuple(pieces)
         self.styles_ = [kl_style(k, f) for k, f in zip(kl, flips, strict=True)]
-        self._atoms = [self._atom(i) for i in range(len(self.pieces))]
+        self.atoms = [self._atom(i) for i in range(len(self.pieces))]
         self.flow = FlowLines()
         self._relayout(0)
 
@@ -108,11 +108,11 @@ class TokenStrip(ScrollView):
 
     def set_cursor(self, i: int) -> None:
         old, self.cursor = self.cursor, i
-        if not self._atoms:
+        if not self.atoms:
             return
         for j in {old, i}:
-            if 0 <= j < len(self._atoms):
-                self._atoms[j] = self._atom(j)
+            if 0 <= j < len(self.atoms):
+                self.atoms[j] = self._atom(j)
         self._relayout(min(old, i))
         self.call_after_refresh(self.bring_cursor)
 
@@ -121,12 +121,12 @@ class TokenStrip(ScrollView):
         return max(self.size.width - self.styles.scrollbar_size_vertical, 1)
 
     def _relayout(self, changed: int) -> None:
-        self.flow.update(list(self._atoms), changed, self.wrap_width)
+        self.flow.update(list(self.atoms), changed, self.wrap_width)
         self.virtual_size = Size(self.wrap_width, len(self.flow.lines))
         self.refresh()
 
     def on_resize(self) -> None:
-        if self._atoms:
+        if self.atoms:
             self._relayout(0)
             self.call_after_refresh(self.bring_cursor)
 

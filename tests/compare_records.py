@@ -1,0 +1,102 @@
+"""Compare results built by hand from fixed numbers, for the compare screen's layout tests and
+snapshots: the same picture on every CPU. They are shaped as a real run's records are (position
+i predicts token i + 1, by_kl highest first, n_flips the positions whose top-1s differ), but
+their figures are made up and say nothing about any model. Tests of what a real run shows use
+real lockstep runs of the bundled model instead (tests/test_compare_screen.py)."""
+
+from __future__ import annotations
+
+from tui.compare.records import Candidate, Position, Result, Side, Summary
+
+PIECES = (
+    "The", " cat", " sat", " on", " the", " mat", " because", " it", " was", " tired", ".",
+    "\n", "Then", " the", " dog", " came", " in",
+)  # fmt: skip
+WORDS = (" cat", " dog", " moon", " couch", " sun", " bed", " mat", " a", " the", " in")
+# per position: KL (nats), B's top-1 index in WORDS, the fed token's rank in B
+KL = (0.0004, 0.027, 0.31, 0.0031, 0.51, 0.066, 0.0012, 0.045, 0.13, 0.0, 0.0009, 0.021)
+KL += (0.0072, 0.0006, 1.42, 0.0019)
+FLIPS = (4, 5, 14)
+
+
+def side(label: str, differs: tuple[str, ...], kv: int | None, *, remote: bool = False) -> Side:
+    return Side(
+        label=label,
+        differs=differs,
+        model="SmolLM2-135M-Instruct.Q4_1.gguf",
+        n_ctx=256,
+        n_batch=512,
+        n_ubatch=512,
+        flash_attn="on",
+        type_k="q4_0" if differs else "f16",
+        type_v="q4_0" if differs else "f16",
+        kv_bytes=kv,
+        remote=remote,
+        sampler="greedy",
+    )
+
+
+def candidates(shift: int, logit0: float) -> tuple[Candidate, ...]:
+    out = []
+    for i in range(10):
+        w = WORDS[(i + shift) % len(WORDS)]
+        out.append(Candidate(id=100 + (i + shift) % len(WORDS), piece=w, logit=logit0 - 0.25 * i,
+                             p=round(0.30 / (i + 1), 4)))  # fmt: skip
+    return tuple(out)
+
+
+def positions(free: bool = False) -> tuple[Position, ...]:
+    out = []
+    for j, kl in enumerate(KL):
+        flip = j in FLIPS
+        top_a = candidates(j, 12.5)
+        top_b = candidates(j + 1 if flip else j, 12.0)
+        token = 100 + (j + 3) % len(WORDS)
+        out.append(
+            Position(
+                position=j,
+                token=token,
+                piece=PIECES[j + 1],
+                kl=kl,
+                top1_a=top_a[0].id,
+                top1_b=top_b[0].id,
+                same_top=not flip,
+                rank_in_b=(j % 5) if j != 9 else None,
+                p_a=0.125,
+                p_b=0.0625 if flip else 0.125,
+                dp=-0.0625 if flip else 0.0,
+                max_abs_dlogit=round(10 * kl + 0.5, 4),
+                top_a=top_a,
+                top_b=top_b,
+                token_b=(top_b[0].id if j >= 4 else token) if free else None,
+            )
+        )
+    return tuple(out)
+
+
+def fixed_result(*, free: bool = False, remote: bool = False) -> Result:
+    """A run of 16 positions, 3 flips; ``free``: free-running, the texts part at 4;
+    ``remote``: B is a server (its KV unseen, each KL a bound from its top K)."""
+    ps = positions(free)
+    a = side("A: f16 KV", (), 5_898_240)
+    b = side("B: q4_0 KV", ("-ctk q4_0", "-ctv q4_0"), None if remote else 1_658_880,
+             remote=remote)  # fmt: skip
+    summary = Summary(
+        n=len(ps),
+        kl_mean=0.1597,
+        kl_median=0.0241,
+        kl_p99=1.285,
+        kl_max=1.42,
+        same_top=0.8125,
+        first_flip=FLIPS[0],
+        by_kl=tuple(sorted(range(len(KL)), key=lambda j: (-KL[j], j))),
+        a=a,
+        b=b,
+        kl_is_bound=remote,
+        mode="free" if free else "teacher",
+        parted_at=4 if free else None,
+        text_a="The cat sat on the mat because it was tired.\nThen the dog came in" if free else "",
+        text_b="The cat sat on the couch and slept.\nThe dog" if free else "",
+        n_flips=len(FLIPS),
+    )
+    return Result(tokens=tuple(range(len(PIECES))), pieces=PIECES, positions=ps, summary=summary)
