@@ -13,7 +13,7 @@ PIECES = (
     "\n", "Then", " the", " dog", " came", " in",
 )  # fmt: skip
 WORDS = (" cat", " dog", " moon", " couch", " sun", " bed", " mat", " a", " the", " in")
-# per position: KL (nats), B's top-1 index in WORDS, the fed token's rank in B
+# per position: KL (nats)
 KL = (0.0004, 0.027, 0.31, 0.0031, 0.51, 0.066, 0.0012, 0.045, 0.13, 0.0, 0.0009, 0.021)
 KL += (0.0072, 0.0006, 1.42, 0.0019)
 FLIPS = (4, 5, 14)
@@ -36,39 +36,55 @@ def side(label: str, differs: tuple[str, ...], kv: int | None, *, remote: bool =
     )
 
 
-def candidates(shift: int, logit0: float) -> tuple[Candidate, ...]:
-    out = []
-    for i in range(10):
-        w = WORDS[(i + shift) % len(WORDS)]
-        out.append(Candidate(id=100 + (i + shift) % len(WORDS), piece=w, logit=logit0 - 0.25 * i,
-                             p=round(0.30 / (i + 1), 4)))  # fmt: skip
-    return tuple(out)
+VOCAB = sorted(set(PIECES) | set(WORDS))
+ID = {piece: 100 + i for i, piece in enumerate(VOCAB)}
+
+
+def ranked(first: str, token: str, rank: int, j: int) -> list[str]:
+    """Ten pieces, ``first`` at the top and the fed ``token`` at ``rank`` (or absent, -1)."""
+    rest = [w for w in WORDS[j % 3 :] + WORDS[: j % 3] if w not in (first, token)]
+    out = [first, *rest]
+    if token != first and rank >= 0:
+        out.insert(max(rank, 1), token)
+    return out[:10]
+
+
+def top(pieces: list[str], logit0: float) -> tuple[Candidate, ...]:
+    return tuple(
+        Candidate(id=ID[w], piece=w, logit=logit0 - 0.25 * i, p=round(0.30 / (i + 1), 4))
+        for i, w in enumerate(pieces)
+    )
 
 
 def positions(free: bool = False) -> tuple[Position, ...]:
     out = []
     for j, kl in enumerate(KL):
         flip = j in FLIPS
-        top_a = candidates(j, 12.5)
-        top_b = candidates(j + 1 if flip else j, 12.0)
-        token = 100 + (j + 3) % len(WORDS)
+        token = PIECES[j + 1]
+        first_a = token if j % 4 == 0 else WORDS[j % len(WORDS)]
+        first_b = WORDS[(j + 1) % len(WORDS)] if flip else first_a
+        if first_b == first_a and flip:
+            first_b = WORDS[(j + 2) % len(WORDS)]
+        rank_b = -1 if j == 9 else (0 if first_b == token else 1 + j % 5)
+        top_a = top(ranked(first_a, token, 1 + j % 3, j), 12.5)
+        top_b = top(ranked(first_b, token, rank_b, j), 12.0)
         out.append(
             Position(
                 position=j,
-                token=token,
-                piece=PIECES[j + 1],
+                token=ID[token],
+                piece=token,
                 kl=kl,
                 top1_a=top_a[0].id,
                 top1_b=top_b[0].id,
                 same_top=not flip,
-                rank_in_b=(j % 5) if j != 9 else None,
+                rank_in_b=None if rank_b < 0 else rank_b,
                 p_a=0.125,
                 p_b=0.0625 if flip else 0.125,
                 dp=-0.0625 if flip else 0.0,
                 max_abs_dlogit=round(10 * kl + 0.5, 4),
                 top_a=top_a,
                 top_b=top_b,
-                token_b=(top_b[0].id if j >= 4 else token) if free else None,
+                token_b=(top_b[0].id if j >= 4 else ID[token]) if free else None,
             )
         )
     return tuple(out)
@@ -99,4 +115,4 @@ def fixed_result(*, free: bool = False, remote: bool = False) -> Result:
         text_b="The cat sat on the couch and slept.\nThe dog" if free else "",
         n_flips=len(FLIPS),
     )
-    return Result(tokens=tuple(range(len(PIECES))), pieces=PIECES, positions=ps, summary=summary)
+    return Result(tokens=tuple(ID[w] for w in PIECES), pieces=PIECES, positions=ps, summary=summary)

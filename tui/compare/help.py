@@ -11,19 +11,24 @@ from ..widgets.help import H, HelpScreen, HelpText, _Help
 from .screen_keys import KEYS
 from .strip import KL_BANDS
 
+KEY_CELLS = 7  # what the app's help grid shows of a key (9 cells, 2 of them indent)
+
 
 def compare_help(*, bound: bool = False, free: bool = False) -> HelpText:
     t = _Help()
     t.append("tokenstep compare", H)
     t.append(
-        " ran A and B on the same tokens in lockstep and kept, per position, both top-K\n"
-        "lists and what separates them. Nothing here is computed again: every figure is the\n"
-        "run's record, formatted.\n\n"
+        " ran A and B on the same tokens in lockstep and kept, per position, both top-K lists "
+        "and what separates them. Nothing here is computed again: every figure is the run's "
+        "record, formatted.\n\n"
     )
     t.append("Keys\n", H)
     for k in KEYS:
         if k.label and (free or k.action != "toggle_mode"):
-            t.row(k.label, k.help)
+            if len(k.label) <= KEY_CELLS:
+                t.row(k.label, k.help)
+            else:  # the key column would cut it: the label leads the line instead
+                t.row("", f"{k.label}: {k.help}")
     t.append("\nThe figures\n", H)
     t.row(
         "KL",
@@ -43,10 +48,13 @@ def compare_help(*, bound: bool = False, free: bool = False) -> HelpText:
         "(n/N jump between flips).",
     )
     t.row(
-        "rank, Δp", "where A's pick stands in B's list (1 is B's top) and B's p minus A's p for it."
+        "rank Δp",
+        "where A's pick (★, the next token) stands in B (0 is B's top-1, as the # "
+        "column counts) and B's p minus A's p for it.",
     )
     t.row(
-        "|Δlogit|", "the largest difference of one token's logit between A and B at the position."
+        "Δlogit",
+        "max |Δlogit|: the largest difference of one token's logit between A and B at the position.",
     )
     t.row(
         "summary",

@@ -14,6 +14,8 @@ strip colours that token (the one the two distributions were about) and the curs
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -123,30 +125,35 @@ class CompareApp(App[int]):
         if self.showing_free:
             self.query_one("#free-body", Static).update(self.free_text())
 
-    def free_text(self) -> Text:
-        """Both texts of a free-running run, the shared start dim and each side's own
-        continuation bright, and where they part."""
+    def free_text(self) -> RenderableType:
+        """Both texts of a free-running run side by side, the shared start dim and each
+        side's own continuation bright, under where they part."""
         s = self.result.summary
-        t = Text()
+        head = Text()
         if s.parted_at is None:
-            t.append("The two texts never part: every pick was the same.\n\n", LABEL)
+            head.append("The two texts never part: every pick was the same.", LABEL)
         else:
-            t.append(f"The texts part at position {s.parted_at}", LABEL)
-            t.append(" (both candidate lists there are below).\n\n", DIMMED)
+            head.append(f"The texts part at position {s.parted_at}", LABEL)
+            head.append(" (both candidate lists there are below).", DIMMED)
         shared = 0
         for x, y in zip(s.text_a, s.text_b, strict=False):
             if x != y:
                 break
             shared += 1
+        grid = Table.grid(expand=True, padding=(0, 2))
+        cells = []
         for label, text, colour in (
             (s.a.label, s.text_a, "bright_green"),
             (s.b.label, s.text_b, "bright_magenta"),
         ):
+            grid.add_column(ratio=1)
+            t = Text()
             t.append(f"{literal(label)}\n", LABEL)
             t.append(literal(text[:shared], keep_newlines=True), DIMMED)
             t.append(literal(text[shared:], keep_newlines=True), colour)
-            t.append("\n\n")
-        return t
+            cells.append(t)
+        grid.add_row(*cells)
+        return Group(head, grid)
 
     # -- keys ---------------------------------------------------------------------------------
     def go(self, i: int) -> None:

@@ -51,9 +51,9 @@ def kl_style(kl: float | None, flip: bool) -> Style:
 
 
 def legend(bound: bool = False) -> Text:
-    """One line: what the colours mean, in nats."""
+    """One line: what the colours mean, in nats (a bound where B sent its top K only)."""
     t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("KL(A‖B) per token, nats" + (" (a bound, top-K)" if bound else "") + ": ", "bold")
+    t.append("KL(A‖B)" + (" bound" if bound else "") + ", nats: ", "bold")
     for _, colour, label in reversed(KL_BANDS):
         t.append(f" {label} ", Style(bgcolor=colour, color="grey93"))
         t.append(" ")

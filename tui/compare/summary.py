@@ -75,15 +75,15 @@ def figures(s: Summary) -> Text:
         ("  p99 ", nats(s.kl_p99)),
         ("  max ", nats(s.kl_max)),
         (" nats  same top ", f"{s.same_top * 100:.1f}%"),
-        ("  first flip ", "none" if s.first_flip is None else f"at {s.first_flip}"),
+        ("  first flip ", "none" if s.first_flip is None else str(s.first_flip)),
     ]
     for name, value in parts:
         t.append(name, DIMMED)
         t.append(value, VALUE)
     if s.kl_is_bound:
         t.append(
-            "\nB is a server: it sent its top K only, so each KL is a bound computed from the "
-            "top K, not the sum over the vocabulary.",
+            "\nB is a server: it sent its top K only, so each KL is a bound from those, not "
+            "the full sum.",
             WARN,
         )
     if s.shared_logits:
