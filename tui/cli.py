@@ -46,10 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return tour_main(argv[1:], config_from_args)
         if argv[:1] == ["compare"]:  # two configurations in lockstep: A-flags --vs B-flags
-            from .commands import config_from_args
+            from .commands import config_from_args, settings_from_args
             from .compare.cli import compare_main
 
-            return compare_main(argv[1:], config_from_args)
+            return compare_main(argv[1:], config_from_args, settings_from_args)
         cmd, args = parse(argv)
         if getattr(args, "server", None):  # a key no header can carry: said before connecting
             from .engine.openai_backend import api_key_from

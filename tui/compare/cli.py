@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ..engine import EngineConfig
+from ..engine import EngineConfig, SamplerSettings
 from ..engine.errors import TokenstepError
 from .records import Position, Result
 
@@ -41,7 +41,16 @@ SIDE_FLAGS = {
 }
 LOGIT_FLAGS = {"model", "ctx_size", "batch_size", "ubatch_size", "threads", "flash_attn"}
 LOGIT_FLAGS |= {"cache_type_k", "cache_type_v", "repack", "swa_full"}
-RUN_FLAGS = ("prompt", "file", "n_predict", "json", "text", "chunks", "score_from", "kld_base")
+RUN_FLAGS = {
+    "prompt": "-p",
+    "file": "-f",
+    "n_predict": "-n",
+    "json": "--json",
+    "text": "--text",
+    "chunks": "--chunks",
+    "score_from": "--score-from",
+    "free": "--free",
+}
 
 
 def compare_parser() -> argparse.ArgumentParser:
@@ -55,10 +64,7 @@ def compare_parser() -> argparse.ArgumentParser:
         "whether the top-1 agrees, where A's next token ranks in B. The flags before --vs set "
         "both sides; the flags after it are B's changes, in the same names "
         "(e.g. --vs -ctk q4_0 -ctv q4_0, --vs -m other.gguf, --vs -ub 1).",
-        epilog="Defaults follow llama-perplexity: -c 512 and -b 512. --kld-base FILE is "
-        "tokenstep's own format (an .npz: the tokens, the spans and A's float32 logits rows), "
-        "not llama-perplexity's uint16 file: written when FILE does not exist, read instead of "
-        "running A when it does.",
+        epilog="Defaults follow llama-perplexity: -c 512 and -b 512 (-ub must not exceed -b).",
     )
     _model_flags(p)
     _context_flags(p)
@@ -90,7 +96,12 @@ def compare_parser() -> argparse.ArgumentParser:
         metavar="POS",
         help="compare the positions from POS on (default 0; not with --chunks)",
     )
-    p.add_argument("--kld-base", metavar="FILE", help="write, or read, A's logits (see below)")
+    p.add_argument(
+        "--free",
+        action="store_true",
+        help="free-running: each side generates -n tokens (default 32) with its own sampler "
+        "chain and seed; shows where the texts part",
+    )
     return p
 
 
@@ -121,9 +132,8 @@ def parse_sides(
     defaults = p.parse_args([])
     run = [f for f in RUN_FLAGS if getattr(alone, f) != getattr(defaults, f)]
     if run:
-        flag = "--" + run[0].replace("_", "-")
         raise TokenstepError(
-            f"{flag} after --vs: the text and the output are the run's; put it before --vs."
+            f"{RUN_FLAGS[run[0]]} after --vs: the text and the output are the run's; put it before --vs."
         )
     b = p.parse_args(b_argv, namespace=copy.copy(a))
     differs = tuple(
@@ -143,6 +153,8 @@ def labels(
     ca: EngineConfig,
     cb: EngineConfig,
     quant: Callable[[str | None], str],
+    *,
+    same_fa: bool = False,
 ) -> tuple[str, str]:
     """Short names for the two sides, from what B changes: "f16 KV"/"q4_0 KV", the weights'
     type, or the flags themselves."""
@@ -157,6 +169,8 @@ def labels(
         parts_b.append(f"{qb} weights" if qa != qb else os.path.basename(b.model or ""))
     for d, flag in SIDE_FLAGS.items():
         if d in ("cache_type_k", "cache_type_v", "model") or getattr(a, d) == getattr(b, d):
+            continue
+        if d == "flash_attn" and same_fa:  # -fa auto that llama.cpp turned on, against on
             continue
         parts_a.append(f"{flag} {getattr(a, d)}")
         parts_b.append(f"{flag} {getattr(b, d)}")
@@ -210,25 +224,44 @@ def table(result: Result, top: int = 10) -> str:
             f"{p.max_abs_dlogit:>11.4f}"
         )
     lines.append("(* the top-1 differs)")
+    if s.mode == "free":
+        lines += ["", f"A's text: {s.text_a!r}", f"B's text: {s.text_b!r}"]
+        if s.parted_at is None:
+            lines.append("The texts never part.")
+        else:
+            p = by_pos[s.parted_at]
+            lines.append(
+                f"They part at position {p.position}: A picks {p.piece!r}, B picks "
+                f"{next((c.piece for c in p.top_b if c.id == p.token_b), str(p.token_b))!r}."
+            )
+            lines.append(f"{'A top':<24}{'p':>8}   {'B top':<24}{'p':>8}")
+            for ca, cb in zip(p.top_a, p.top_b, strict=True):
+                lines.append(f"{ca.piece!r:<24}{ca.p:>8.4f}   {cb.piece!r:<24}{cb.p:>8.4f}")
     return "\n".join(lines)
 
 
 def compare_main(
-    argv: Sequence[str], make_config: Callable[[argparse.Namespace], EngineConfig]
+    argv: Sequence[str],
+    make_config: Callable[[argparse.Namespace], EngineConfig],
+    make_settings: Callable[[argparse.Namespace], SamplerSettings],
 ) -> int:
-    """Parse, run both sides, print. ``make_config`` is the app's own flags-to-context
-    function (the same checks, the same messages)."""
+    """Parse, run both sides, print. ``make_config`` and ``make_settings`` are the app's own
+    flags-to-context and flags-to-chain functions (the same checks, the same messages)."""
     from .run import run_compare
 
     a, b, differs = parse_sides(argv)
-    ca, cb = make_config(a), make_config(b)
+    ca, sa = make_config(a), make_settings(a)
+    try:
+        cb, sb = make_config(b), make_settings(b)
+    except TokenstepError as exc:
+        raise TokenstepError(f"after --vs: {exc}") from None
     emit: Callable[[Position], None] | None = None
     if a.json:
 
         def emit(p: Position) -> None:
             print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
 
-    result = run_compare(a, b, ca, cb, differs, on_position=emit)
+    result = run_compare(a, b, (ca, cb), (sa, sb), differs, on_position=emit)
     if a.json:
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0

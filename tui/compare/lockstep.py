@@ -202,14 +202,24 @@ class Lockstep:
             rb = b.decode(span.tokens[s:e], s, want[s:e]) if b is not None else ra
             rows = [j for j in range(s, e) if want[j]]
             for r, j in enumerate(rows):
-                self._position(span, j, ra[r], rb[r])
+                self.record(span.tokens, j, ra[r], rb[r], offset=span.offset)
 
-    def _position(self, span: Span, j: int, la: np.ndarray, lb: np.ndarray) -> None:
-        token = span.tokens[j + 1]
+    def record(
+        self,
+        tokens: Sequence[int],
+        j: int,
+        la: np.ndarray,
+        lb: np.ndarray,
+        *,
+        offset: int = 0,
+        token_b: int | None = None,
+    ) -> None:
+        """Compare the rows of batch position ``j`` (its next token is ``tokens[j + 1]``)."""
+        token = tokens[j + 1]
         d = divergence.compare_rows(la, lb, token, self.top_k)
         va = self.a.vocab
         pos = Position(
-            position=span.offset + j,
+            position=offset + j,
             token=int(token),
             piece=display_bytes(va.piece(token)),
             kl=d.kl,
@@ -223,6 +233,7 @@ class Lockstep:
             max_abs_dlogit=d.max_abs_dlogit,
             top_a=candidates(d.top_a, la, d.logp_a, va),
             top_b=candidates(d.top_b, lb, d.logp_b, va),
+            token_b=token_b,
         )
         self.positions.append(pos)
         if self.on_position is not None:

@@ -13,12 +13,13 @@ import argparse
 import copy
 from collections.abc import Callable
 
-from ..engine import EngineConfig, Model
+from ..engine import EngineConfig, Model, SamplerSettings
 from ..engine.errors import TokenstepError
 from ..engine.tokens import Vocab
 from ..engine.vocab_only import VocabModel
+from .free import free_run
 from .lockstep import LocalSide, Lockstep, SideSpec, greedy_continuation, same_vocab, spans
-from .records import Position, Result
+from .records import Position, Result, Side
 
 
 def _sampler(ns: argparse.Namespace) -> str:
@@ -39,19 +40,25 @@ def _text(a: argparse.Namespace) -> str:
 def run_compare(
     a: argparse.Namespace,
     b: argparse.Namespace,
-    ca: EngineConfig,
-    cb: EngineConfig,
+    configs: tuple[EngineConfig, EngineConfig],
+    settings: tuple[SamplerSettings, SamplerSettings],
     differs: tuple[str, ...],
     *,
     on_position: Callable[[Position], None] | None = None,
 ) -> Result:
     from .cli import LOGIT_FLAGS, labels
 
+    ca, cb = configs
     text = _text(a)
+    if a.free and a.chunks:
+        raise TokenstepError("--free and --chunks both given: --chunks scores a given text.")
     if a.chunks and a.score_from:
         raise TokenstepError("--score-from and --chunks both given: --chunks scores from -c/2.")
     if b.model != a.model:  # the vocabulary first: no weights are loaded for a refusal
-        vb = VocabModel(b.model)
+        try:
+            vb = VocabModel(b.model)
+        except TokenstepError as exc:
+            raise TokenstepError(f"B's model (after --vs): {exc}") from None
         try:
             va = VocabModel(a.model)
             why = same_vocab(va.vocab, vb.vocab)
@@ -64,7 +71,12 @@ def run_compare(
                 "vocabulary on both sides."
             )
     model_a = Model(a.model, repack_flag=a.repack)
-    shared = all(getattr(a, d) == getattr(b, d) for d in LOGIT_FLAGS)
+    # Only a sampler change shares A's logits; B identical to A still gets its own context,
+    # so a run against itself shows that two contexts compute the same rows.
+    # Free-running, each side needs its own context: once the texts part, so do the logits.
+    shared = (
+        bool(differs) and not a.free and all(getattr(a, d) == getattr(b, d) for d in LOGIT_FLAGS)
+    )
     same_file = a.model == b.model and a.repack == b.repack
     model_b = None
     sides: list[LocalSide] = []
@@ -73,16 +85,29 @@ def run_compare(
         if not shared and not same_file:
             model_b = Model(b.model, repack_flag=b.repack)
             quants[b.model] = model_b.info.quant
-        la, lb = labels(a, b, ca, cb, lambda m: quants.get(m, "?"))
-        side_a = LocalSide(SideSpec(la, (), a.model, ca, a.repack, _sampler(a)), model_a)
+        side_a = LocalSide(SideSpec("A", (), a.model, ca, a.repack, _sampler(a)), model_a)
         sides.append(side_a)
         side_b = None
         if not shared:
-            spec_b = SideSpec(lb, differs, b.model, cb, b.repack, _sampler(b))
+            spec_b = SideSpec("B", differs, b.model, cb, b.repack, _sampler(b))
             side_b = LocalSide(spec_b, model_b or model_a)
             sides.append(side_b)
+        fa = side_a.context.flash_attn_resolved
+        fa_b = side_b.context.flash_attn_resolved if side_b is not None else fa
+        la, lb = labels(a, b, ca, cb, lambda m: quants.get(m, "?"), same_fa=fa == fa_b)
+        side_a.spec.label = la
+        if side_b is not None:
+            side_b.spec.label = lb
         vocab: Vocab = side_a.vocab
         tokens = vocab.tokenize(text, add_special=True)
+        if a.free:
+            assert side_b is not None
+
+            def describe() -> tuple[Side, Side]:
+                return side_a.describe(), side_b.describe()
+
+            n = a.n_predict or 32
+            return free_run(side_a, side_b, tokens, n, settings, describe, on_position)
         if a.n_predict > 0:
             tokens = greedy_continuation(side_a, tokens, a.n_predict)
         bos = model_a.info.bos if model_a.info.add_bos else None
