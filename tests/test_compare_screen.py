@@ -13,7 +13,7 @@ import io
 import pytest
 from rich.console import Console
 
-from tui.commands import config_from_args
+from tui.commands import config_from_args, settings_from_args
 from tui.compare.cli import parse_sides
 from tui.compare.help import CompareHelp
 from tui.compare.records import Result
@@ -32,9 +32,16 @@ TEXT = (
 SIZE = (140, 42)
 
 
+def compare(argv: list[str]) -> Result:
+    """A finished run, as ``tokenstep compare ARGV`` makes it before it draws."""
+    a, b, differs = parse_sides(argv)
+    configs = (config_from_args(a), config_from_args(b))
+    settings = (settings_from_args(a), settings_from_args(b))
+    return run_compare(a, b, configs, settings, differs)
+
+
 def real_run(*b_flags: str) -> Result:
-    a, b, differs = parse_sides(["-p", TEXT, "-c", "256", "-fa", "on", "--vs", *b_flags])
-    return run_compare(a, b, config_from_args(a), config_from_args(b), differs)
+    return compare(["-p", TEXT, "-c", "256", "-fa", "on", "--vs", *b_flags])
 
 
 @pytest.fixture(scope="module")
@@ -187,10 +194,13 @@ def test_the_strip_colours_each_token_by_the_kl_of_its_prediction(q4_run: Result
     ).replace("\n", "↵")
 
 
-def test_a_run_compared_with_itself_says_so(same_run: Result):
-    s = same_run.summary
+@pytest.mark.parametrize("b_flags", [(), ("--temp", "0.5")], ids=["itself", "sampler-only"])
+def test_a_run_compared_with_itself_or_another_sampler_says_so(b_flags):
+    r = real_run(*b_flags)
+    s = r.summary
     assert s.kl_max == 0.0 and s.same_top == 1.0 and s.n_flips == 0
-    app = CompareApp(same_run)
+    assert s.shared_logits == bool(b_flags)  # teacher-forced, a sampler alone shares the logits
+    app = CompareApp(r)
     notes: list[str] = []
 
     async def go() -> str:
@@ -203,8 +213,8 @@ def test_a_run_compared_with_itself_says_so(same_run: Result):
 
     text = run(go())
     assert "top-1 differs at 0 of" in text and "first flip none" in text
-    assert "same top 100.0%" in text
-    assert "both sides share A's logits" in text
+    assert "same top 100.0%" in text and "max 0 nats" in text
+    assert ("both sides share A's logits" in text) == s.shared_logits
     assert app.cursor == 0 and any("No top-1 flip after" in n for n in notes)
 
 
@@ -244,7 +254,12 @@ def test_q_quits_with_0():
 
 
 def test_free_running_shows_both_texts_where_they_part_and_the_lists_there():
-    r = fixed_result(free=True)
+    r = compare(
+        ["-p", "Once upon a time", "-c", "256", "--free", "-n", "24", "--temp", "1.5",
+         "--vs", "-s", "7"]
+    )  # fmt: skip
+    s = r.summary
+    assert s.mode == "free" and s.parted_at is not None, "two seeds at temp 1.5 never parted"
     app = CompareApp(r)
 
     async def go() -> tuple[int, str, str]:
@@ -259,11 +274,33 @@ def test_free_running_shows_both_texts_where_they_part_and_the_lists_there():
             return at, free, screen_text(app)
 
     at, free, back = run(go())
-    assert r.positions[at].position == r.summary.parted_at  # it opens where they part
+    p = r.positions[at]
+    assert p.position == s.parted_at  # it opens where they part
+    assert f"The texts part at position {s.parted_at}" in free
+    flat = " ".join(free.split())
+    for text in (s.text_a, s.text_b):
+        for line in text.splitlines():
+            for word in line.split()[:3]:
+                assert word in flat, word
+    # both lists at the parting, with B's own pick named
+    assert f"position {s.parted_at} " in free and p.token_b != p.token and "B picked" in free
+    assert "the text both sides were fed" not in free
+    assert "the text both sides were fed" in back
+
+
+def test_free_running_layout_from_fixed_records():
+    r = fixed_result(free=True)
+    app = CompareApp(r)
+
+    async def go() -> str:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("t")
+            await pilot.pause()
+            return screen_text(app)
+
+    free = run(go())
     assert "The texts part at position 4" in free
     assert "The cat sat on the couch and slept." in free and "tired." in free
-    assert "position 4 " in free and "B picked" in free  # both lists at the parting
-    assert "texts part at position 4" in back and "the text both sides were fed" in back
 
 
 def test_a_remote_b_says_its_kl_is_a_bound():
