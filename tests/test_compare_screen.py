@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from tui.commands import config_from_args, settings_from_args
+from tui.compare.candidates import fine_dp, fine_p
 from tui.compare.cli import parse_sides
 from tui.compare.help import CompareHelp
 from tui.compare.records import Result
@@ -88,8 +89,8 @@ def assert_detail_is_the_record(app: CompareApp) -> None:
     assert f"position {p.position} " in text
     assert f"KL {nats(p.kl)} nats" in text
     assert f"max |Δlogit| {p.max_abs_dlogit:.4f}" in text
-    assert f"Δp {p.dp:+.4f}" in text
-    assert f"p {fmt_p(p.p_a)} in A, {fmt_p(p.p_b)} in B" in text
+    assert f"Δp {fine_dp(p.dp)}" in text
+    assert f"p {fine_p(p.p_a)} in A, {fine_p(p.p_b)} in B" in text
     assert f"rank in B {p.rank_in_b}" in text if p.rank_in_b is not None else "not in B" in text
     assert ("same top-1" in text) == p.same_top
     assert ("top-1 flips" in text) == (not p.same_top)

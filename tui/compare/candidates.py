@@ -39,6 +39,15 @@ def piece(s: str, style: Style | None = None) -> Text:
     return t
 
 
+def fine_p(p: float) -> str:
+    """A p of A's pick, where the lists' three decimals would read <.001 for most of them."""
+    return f"{p:.4f}" if p >= 0.001 else f"{p:.2e}"
+
+
+def fine_dp(dp: float) -> str:
+    return f"{dp:+.4f}" if abs(dp) >= 0.0001 or dp == 0 else f"{dp:+.2e}"
+
+
 def head_lines(p: Position, a: Side, b: Side, bound: bool) -> Text:
     """Two lines over the lists: the position, its KL, max |Δlogit| and the flip (or not);
     A's pick and where it stands in B."""
@@ -65,11 +74,11 @@ def head_lines(p: Position, a: Side, b: Side, bound: bool) -> Text:
     t.append(" ")
     t.append_text(piece(p.piece, PICK))
     t.append(": p ", DIMMED)
-    t.append(fmt_p(p.p_a), VALUE)
+    t.append(fine_p(p.p_a), VALUE)
     t.append(" in A, ", DIMMED)
-    t.append(fmt_p(p.p_b), VALUE)
+    t.append(fine_p(p.p_b), VALUE)
     t.append(" in B, Δp ", DIMMED)
-    t.append(f"{p.dp:+.4f}", VALUE)
+    t.append(fine_dp(p.dp), VALUE)
     if p.rank_in_b is None:
         t.append(", not in B's top K", DIMMED)
     else:
