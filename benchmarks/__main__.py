@@ -1,5 +1,5 @@
 """``make bench``: the benchmarks of the performance issues (8, ``tokenstep trace`` end to end;
-9, attention memory; 10, the sampler chain; 11, the logit lens; 12, remote stepping; 13, speculative decoding), each
+9, attention memory; 10, the sampler chain; 11, the logit lens; 12, remote stepping; 13, speculative decoding; 14, compare in lockstep), each
 figure beside its target.
 
 Every benchmark runs tokenstep and the bare llama.cpp loop in the same process run, alternating,
@@ -22,6 +22,7 @@ from . import (
     attention_memory,
     bench_app,
     bench_chain,
+    bench_compare,
     bench_engine,
     bench_lens,
     bench_memory,
@@ -59,7 +60,7 @@ def table(rows: list[Row]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__, allow_abbrev=False)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13", help="benchmarks to run, e.g. 1,4")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8,9,10,11,12,13,14", help="benchmarks to run, e.g. 1,4")
     ap.add_argument("--quick", action="store_true", help="fewer rounds (noisier)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
@@ -78,6 +79,7 @@ def main() -> int:
         (11, "lens", lambda: bench_lens.run(model, rounds=rounds)),
         (12, "remote", lambda: bench_remote.run(rounds=rounds)),
         (13, "speculative decoding", lambda: bench_spec.run(model, rounds=rounds)),
+        (14, "compare", lambda: bench_compare.run(model, rounds=rounds)),
     ]
     rows: list[Row] = []
     failed: list[str] = []

@@ -12,35 +12,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
 from ..engine.errors import TokenstepError
 from .records import Position, Result
+from .sides import SIDE_FLAGS
 
-# What B may change, with the flag that names it (in llama.cpp's spelling).
-SIDE_FLAGS = {
-    "model": "-m",
-    "ctx_size": "-c",
-    "batch_size": "-b",
-    "ubatch_size": "-ub",
-    "threads": "-t",
-    "flash_attn": "-fa",
-    "cache_type_k": "-ctk",
-    "cache_type_v": "-ctv",
-    "repack": "--repack",
-    "swa_full": "--swa-full",
-    "temp": "--temp",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "min_p": "--min-p",
-    "seed": "-s",
-    "greedy": "--greedy",
-}
-LOGIT_FLAGS = {"model", "ctx_size", "batch_size", "ubatch_size", "threads", "flash_attn"}
-LOGIT_FLAGS |= {"cache_type_k", "cache_type_v", "repack", "swa_full"}
 RUN_FLAGS = {
     "prompt": "-p",
     "file": "-f",
@@ -140,43 +119,6 @@ def parse_sides(
         f"{SIDE_FLAGS[d]} {getattr(b, d)}" for d in SIDE_FLAGS if getattr(b, d) != getattr(a, d)
     )
     return a, b, differs
-
-
-def _kv_label(cfg: EngineConfig) -> str:
-    k, v = cfg.cache_type_k, cfg.cache_type_v
-    return f"{k} KV" if k == v else f"{k}/{v} KV"
-
-
-def labels(
-    a: argparse.Namespace,
-    b: argparse.Namespace,
-    ca: EngineConfig,
-    cb: EngineConfig,
-    quant: Callable[[str | None], str],
-    *,
-    same_fa: bool = False,
-) -> tuple[str, str]:
-    """Short names for the two sides, from what B changes: "f16 KV"/"q4_0 KV", the weights'
-    type, or the flags themselves."""
-    parts_a: list[str] = []
-    parts_b: list[str] = []
-    if (ca.cache_type_k, ca.cache_type_v) != (cb.cache_type_k, cb.cache_type_v):
-        parts_a.append(_kv_label(ca))
-        parts_b.append(_kv_label(cb))
-    if a.model != b.model:
-        qa, qb = quant(a.model), quant(b.model)
-        parts_a.append(f"{qa} weights" if qa != qb else os.path.basename(a.model or "bundled"))
-        parts_b.append(f"{qb} weights" if qa != qb else os.path.basename(b.model or ""))
-    for d, flag in SIDE_FLAGS.items():
-        if d in ("cache_type_k", "cache_type_v", "model") or getattr(a, d) == getattr(b, d):
-            continue
-        if d == "flash_attn" and same_fa:  # -fa auto that llama.cpp turned on, against on
-            continue
-        parts_a.append(f"{flag} {getattr(a, d)}")
-        parts_b.append(f"{flag} {getattr(b, d)}")
-    if not parts_b:
-        return "A", "B: the same"
-    return "A: " + ", ".join(parts_a), "B: " + ", ".join(parts_b)
 
 
 def summary_line(result: Result) -> str:

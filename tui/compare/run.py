@@ -20,6 +20,7 @@ from ..engine.vocab_only import VocabModel
 from .free import free_run
 from .lockstep import LocalSide, Lockstep, SideSpec, greedy_continuation, same_vocab, spans
 from .records import Position, Result, Side
+from .sides import LOGIT_FLAGS, labels
 
 
 def _sampler(ns: argparse.Namespace) -> str:
@@ -46,8 +47,6 @@ def run_compare(
     *,
     on_position: Callable[[Position], None] | None = None,
 ) -> Result:
-    from .cli import LOGIT_FLAGS, labels
-
     ca, cb = configs
     text = _text(a)
     if a.free and a.chunks:
