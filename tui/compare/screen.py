@@ -88,7 +88,14 @@ class CompareApp(App[int]):
                 kl[p.position + 1] = p.kl
                 flips[p.position + 1] = not p.same_top
         strip = self.query_one(TokenStrip)
-        strip.border_title = "the text both sides were fed"
+        if r.summary.mode == "free":  # after the parting each side was fed its own picks
+            strip.border_title = "A's text" + (
+                f" (B was fed its own picks after position {r.summary.parted_at})"
+                if r.summary.parted_at is not None
+                else " (B's picks were the same)"
+            )
+        else:
+            strip.border_title = "the text both sides were fed"
         strip.border_subtitle = "each token coloured by the KL of its prediction"
         strip.cursor = self.token_index
         strip.set_tokens(r.pieces, kl, flips)

@@ -75,7 +75,7 @@ def token_atom(piece: str, style: Style) -> Atom:
     if not segs:
         segs.append(Segment("∅", style))
     width = sum(s.cell_length for s in segs)
-    return Atom(tuple(segs), width, brk=piece.endswith("\n"))
+    return Atom(tuple(segs), width, brk=piece.endswith("\n"), trim=piece.startswith(" "))
 
 
 class TokenStrip(ScrollView):
