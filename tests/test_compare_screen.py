@@ -316,3 +316,35 @@ def test_a_remote_b_says_its_kl_is_a_bound():
     assert "KL bound mean" in text and "each KL is a bound from those" in text
     assert "B's KV cache is on the server" in text
     assert "KL(A‖B) bound, nats:" in text
+
+
+def test_on_a_terminal_tokenstep_compare_opens_the_screen_and_q_quits_with_0(tmp_path):
+    """``tokenstep compare`` with stdout a terminal (a real pty, Textual's own driver): the
+    screen opens on the finished run, n opens the first flip, q quits with exit code 0."""
+    from .test_paste_pty import Terminal
+
+    flags = (
+        "compare",
+        "-p",
+        TEXT,
+        "-c",
+        "256",
+        "-fa",
+        "on",
+        "--vs",
+        "-ctk",
+        "q4_0",
+        "-ctv",
+        "q4_0",
+    )
+    term = Terminal(tmp_path, *flags, cols=100, rows=30)
+    try:
+        term.until(b"B's KV cache takes", "the compare screen")
+        term.until(b"position 0", "the cursor at the first position")
+        since = term.mark()
+        term.write(b"n")
+        term.until(b"top-1 flips", "the first flip", since)
+        term.write(b"q")
+        assert term.proc.wait(120) == 0
+    finally:
+        term.close()
