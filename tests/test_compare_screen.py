@@ -8,6 +8,7 @@ built by hand (tests/compare_records.py), for their layout only."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 
 import pytest
@@ -163,7 +164,7 @@ def test_the_summary_is_the_records(q4_run: Result):
     for figure in (s.kl_mean, s.kl_median, s.kl_p99, s.kl_max):
         assert nats(figure) in text
     assert f"same top {s.same_top * 100:.1f}%" in text
-    assert f"first flip {s.first_flip}" in text
+    assert f"top-1 differs at {s.n_flips} of {s.n:,} positions, first at {s.first_flip}" in text
     assert s.a.label in text and s.b.label in text
     assert "KL(A‖B), nats:" in text and "bound" not in text
 
@@ -213,7 +214,7 @@ def test_a_run_compared_with_itself_or_another_sampler_says_so(b_flags):
             return screen_text(app)
 
     text = run(go())
-    assert "top-1 differs at 0 of" in text and "first flip none" in text
+    assert f"top-1 differs at 0 of {s.n:,} positions." in text
     assert "same top 100.0%" in text and "max 0 nats" in text
     assert ("both sides share A's logits" in text) == s.shared_logits
     assert app.cursor == 0 and any("No top-1 flip after" in n for n in notes)
@@ -316,6 +317,38 @@ def test_a_remote_b_says_its_kl_is_a_bound():
     assert "KL bound mean" in text and "each KL is a bound from those" in text
     assert "B's KV cache is on the server" in text
     assert "KL(A‖B) bound, nats:" in text
+
+
+def test_the_strip_keeps_the_cursor_in_view_on_a_long_text():
+    """Fixed records repeated 40 times (640 positions, far more lines than the strip has):
+    End, Home, n and k each leave the cursor's line on screen."""
+    r = fixed_result()
+    m = len(r.pieces)
+    ps = tuple(
+        dataclasses.replace(p, position=p.position + c * m) for c in range(40) for p in r.positions
+    )
+    flips = tuple(p.position for p in ps if not p.same_top)
+    summary = dataclasses.replace(
+        r.summary, n=len(ps), by_kl=tuple(p.position for p in sorted(ps, key=lambda p: -p.kl))
+    )
+    long = Result(tokens=r.tokens * 40, pieces=r.pieces * 40, positions=ps, summary=summary)
+    app = CompareApp(long)
+    seen: list[tuple[str, int, int, int, int]] = []
+    lines: list[int] = []
+
+    def check(app: CompareApp, key: str) -> None:
+        strip = app.query_one(TokenStrip)
+        lines.append(len(strip.flow.lines))
+        seen.append(
+            (key, app.cursor, strip.cursor_row(), int(strip.scroll_offset.y), strip.size.height)
+        )
+
+    run(drive(app, ["end", "home", "n", "end", "N", "k"], check))
+    assert lines[0] > 2 * seen[0][4]  # the text is far longer than the strip
+    for key, _, row, top, height in seen:
+        assert top <= row < top + height, (key, row, top, height)
+    assert [c for _, c, *_ in seen] == [len(ps) - 1, 0, 4, len(ps) - 1, len(ps) - 1 - 1, 14]
+    assert ps[seen[4][1]].position == flips[-1]
 
 
 def test_on_a_terminal_tokenstep_compare_opens_the_screen_and_q_quits_with_0(tmp_path):

@@ -73,7 +73,7 @@ class CompareApp(App[int]):
         with Vertical(id="forced"):
             yield Static(legend(s.kl_is_bound), id="legend")
             yield TokenStrip(id="strip")
-        with VerticalScroll(id="free"):
+        with VerticalScroll(id="free", can_focus=False):
             yield Static(id="free-body")
         yield Static(id="detail")
         yield CompareKeyBar(free=self.free_mode, id="keybar")

@@ -84,6 +84,7 @@ class TokenStrip(ScrollView):
     DEFAULT_CSS = """
     TokenStrip { height: 1fr; scrollbar-size-vertical: 1; overflow-x: hidden; }
     """
+    can_focus = False  # its own Home/End/arrows would scroll it; the screen's keys move the cursor
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -50,11 +50,13 @@ def kv_words(s: Summary) -> str:
 
 def glance(s: Summary) -> Text:
     """The one sentence: KV memory and flips ("B's KV cache takes 28% of A's ...; top-1
-    differs at 3 of 16 positions")."""
+    differs at 3 of 16 positions, first at 4")."""
     t = Text()
     t.append(kv_words(s), LABEL)
     t.append("; ")
-    flips = f"top-1 differs at {s.n_flips} of {s.n} positions"
+    flips = f"top-1 differs at {s.n_flips} of {s.n:,} positions"
+    if s.first_flip is not None:
+        flips += f", first at {s.first_flip}"
     t.append(flips, Style(bold=True, color="bright_red" if s.n_flips else "bright_green"))
     if s.mode == "free":
         where = f"position {s.parted_at}" if s.parted_at is not None else "nowhere"
@@ -64,8 +66,8 @@ def glance(s: Summary) -> Text:
 
 
 def figures(s: Summary) -> Text:
-    """n, KL mean/median/p99/max, same top %, first flip; then what the KL is (a bound, or 0
-    by construction)."""
+    """n, KL mean/median/p99/max, same top % (the first flip is in :func:`glance`); then
+    what the KL is (a bound, or 0 by construction)."""
     t = Text()
     kl = "KL bound" if s.kl_is_bound else "KL"
     parts: list[tuple[str, str]] = [
@@ -75,7 +77,6 @@ def figures(s: Summary) -> Text:
         ("  p99 ", nats(s.kl_p99)),
         ("  max ", nats(s.kl_max)),
         (" nats  same top ", f"{s.same_top * 100:.1f}%"),
-        ("  first flip ", "none" if s.first_flip is None else str(s.first_flip)),
     ]
     for name, value in parts:
         t.append(name, DIMMED)
