@@ -1,4 +1,4 @@
-"""Snapshots of the compare screen at 100x30 and 140x42.
+"""Snapshots of the compare screen at 100x30 and 140x42 (and 80x24, the smallest the app is drawn for).
 
 The records are built by hand from fixed numbers (tests/compare_records.py), not from a run of
 the model: a real run's KL and p move with the CPU's kernels, these do not, so the pictures
@@ -34,3 +34,7 @@ def test_help_at_100x30(snap_compare):
     assert snap_compare(
         CompareApp(fixed_result()), press=["question_mark"], terminal_size=(100, 30)
     )
+
+
+def test_at_80x24_the_strip_keeps_its_lines_and_the_lists_shorten(snap_compare):
+    assert snap_compare(CompareApp(fixed_result()), press=["n"], terminal_size=(80, 24))

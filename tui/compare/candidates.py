@@ -122,20 +122,22 @@ def side_table(
     return t
 
 
-def lists(p: Position, a: Side, b: Side) -> Table:
-    """A's and B's top-K side by side."""
+def lists(p: Position, a: Side, b: Side, rows: int | None = None) -> Table:
+    """A's and B's top-K side by side (their first ``rows`` where the screen is short)."""
     grid = Table.grid(expand=True, padding=(0, 2))
     grid.add_column(ratio=1)
     grid.add_column(ratio=1)
     grid.add_row(
-        side_table(literal(a.label), p.top_a, p, p.top1_a, p.top1_b, a.remote),
-        side_table(literal(b.label), p.top_b, p, p.top1_b, p.top1_a, b.remote),
+        side_table(literal(a.label), p.top_a[:rows], p, p.top1_a, p.top1_b, a.remote),
+        side_table(literal(b.label), p.top_b[:rows], p, p.top1_b, p.top1_a, b.remote),
     )
     return grid
 
 
-def detail(p: Position | None, a: Side, b: Side, bound: bool) -> RenderableType:
-    """What the cursor opens: the head lines and both lists."""
+def detail(
+    p: Position | None, a: Side, b: Side, bound: bool, rows: int | None = None
+) -> RenderableType:
+    """What the cursor opens: the head lines and both lists (``rows`` of each)."""
     if p is None:
         return Text("No position was compared.", DIMMED)
-    return Group(head_lines(p, a, b, bound), lists(p, a, b))
+    return Group(head_lines(p, a, b, bound), lists(p, a, b, rows))

@@ -30,6 +30,10 @@ from .strip import TokenStrip, legend
 from .summary import DIMMED, LABEL, figures, glance, side_line, title
 
 SIDES_FROM = 36  # rows from which each side's flags get a line under the figures
+STRIP_ROWS = 5  # the strip's least height: three lines of text and its border
+KEYBAR_ROWS = 2
+DETAIL_HEAD_ROWS = 5  # the two head lines (one may wrap), the lists' titles and headers
+MIN_LIST_ROWS = 3
 
 
 class CompareApp(App[int]):
@@ -106,6 +110,18 @@ class CompareApp(App[int]):
 
     def on_resize(self) -> None:
         self.query_one("#sides").display = self.size.height >= SIDES_FROM
+        self.call_after_refresh(self.draw)  # the lines above may wrap anew: fit the lists again
+
+    def list_rows(self) -> int:
+        """How many rows of each top-K list fit: the strip keeps STRIP_ROWS (its border
+        included), the lines above and the key bar take what they take at this width."""
+        above = sum(
+            w.outer_size.height
+            for w in self.query("#title, #glance, #figures, #sides, #legend").results(Static)
+            if w.display
+        )
+        room = self.size.height - above - STRIP_ROWS - KEYBAR_ROWS - DETAIL_HEAD_ROWS
+        return max(MIN_LIST_ROWS, room)
 
     # -- what is shown ------------------------------------------------------------------------
     @property
@@ -126,7 +142,9 @@ class CompareApp(App[int]):
 
     def draw(self) -> None:
         s = self.result.summary
-        self.query_one("#detail", Static).update(detail(self.position, s.a, s.b, s.kl_is_bound))
+        self.query_one("#detail", Static).update(
+            detail(self.position, s.a, s.b, s.kl_is_bound, self.list_rows())
+        )
         self.query_one("#forced").display = not self.showing_free
         self.query_one("#free").display = self.showing_free
         if self.showing_free:
