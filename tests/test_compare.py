@@ -171,3 +171,64 @@ def test_bad_input_is_one_sentence_and_a_nonzero_exit(capsys, other_vocab, argv,
     assert len(lines) == 1 and lines[0].startswith("tokenstep: "), err
     assert said in lines[0]
     assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """The real llama-server on the bundled model, flash attention off as A's below."""
+    from tests.llama_server import start_server
+
+    srv = start_server(tmp_path_factory.mktemp("server"))
+    yield srv
+    srv.stop()
+
+
+def test_a_remote_b_gives_a_kl_bound_from_its_top_k_and_says_so(capsys, server):
+    local, ls = json_run(capsys, "-fa", "off", "--vs", "-ub", "1")
+    rows, s = json_run(capsys, "-fa", "off", "--vs", "--server", server.url, "--n-probs", "50")
+    assert s["kl_is_bound"] is True and s["b"]["remote"] is True and s["b"]["kv_bytes"] is None
+    assert [r["position"] for r in rows] == [r["position"] for r in local]
+    for r, lr in zip(rows, local, strict=True):
+        assert r["p_a"] == lr["p_a"] and r["top_a"] == lr["top_a"]  # A is the same context
+        assert r["kl"] >= 0.0
+        ps = [c["p"] for c in r["top_b"]]
+        assert ps == sorted(ps, reverse=True) and len(ps) == 10
+        assert r["top1_b"] == r["top_b"][0]["id"]
+        if r["rank_in_b"] is None:  # not among the 50 listed: at most the 50th p
+            assert r["p_b"] == 0.0
+    rc, out, _ = run(capsys, "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url)
+    assert rc == 0 and " KL bound mean " in out[0]
+    assert any("the KL a lower bound" in line for line in out)
+
+
+def test_a_remote_a_is_refused(capsys):
+    rc, out, err = run(capsys, "-p", PROMPT, "--server", "http://127.0.0.1:1", "--vs")
+    assert rc == 1 and "A must be local" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_kld_base_file_gives_the_figures_of_a_live_a(capsys, tmp_path):
+    base = tmp_path / "a.kld"
+    b = ["--vs", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
+    live_rows, live = json_run(capsys, "--kld-base", str(base), *b)
+    assert base.is_file()
+    rc, out, err = run(capsys, "--json", "--kld-base", str(base), *b)  # no text: the file's
+    assert rc == 0, err
+    rows = [json.loads(x) for x in out[:-1]]
+    s = json.loads(out[-1])
+    assert rows == live_rows  # float32 rows kept as they are: every figure the same
+    assert {k: s[k] for k in ("n", "kl_mean", "kl_max", "same_top", "first_flip")} == {
+        k: live[k] for k in ("n", "kl_mean", "kl_max", "same_top", "first_flip")
+    }
+    bad = tmp_path / "bad.kld"
+    bad.write_bytes(b"_logits_\x00\x00")
+    rc, out, err = run(capsys, "--kld-base", str(bad), "--vs")
+    assert rc == 1 and "is not a tokenstep base file" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_help_needs_no_vs_and_names_the_split(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--vs" in out and "--kld-base" in out and "--free" in out

@@ -29,6 +29,7 @@ RUN_FLAGS = {
     "chunks": "--chunks",
     "score_from": "--score-from",
     "free": "--free",
+    "kld_base": "--kld-base",
 }
 
 
@@ -43,13 +44,15 @@ def compare_parser() -> argparse.ArgumentParser:
         "whether the top-1 agrees, where A's next token ranks in B. The flags before --vs set "
         "both sides; the flags after it are B's changes, in the same names "
         "(e.g. --vs -ctk q4_0 -ctv q4_0, --vs -m other.gguf, --vs -ub 1).",
-        epilog="Defaults follow llama-perplexity: -c 512 and -b 512 (-ub must not exceed -b).",
+        epilog="Defaults follow llama-perplexity: -c 512 and -b 512; -ub, when not given, is 512 "
+        "capped at -b, as llama.cpp caps it.",
     )
     _model_flags(p)
     _context_flags(p)
     _sampler_flags(p)
     repack_flags(p)
-    p.set_defaults(ctx_size=512, batch_size=512, parallel=1)
+    # -ub not given: llama.cpp's 512, capped at -b as llama.cpp caps it (filled per side below)
+    p.set_defaults(ctx_size=512, batch_size=512, ubatch_size=None, parallel=1)
     p.add_argument("-p", "--prompt", metavar="TEXT", help="the text both sides are fed")
     p.add_argument("-f", "--file", metavar="PATH", help="read the text from a file")
     p.add_argument(
@@ -76,6 +79,26 @@ def compare_parser() -> argparse.ArgumentParser:
         help="compare the positions from POS on (default 0; not with --chunks)",
     )
     p.add_argument(
+        "--kld-base",
+        metavar="FILE",
+        help="keep A's logits rows in FILE (written when it does not exist), or compare B "
+        "against the rows FILE keeps, without running A (then the file's text, -c and "
+        "scoring are the run's); tokenstep's own exact format, not llama-perplexity's",
+    )
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="after --vs: B is this llama-server (top-K log-probabilities only: the KL is a "
+        "lower bound, and says so)",
+    )
+    p.add_argument(
+        "--n-probs",
+        type=int,
+        default=100,
+        metavar="K",
+        help="with --server: the top K B's server sends per position (default 100)",
+    )
+    p.add_argument(
         "--free",
         action="store_true",
         help="free-running: each side generates -n tokens (default 32) with its own sampler "
@@ -98,12 +121,12 @@ def parse_sides(
     """A's namespace, B's (A's with B's flags parsed on top) and B's changes as flags."""
     p = compare_parser()
     a_argv, b_argv = split_vs(argv)
+    a = p.parse_args(a_argv)  # --help, and A's mistakes, before asking for --vs
     if b_argv is None:
         raise TokenstepError(
             "compare needs --vs and B's changes after it (e.g. --vs -ctk q4_0 -ctv q4_0); "
             "see 'tokenstep compare --help'."
         )
-    a = p.parse_args(a_argv)
     try:
         alone = p.parse_args(b_argv)
     except TokenstepError as exc:
@@ -114,11 +137,26 @@ def parse_sides(
         raise TokenstepError(
             f"{RUN_FLAGS[run[0]]} after --vs: the text and the output are the run's; put it before --vs."
         )
+    if a.server:
+        raise TokenstepError(
+            "--server before --vs: A must be local (its logits are the reference); put "
+            "--server URL after --vs."
+        )
     b = p.parse_args(b_argv, namespace=copy.copy(a))
+    for ns in (a, b):
+        if ns.ubatch_size is None:
+            ns.ubatch_size = min(512, ns.batch_size)
     differs = tuple(
         f"{SIDE_FLAGS[d]} {getattr(b, d)}" for d in SIDE_FLAGS if getattr(b, d) != getattr(a, d)
     )
     return a, b, differs
+
+
+def nats(x: float) -> str:
+    """A KL for reading: 0 when it is exactly 0, 6 decimals down to 1e-3, then 3 digits."""
+    if x == 0.0:
+        return "0"
+    return f"{x:.6f}" if abs(x) >= 1e-3 else f"{x:.3e}"
 
 
 def summary_line(result: Result) -> str:
@@ -131,8 +169,8 @@ def summary_line(result: Result) -> str:
     bits.append(f"top-1 differs at {s.n_flips} of {s.n} positions")
     kl = "KL bound" if s.kl_is_bound else "KL"
     bits.append(
-        f"{kl} mean {s.kl_mean:.6f}, median {s.kl_median:.6f}, p99 {s.kl_p99:.6f}, "
-        f"max {s.kl_max:.6f} nats"
+        f"{kl} mean {nats(s.kl_mean)}, median {nats(s.kl_median)}, p99 {nats(s.kl_p99)}, "
+        f"max {nats(s.kl_max)} nats"
     )
     if s.first_flip is not None:
         bits.append(f"first flip at position {s.first_flip}")
@@ -145,6 +183,9 @@ def table(result: Result, top: int = 10) -> str:
     s = result.summary
     lines = [summary_line(result), ""]
     for side in (s.a, s.b):
+        if side.remote:
+            lines.append(f"{side.label}: its top K log-probabilities only, the KL a lower bound")
+            continue
         kv = f"{side.kv_bytes / 2**20:.2f} MiB KV" if side.kv_bytes is not None else "KV unseen"
         lines.append(
             f"{side.label}: {side.model}, -c {side.n_ctx} -b {side.n_batch} -ub {side.n_ubatch} "
@@ -160,7 +201,7 @@ def table(result: Result, top: int = 10) -> str:
         p = by_pos[pos]
         mark = " " if p.same_top else "*"
         lines.append(
-            f"{p.position:>6} {p.kl:>10.6f} {p.piece[:14]!r:<14} "
+            f"{p.position:>6} {nats(p.kl):>10} {p.piece[:14]!r:<14} "
             f"{p.top_a[0].piece[:12]!r:<14} {p.top_b[0].piece[:12]!r:<14}"
             f"{mark}{p.rank_in_b if p.rank_in_b is not None else '-':>5} {p.dp:>+8.4f} "
             f"{p.max_abs_dlogit:>11.4f}"
@@ -180,6 +221,14 @@ def table(result: Result, top: int = 10) -> str:
             for ca, cb in zip(p.top_a, p.top_b, strict=True):
                 lines.append(f"{ca.piece!r:<24}{ca.p:>8.4f}   {cb.piece!r:<24}{cb.p:>8.4f}")
     return "\n".join(lines)
+
+
+def has_screen() -> bool:
+    """Whether the compare screen (``tui/compare/screen.py``, ``run_screen(result)``) is
+    there; until it is, a terminal gets the table too."""
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__package__}.screen") is not None
 
 
 def compare_main(
@@ -207,13 +256,10 @@ def compare_main(
     if a.json:
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0
-    if sys.stdout.isatty() and not a.text:
-        try:
-            from .screen import run_screen  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            run_screen(result)
-            return 0
+    if sys.stdout.isatty() and not a.text and has_screen():
+        from .screen import run_screen  # type: ignore[attr-defined]  # Textual loads only here
+
+        run_screen(result)
+        return 0
     print(table(result))
     return 0

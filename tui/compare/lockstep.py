@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
@@ -174,13 +175,25 @@ def candidates(ids: np.ndarray, logits: np.ndarray, logp: np.ndarray, vocab: Voc
     )
 
 
+class RowSource(Protocol):
+    """What lockstep reads A's rows from: a context (:class:`LocalSide`) or a stored base
+    (:mod:`tui.compare.kld_base`)."""
+
+    config: EngineConfig
+    vocab: Vocab
+
+    def clear(self) -> None: ...
+
+    def decode(self, tokens: Sequence[int], pos0: int, want: Sequence[bool]) -> np.ndarray: ...
+
+
 @dataclass
 class Lockstep:
     """Side A and side B over the same spans. ``b`` is ``None`` when B differs from A only in
     its sampler: the logits are A's, shared."""
 
-    a: LocalSide
-    b: LocalSide | None
+    a: RowSource
+    b: RowSource | None
     top_k: int = TOP_K
     on_position: Callable[[Position], None] | None = None
     positions: list[Position] = field(default_factory=list)

@@ -17,8 +17,17 @@ from ..engine import EngineConfig, Model, SamplerSettings
 from ..engine.errors import TokenstepError
 from ..engine.tokens import Vocab
 from ..engine.vocab_only import VocabModel
+from . import kld_base
 from .free import free_run
-from .lockstep import LocalSide, Lockstep, SideSpec, greedy_continuation, same_vocab, spans
+from .lockstep import (
+    LocalSide,
+    Lockstep,
+    RowSource,
+    SideSpec,
+    greedy_continuation,
+    same_vocab,
+    spans,
+)
 from .records import Position, Result, Side
 from .sides import LOGIT_FLAGS, labels
 
@@ -48,7 +57,13 @@ def run_compare(
     on_position: Callable[[Position], None] | None = None,
 ) -> Result:
     ca, cb = configs
+    if a.kld_base and (a.free or b.server):
+        raise TokenstepError("--kld-base keeps A's rows of a teacher-forced, local comparison.")
+    if kld_base.exists(a.kld_base):
+        return _from_base(a, b, cb, differs, on_position)
     text = _text(a)
+    if b.server and a.free:
+        raise TokenstepError("--free with a remote B: the server samples with its own chain.")
     if a.free and a.chunks:
         raise TokenstepError("--free and --chunks both given: --chunks scores a given text.")
     if a.chunks and a.score_from:
@@ -81,13 +96,13 @@ def run_compare(
     sides: list[LocalSide] = []
     try:
         quants = {a.model: model_a.info.quant}
-        if not shared and not same_file:
+        if not shared and not same_file and not b.server:
             model_b = Model(b.model, repack_flag=b.repack)
             quants[b.model] = model_b.info.quant
         side_a = LocalSide(SideSpec("A", (), a.model, ca, a.repack, _sampler(a)), model_a)
         sides.append(side_a)
         side_b = None
-        if not shared:
+        if not shared and not b.server:
             spec_b = SideSpec("B", differs, b.model, cb, b.repack, _sampler(b))
             side_b = LocalSide(spec_b, model_b or model_a)
             sides.append(side_b)
@@ -99,6 +114,8 @@ def run_compare(
             side_b.spec.label = lb
         vocab: Vocab = side_a.vocab
         tokens = vocab.tokenize(text, add_special=True)
+        if b.server:
+            return _remote(a, b, side_a, tokens, lb, differs, on_position)
         if a.free:
             assert side_b is not None
 
@@ -110,11 +127,29 @@ def run_compare(
         if a.n_predict > 0:
             tokens = greedy_continuation(side_a, tokens, a.n_predict)
         bos = model_a.info.bos if model_a.info.add_bos else None
-        run = Lockstep(side_a, side_b, on_position=on_position)
-        for span in spans(
-            tokens, side_a.context.n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from
-        ):
-            run.run_span(span)
+        source: RowSource = side_a
+        if a.kld_base:
+            source = writer = kld_base.BaseWriter(
+                a.kld_base,
+                side_a,
+                kld_base.header(
+                    side_a,
+                    tokens,
+                    chunks=a.chunks,
+                    score_from=a.score_from,
+                    bos=bos,
+                    described=side_a.describe(),
+                ),
+            )
+        run = Lockstep(source, side_b, on_position=on_position)
+        try:
+            for span in spans(
+                tokens, side_a.context.n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from
+            ):
+                run.run_span(span)
+        finally:
+            if a.kld_base:
+                writer.close()
         desc_a = side_a.describe()
         if side_b is not None:
             desc_b = side_b.describe()
@@ -129,3 +164,79 @@ def run_compare(
         if model_b is not None:
             model_b.close()
         model_a.close()
+
+
+def _remote(
+    a: argparse.Namespace,
+    b: argparse.Namespace,
+    side_a: LocalSide,
+    tokens: list[int],
+    label: str,
+    differs: tuple[str, ...],
+    on_position: Callable[[Position], None] | None,
+) -> Result:
+    """Teacher-forced against llama-server: A's rows against the server's top K."""
+    from .remote import RemoteSide, run_remote_span
+
+    remote = RemoteSide(b.server, side_a.n_vocab, n_probs=b.n_probs, label=label, differs=differs)
+    try:
+        run = Lockstep(side_a, None, on_position=on_position)
+        bos = side_a.model.info.bos if side_a.model.info.add_bos else None
+        n_ctx = side_a.context.n_ctx
+        for span in spans(tokens, n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from):
+            run_remote_span(run, side_a, remote, span)
+        result = run.result(tokens, side_a.describe(), remote.describe(n_ctx))
+    finally:
+        remote.close()
+    from dataclasses import replace
+
+    return replace(result, summary=replace(result.summary, kl_is_bound=True, shared_logits=False))
+
+
+def _from_base(
+    a: argparse.Namespace,
+    b: argparse.Namespace,
+    cb: EngineConfig,
+    differs: tuple[str, ...],
+    on_position: Callable[[Position], None] | None,
+) -> Result:
+    """B against A's rows from a base file: the file's tokens, context size and scoring."""
+    from dataclasses import replace
+
+    reader = kld_base.BaseReader(a.kld_base)
+    try:
+        h = reader.header
+        if cb.n_ctx != reader.n_ctx:
+            raise TokenstepError(
+                f"--kld-base {a.kld_base} was written with -c {reader.n_ctx}; B has -c "
+                f"{cb.n_ctx}: pass -c {reader.n_ctx}."
+            )
+        try:
+            model_b = Model(b.model, repack_flag=b.repack)
+        except TokenstepError as exc:
+            raise TokenstepError(f"B's model (after --vs): {exc}") from None
+        side_b = None
+        try:
+            why = same_vocab(reader.vocab, Vocab(model_b.vocab, model_b.info.n_vocab))
+            if why:
+                raise TokenstepError(
+                    f"B's model {b.model} cannot be compared with the base's: {why}."
+                )
+            side_b = LocalSide(SideSpec("B", differs, b.model, cb, b.repack, _sampler(b)), model_b)
+            run = Lockstep(reader, side_b, on_position=on_position)
+            for span in spans(
+                reader.tokens,
+                reader.n_ctx,
+                chunks=bool(h["chunks"]),
+                bos=h.get("bos"),
+                score_from=int(h["score_from"]),
+            ):
+                run.run_span(span)
+            desc_b = replace(side_b.describe(), label="B: " + (", ".join(differs) or "same as A"))
+            return run.result(reader.tokens, reader.side, desc_b)
+        finally:
+            if side_b is not None:
+                side_b.free()
+            model_b.close()
+    finally:
+        reader.close()

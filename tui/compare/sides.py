@@ -27,9 +27,11 @@ SIDE_FLAGS = {
     "min_p": "--min-p",
     "seed": "-s",
     "greedy": "--greedy",
+    "server": "--server",
+    "n_probs": "--n-probs",
 }
 LOGIT_FLAGS = {"model", "ctx_size", "batch_size", "ubatch_size", "threads", "flash_attn"}
-LOGIT_FLAGS |= {"cache_type_k", "cache_type_v", "repack", "swa_full"}
+LOGIT_FLAGS |= {"cache_type_k", "cache_type_v", "repack", "swa_full", "server", "n_probs"}
 
 
 def _kv_label(cfg: EngineConfig) -> str:
@@ -57,13 +59,18 @@ def labels(
         qa, qb = quant(a.model), quant(b.model)
         parts_a.append(f"{qa} weights" if qa != qb else os.path.basename(a.model or "bundled"))
         parts_b.append(f"{qb} weights" if qa != qb else os.path.basename(b.model or ""))
+    if b.server:
+        parts_a.append("local")
+        parts_b.append(f"llama-server {b.server}")
     for d, flag in SIDE_FLAGS.items():
-        if d in ("cache_type_k", "cache_type_v", "model") or getattr(a, d) == getattr(b, d):
+        if d in ("cache_type_k", "cache_type_v", "model", "server", "n_probs") or getattr(
+            a, d
+        ) == getattr(b, d):
             continue
         if d == "flash_attn" and same_fa:  # -fa auto that llama.cpp turned on, against on
             continue
         parts_a.append(f"{flag} {getattr(a, d)}")
         parts_b.append(f"{flag} {getattr(b, d)}")
     if not parts_b:
-        return "A", "B: the same"
+        return "A", "B: same as A"
     return "A: " + ", ".join(parts_a), "B: " + ", ".join(parts_b)
