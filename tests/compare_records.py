@@ -6,7 +6,13 @@ real lockstep runs of the bundled model instead (tests/test_compare_screen.py)."
 
 from __future__ import annotations
 
+import asyncio
+import io
+
+from rich.console import Console
+
 from tui.compare.records import Candidate, Position, Result, Side, Summary
+from tui.compare.screen import CompareApp
 
 PIECES = (
     "The", " cat", " sat", " on", " the", " mat", " because", " it", " was", " tired", ".",
@@ -116,3 +122,29 @@ def fixed_result(*, free: bool = False, remote: bool = False) -> Result:
         n_flips=len(FLIPS),
     )
     return Result(tokens=tuple(ID[w] for w in PIECES), pieces=PIECES, positions=ps, summary=summary)
+
+
+# -- reading the screen back ------------------------------------------------------------------
+def screen_text(app: CompareApp) -> str:
+    """The whole screen as plain text, as the terminal shows it."""
+    w, h = app.size
+    con = Console(width=w, height=h, file=io.StringIO(), record=True, color_system=None)
+    con.print(
+        app.screen._compositor.render_update(
+            full=True, screen_stack=app._background_screens, simplify=True
+        )
+    )
+    return con.export_text()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def drive(app: CompareApp, keys: list[str], check, size=(140, 42)) -> None:
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        for key in keys:
+            await pilot.press(key)
+            await pilot.pause()
+            check(app, key)

@@ -1,23 +1,17 @@
 """The compare screen, driven by its keys, read back as drawn and checked against the records.
 
-The results come from real lockstep runs of the bundled model (``tokenstep compare``'s own
-run function: A with an f16 KV cache, B with q4_0, and a run compared with itself); the
-free-running and remote-B layouts, which this run function does not produce yet, use records
-built by hand (tests/compare_records.py), for their layout only."""
+The results come from real runs of the bundled model through ``tokenstep compare``'s own run
+function: A with an f16 KV cache against B with q4_0, a run against itself and against another
+sampler, a free-running run whose texts part, and B on a real llama-server (top K only). Layout
+on records built by hand is in tests/test_compare_screen_layout.py."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import io
-
 import pytest
-from rich.console import Console
 
 from tui.commands import config_from_args, settings_from_args
 from tui.compare.candidates import fine_dp, fine_p
 from tui.compare.cli import parse_sides
-from tui.compare.help import CompareHelp
 from tui.compare.records import Result
 from tui.compare.run import run_compare
 from tui.compare.screen import CompareApp
@@ -25,7 +19,8 @@ from tui.compare.strip import CURSOR, FLIP, TokenStrip, kl_band
 from tui.compare.summary import nats
 from tui.widgets.common import fmt_p
 
-from .compare_records import fixed_result
+from .compare_records import drive, run, screen_text
+from .llama_server import llama_server  # noqa: F401 - the module's fixture
 
 TEXT = (
     "The cat sat on the mat because it was tired. Then the dog came in, sat down beside it "
@@ -51,36 +46,6 @@ def q4_run() -> Result:
     return real_run("-ctk", "q4_0", "-ctv", "q4_0")
 
 
-@pytest.fixture(scope="module")
-def same_run() -> Result:
-    return real_run()
-
-
-def screen_text(app: CompareApp) -> str:
-    """The whole screen as plain text, as the terminal shows it."""
-    w, h = app.size
-    con = Console(width=w, height=h, file=io.StringIO(), record=True, color_system=None)
-    con.print(
-        app.screen._compositor.render_update(
-            full=True, screen_stack=app._background_screens, simplify=True
-        )
-    )
-    return con.export_text()
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-async def drive(app: CompareApp, keys: list[str], check) -> None:
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        for key in keys:
-            await pilot.press(key)
-            await pilot.pause()
-            check(app, key)
-
-
 def assert_detail_is_the_record(app: CompareApp) -> None:
     """What the cursor opened is the cursor's record: its position, KL, max |Δlogit|, flip,
     Δp and rank, and every row of both top-K lists with its logit and p."""
@@ -88,7 +53,8 @@ def assert_detail_is_the_record(app: CompareApp) -> None:
     assert p is not None
     text = screen_text(app)
     assert f"position {p.position} " in text
-    assert f"KL {nats(p.kl)} nats" in text
+    kl = "KL bound" if app.result.summary.kl_is_bound else "KL"
+    assert f"{kl} {nats(p.kl)} nats" in text
     assert f"max |Δlogit| {p.max_abs_dlogit:.4f}" in text
     assert f"Δp {fine_dp(p.dp)}" in text
     assert f"p {fine_p(p.p_a)} in A, {fine_p(p.p_b)} in B" in text
@@ -220,41 +186,6 @@ def test_a_run_compared_with_itself_or_another_sampler_says_so(b_flags):
     assert app.cursor == 0 and any("No top-1 flip after" in n for n in notes)
 
 
-def test_help_lists_every_key_of_the_table_and_closes():
-    from tui.compare.screen_keys import KEYS
-
-    app = CompareApp(fixed_result())
-
-    async def go() -> tuple[str, bool, bool]:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("question_mark")
-            await pilot.pause()
-            text = screen_text(app)
-            shown = isinstance(app.screen, CompareHelp)
-            await pilot.press("escape")
-            await pilot.pause()
-            return text, shown, isinstance(app.screen, CompareHelp)
-
-    text, shown, still = run(go())
-    assert shown and not still
-    flat = " ".join(text.split())
-    for k in KEYS:
-        if k.label and k.action != "toggle_mode":  # a teacher-forced run: no free view key
-            assert k.help.split(";")[0][:30] in flat, k.label
-
-
-def test_q_quits_with_0():
-    app = CompareApp(fixed_result())
-
-    async def go() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("q")
-            await pilot.pause()
-
-    run(go())
-    assert app.return_code == 0
-
-
 def test_free_running_shows_both_texts_where_they_part_and_the_lists_there():
     r = compare(
         ["-p", "Once upon a time", "-c", "256", "--free", "-n", "24", "--temp", "1.5",
@@ -290,65 +221,26 @@ def test_free_running_shows_both_texts_where_they_part_and_the_lists_there():
     assert strip_title not in free and strip_title in back
 
 
-def test_free_running_layout_from_fixed_records():
-    r = fixed_result(free=True)
-    app = CompareApp(r)
-
-    async def go() -> str:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.press("t")
-            await pilot.pause()
-            return screen_text(app)
-
-    free = run(go())
-    assert "The texts part at position 4" in free
-    assert "The cat sat on the couch and slept." in free and "tired." in free
-
-
-def test_a_remote_b_says_its_kl_is_a_bound():
-    app = CompareApp(fixed_result(remote=True))
-
-    async def go() -> str:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            return screen_text(app)
-
-    text = run(go())
-    assert "KL bound mean" in text and "each KL is a bound from those" in text
-    assert "B's KV cache is on the server" in text
-    assert "KL(A‖B) bound, nats:" in text
-
-
-def test_the_strip_keeps_the_cursor_in_view_on_a_long_text():
-    """Fixed records repeated 40 times (640 positions, far more lines than the strip has):
-    End, Home, n and k each leave the cursor's line on screen."""
-    r = fixed_result()
-    m = len(r.pieces)
-    ps = tuple(
-        dataclasses.replace(p, position=p.position + c * m) for c in range(40) for p in r.positions
-    )
-    flips = tuple(p.position for p in ps if not p.same_top)
-    summary = dataclasses.replace(
-        r.summary, n=len(ps), by_kl=tuple(p.position for p in sorted(ps, key=lambda p: -p.kl))
-    )
-    long = Result(tokens=r.tokens * 40, pieces=r.pieces * 40, positions=ps, summary=summary)
-    app = CompareApp(long)
-    seen: list[tuple[str, int, int, int, int]] = []
-    lines: list[int] = []
+def test_a_remote_b_on_a_real_llama_server_says_its_kl_is_a_bound(llama_server):  # noqa: F811
+    r = compare(
+        ["-p", TEXT, "-c", "256", "-fa", "off", "--vs", "--server", llama_server.url,
+         "--n-probs", "20"]
+    )  # fmt: skip
+    s = r.summary
+    assert s.kl_is_bound and s.b.remote and s.b.kv_bytes is None
+    outside = [i for i, p in enumerate(r.positions) if p.rank_in_b is None]
+    texts: list[str] = []
 
     def check(app: CompareApp, key: str) -> None:
-        strip = app.query_one(TokenStrip)
-        lines.append(len(strip.flow.lines))
-        seen.append(
-            (key, app.cursor, strip.cursor_row(), int(strip.scroll_offset.y), strip.size.height)
-        )
+        assert_detail_is_the_record(app)  # "not in B's top K" where B did not list the token
+        texts.append(screen_text(app))
 
-    run(drive(app, ["end", "home", "n", "end", "N", "k"], check))
-    assert lines[0] > 2 * seen[0][4]  # the text is far longer than the strip
-    for key, _, row, top, height in seen:
-        assert top <= row < top + height, (key, row, top, height)
-    assert [c for _, c, *_ in seen] == [len(ps) - 1, 0, 4, len(ps) - 1, len(ps) - 1 - 1, 14]
-    assert ps[seen[4][1]].position == flips[-1]
+    keys = ["k", "n", "end"] + (["home"] + ["right"] * outside[0] if outside else [])
+    run(drive(CompareApp(r), keys, check))
+    text = texts[0]
+    assert "KL bound mean" in text and "each KL is a bound from those" in text
+    assert "B's KV cache is on the server" in text and "KL(A‖B) bound, nats:" in text
+    assert "log p" in text and "KL bound " in text.split("position ", 1)[1]
 
 
 def test_on_a_terminal_tokenstep_compare_opens_the_screen_and_q_quits_with_0(tmp_path):
