@@ -110,6 +110,7 @@ screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
 	$(BIN)/python scripts/screenshot_spec.py
 	$(BIN)/python scripts/screenshot_tour.py
+	$(BIN)/python scripts/screenshot_compare.py
 
 bench: $(VENV)/.installed-test llama-server bytecode
 	$(BIN)/python -m benchmarks
