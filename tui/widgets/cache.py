@@ -141,7 +141,9 @@ def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
 
 def render_seqs(view: View) -> RenderableType:
     if view.text.fork_at is None or not view.text.seqs:
-        return Text("Sequences: one (F forks it into two).", style="grey50")
+        cannot = view.capabilities.missing("fork")
+        how = "F forks it into two" if cannot is None else f"a fork {cannot}"
+        return Text(f"Sequences: one ({how}).", style="grey50")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=True)
     for sv in view.text.seqs:
         colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
@@ -180,7 +182,7 @@ class CacheTab(VerticalScroll):
     DEFAULT_CSS = "CacheTab > Static { height: auto; margin-bottom: 1; }"
 
     def compose(self) -> ComposeResult:
-        yield Static(Text("Sequences: one (F forks it into two).", style="grey50"), id="c-seqs")
+        yield Static(Text("Sequences: one.", style="grey50"), id="c-seqs")
         yield Static(
             Text("v verifies the cache: recompute from scratch.", style="grey50"), id="c-verify"
         )
@@ -189,7 +191,13 @@ class CacheTab(VerticalScroll):
         yield QuadraticPane(id="c-work")
 
     def show(self, view: View) -> None:
-        self.border_subtitle = f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,} · {view.cache.context_full}"
+        # Over llama-server there are no cells to count: the context's tokens are what is known.
+        used = (
+            f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,}"
+            if view.capabilities.kv_cells
+            else f"{view.text.n_past:,}/{view.text.n_ctx:,} tokens"
+        )
+        self.border_subtitle = f"{used} · {view.cache.context_full}"
         self.query_one("#c-seqs", Static).update(render_seqs(view))
         cannot_verify = view.capabilities.missing("verify")
         if cannot_verify is not None:
