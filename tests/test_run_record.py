@@ -45,3 +45,32 @@ def test_the_engine_writes_each_act_once(make_engine):
             assert (got.p, got.p_final, got.entropy) == (want.p, want.p_final, want.entropy)
     d = event_to_dict(picks[0])
     assert d["event"] == "pick" and d["token"] == picks[0].token and isinstance(d["cuts"], list)
+
+
+def test_trace_writes_the_records_events_through_the_one_serializer(model_path):
+    """`trace --events`: after each record, the events the engine noted for it, as the app
+    keeps them; each pick's p is the one its record lists for the sampled token."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tui", "trace", "-m", str(model_path), "-n", "4", "--events",
+         "--temp", "0", "-p", "The sea is"],
+        capture_output=True, text=True, timeout=300, check=True,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+    )
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    records = [d for d in lines if "event" not in d]
+    events = [d for d in lines if "event" in d]
+    decodes = [e for e in events if e["event"] == "decode"]
+    picks = [e for e in events if e["event"] == "pick"]
+    assert [d["record"] for d in decodes] == [r["step"] for r in records]
+    sampled = [r for r in records if r.get("sampled")]
+    assert len(picks) == len(sampled) == 4
+    for pick, rec in zip(picks, sampled, strict=True):
+        assert pick["token"] == rec["sampled"]["id"]
+        top = {c["id"]: c for c in rec["top"]}
+        assert abs(pick["p"] - top[pick["token"]]["p"]) <= 1e-6  # both rounded to 6 places
+        assert pick["cuts"][0][0] == rec["stages"][0]["name"]
