@@ -176,6 +176,17 @@ def render_seqs(view: View) -> RenderableType:
     return Group(*parts)
 
 
+def footer(view: View) -> str:
+    """Tab 0's footer: the cells in use, or over llama-server (no cells to count) the
+    context's tokens, and the context-full policy."""
+    used = (
+        f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,}"
+        if view.capabilities.kv_cells
+        else f"{view.text.n_past:,}/{view.text.n_ctx:,} tokens"
+    )
+    return f"{used} · {view.cache.context_full}"
+
+
 class CacheTab(VerticalScroll):
     """Tab 0: the cache lessons for the running model, newest events first."""
 
@@ -191,13 +202,7 @@ class CacheTab(VerticalScroll):
         yield QuadraticPane(id="c-work")
 
     def show(self, view: View) -> None:
-        # Over llama-server there are no cells to count: the context's tokens are what is known.
-        used = (
-            f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,}"
-            if view.capabilities.kv_cells
-            else f"{view.text.n_past:,}/{view.text.n_ctx:,} tokens"
-        )
-        self.border_subtitle = f"{used} · {view.cache.context_full}"
+        self.border_subtitle = footer(view)
         self.query_one("#c-seqs", Static).update(render_seqs(view))
         cannot_verify = view.capabilities.missing("verify")
         if cannot_verify is not None:
