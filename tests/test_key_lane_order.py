@@ -116,15 +116,15 @@ def test_no_view_shows_a_message_half_sent(make_engine):
 def test_a_failure_in_a_keys_view_is_said_and_the_next_key_answered(make_engine):
     w = playing_worker(make_engine)
     lent = w.lane.decoding
-    timeline = w.state.timeline
-    real_totals = timeline.totals
+    run = w.engine.run
+    real_timeline = run.timeline
     broke: list[str] = []
 
-    def totals() -> Any:  # the timeline pane's part of the view fails once, on the lane
+    def timeline() -> Any:  # the timeline pane's part of the view fails once, on the lane
         if threading.current_thread().name == "tokenstep-keys" and not broke:
             broke.append("once")
             raise RuntimeError("a pane's view broke")
-        return real_totals()
+        return real_timeline()
 
     seen: dict[str, object] = {}
 
@@ -152,7 +152,7 @@ def test_a_failure_in_a_keys_view_is_said_and_the_next_key_answered(make_engine)
             yield
 
     try:
-        timeline.totals = totals  # type: ignore[method-assign]
+        run.timeline = timeline  # type: ignore[method-assign]
         w.engine.decode_gate = gate
         n0 = len(w.latest.text.tokens)  # type: ignore[union-attr]
         assert w.latest.settings.temp == 0.8  # type: ignore[union-attr]

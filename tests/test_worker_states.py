@@ -31,7 +31,9 @@ from hypothesis.stateful import (
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec_ngram import NgramSimple
 from tui.engine.spec_verify import NgramDrafter, Speculator
+from tui.widgets.cache import footer, render_seqs
 from tui.worker import commands as c
+from tui.worker.resume import load_header, restore, saved_settings
 from tui.worker.session_store import read_session
 from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
@@ -91,6 +93,7 @@ class WorkerStates(RuleBasedStateMachine):
         s = SamplerSettings(temp=0.0) if greedy else SamplerSettings(temp=0.9, seed=seed)
         self.seen = _worker(self.model, spec, s, shift)
         self.plain = _worker(self.model, spec, s, shift)
+        self.made = (spec, shift)
         self.workers = [self.seen, self.plain]
         COUNTS["examples"] += 1
 
@@ -182,6 +185,29 @@ class WorkerStates(RuleBasedStateMachine):
         assert len(r0) == len(r1) == len(self.plain.engine.records) - self.plain.state.records_from
         assert [r.get("sampled") for r in r0] == [r.get("sampled") for r in r1]
 
+    @precondition(lambda self: self.plain.state.notice_level != "error")
+    @rule()
+    def save_and_resume(self) -> None:
+        """Each run saves its session and goes on in a new worker resumed from it (the app's
+        --resume): the context comes back by one prefill, the same run in both."""
+        COUNTS["commands"] += 1
+        spec, shift = self.made
+        new = []
+        for i, w in enumerate(self.workers):
+            p = self.tmp / f"r{COUNTS['commands']}-{i}.jsonl"
+            w.run_now(c.Save(str(p)))
+            assert w.error is None, w.error
+            hdr = load_header(p)
+            fresh = _worker(self.model, spec, saved_settings(hdr), shift)
+            restore(fresh, hdr, p)
+            assert fresh.error is None, fresh.error
+            assert fresh.engine.tokens == hdr["context_tokens"]
+            new.append(fresh)
+        self.teardown()
+        self.seen, self.plain = new
+        self.workers = new
+        self.sends, self.jumps = (1 if self.plain.engine.n_past else 0), 0
+
     # -- looking: only the seen run ------------------------------------------------------------
     @rule(
         cmd=st.sampled_from(
@@ -261,11 +287,37 @@ class WorkerStates(RuleBasedStateMachine):
             assert v.header.n_records == len(eng.records) - w.state.records_from
 
     @invariant()
+    def the_panes_read_the_record(self) -> None:
+        """The timeline counts every llama_decode of the chat, as the record has them; tab 0
+        and the header say the same context length; the run chart's p and p′ of each pick are
+        the record's (not checked after a jump to a path: a parked path's values come back
+        from the path, which the record does not hold)."""
+        for w in self.workers:
+            eng, v = w.engine, w.build_view()
+            tot = v.timeline.totals
+            assert tot.prefill_calls + tot.decode_calls == len(eng.records) - w.state.records_from
+            assert v.timeline.totals == eng.run.totals()
+            assert footer(v).startswith(f"KV {eng.kv.used:,}/{eng.n_ctx:,}")
+            assert v.text.n_past == eng.n_past  # the header's ctx
+            seqs = render_seqs(v)  # one sequence: a line; after a fork, the sequences' table
+            if v.text.fork_at is None:
+                assert "F forks" in str(seqs) and eng.capabilities.fork  # forks are taken here
+            if self.jumps or v.text.surprise is None:
+                continue
+            for i, t in enumerate(eng.tokens):
+                pick = eng.run.pick_at(i, t)
+                shown = v.text.surprise.values[i]
+                if pick is not None:
+                    assert shown == (pick.p, pick.p_final, pick.entropy), (i, shown, pick)
+
+    @invariant()
     def one_turn_per_message(self) -> None:
         if not self.workers:
             return
         for w in self.workers:
             turns = w.engine.turns[w.state.turns_from :]
+            assert tuple(w.build_view().cache.turns) == tuple(w.engine.run.turns())
+            assert len(w.engine.run.turns()) == len(turns)
             # One prefill per message sent; a jump to a path that is decoded again is the
             # only other prefill a chat may have. Looking adds none.
             assert self.sends <= len(turns) <= self.sends + self.jumps, (self.sends, turns)

@@ -285,6 +285,12 @@ def build_parsers() -> dict[str, argparse.ArgumentParser]:
         "layer the top-1 and its p; prompts get logits on every row; as many multiply-adds "
         "as --lens per position, at most the last 64 positions of a decode)",
     )
+    trace.add_argument(
+        "--events",
+        action="store_true",
+        help="after each record, the run record's events it made (decode, pick with p, p′, "
+        "the chain's survivors and the seed, turn, round), as the app keeps them",
+    )
 
     info = _Parser(
         prog="tokenstep info",

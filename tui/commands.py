@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from .args import DEFAULT_N_CTX, read_prompt
 from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
@@ -28,6 +28,7 @@ from .engine.model import probe
 from .engine.offload import Offload
 
 if TYPE_CHECKING:
+    from .engine.backend import Backend
     from .engine.spec_verify import Speculator
     from .engine.step import StepRecord
 
@@ -219,7 +220,7 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         spec = speculator_from_args(args, engine)
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        out, n_sampled = sys.stdout, 0
+        out, n_sampled, seen = sys.stdout, 0, 0
         lens = None
         if getattr(args, "lens", False):  # the capture's modules load only with --lens
             from .engine.lens_capture import find_lens
@@ -229,6 +230,8 @@ def trace_main(args: argparse.Namespace) -> int:
             if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
                 lens.note_pick(engine, rec)
             out.write(secret.redact(trace.dumps(engine, rec)) + "\n")
+            if getattr(args, "events", False):  # the app's own record, through its serializer
+                seen = write_events(out, engine, seen)
             out.flush()
             n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
         if n_sampled < args.n_predict and engine.stop_reason:
@@ -238,6 +241,18 @@ def trace_main(args: argparse.Namespace) -> int:
             spec.close()
         engine.close()
     return 0
+
+
+def write_events(out: IO[str], engine: Backend, seen: int) -> int:
+    """The run record's events since the ``seen``-th, one JSON line each
+    (:func:`tui.engine.run_record.event_to_dict`); returns how many were noted so far."""
+    from .engine.run_record import event_to_dict
+
+    run = engine.run
+    kept = run.recent()
+    for ev in kept[max(0, len(kept) - (run.n - seen)) :]:
+        out.write(secret.redact(json.dumps(event_to_dict(ev), ensure_ascii=False)) + "\n")
+    return run.n
 
 
 def generate_records(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from .model import ModelInfo
     from .records import RecordLog
+    from .run_record import RunRecord
     from .sampling import ChainResult, SamplerSettings
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
     from .verify import VerifyResult
@@ -57,6 +58,7 @@ class Backend(Protocol):
     info: ModelInfo
     settings: SamplerSettings
     records: RecordLog
+    run: RunRecord
     turns: list[PrefillTurn]
     shifts: list[ShiftEvent]
     work: WorkCounter

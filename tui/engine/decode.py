@@ -20,6 +20,7 @@ from .errors import ContextFullError, TokenstepError
 from .logits import read_row, top_candidates
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .replay import DecodeOp
+from .run_record import Decode
 from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
@@ -121,5 +122,6 @@ def decode(
         rec.top, rec.entropy = top_candidates(logits, engine.vocab)
         contexts.append(rec.n_ctx_tokens)
     engine.records.append(rec)
+    engine.run.note(Decode(rec.index, purpose, phase, call.n_tokens, ms))
     engine.work.add(rec.index, call.n_tokens, contexts, ms, rec.phase)
     return rec

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .model import Model, ModelInfo
     from .records import RecordLog
     from .replay import ReplayLog
+    from .run_record import RunRecord
     from .sampling import SamplerChain, SamplerSettings
     from .step import Branch, Parked, PrefillTurn, ShiftEvent, StepRecord
     from .surprise import SurpriseLog
@@ -65,6 +66,7 @@ class EngineParts(Protocol):
     logits_memory: LogitsMemory
     records: RecordLog
     replay: ReplayLog
+    run: RunRecord
     work: WorkCounter
     observers: list[DecodeObserver]
     decode_gate: Callable[[], AbstractContextManager[object]] | None

@@ -13,6 +13,7 @@ from . import kv_order, replay
 from .batch import plan_prompt
 from .decode import decode
 from .errors import ContextFullError, TokenstepError
+from .run_record import Turn
 from .sampling import entropy_bits, softmax
 from .step import PrefillTurn, StepRecord
 from .surprise import Surprise, score_rows
@@ -133,15 +134,15 @@ def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -
     truncate(engine, common)
     recs = prefill(engine, tokens[common:], reused=common)
     computed = sum(r.call.n_tokens for r in recs)  # more when cells had to be put in order
-    engine.turns.append(
-        PrefillTurn(
-            reused=len(tokens) - computed,
-            computed=computed,
-            prefill_ms=sum(r.decode_ms for r in recs),
-            records=(recs[0].index, recs[-1].index + 1),
-            scored_rows=sum(r.scored_rows for r in recs),
-        )
+    turn = PrefillTurn(
+        reused=len(tokens) - computed,
+        computed=computed,
+        prefill_ms=sum(r.decode_ms for r in recs),
+        records=(recs[0].index, recs[-1].index + 1),
+        scored_rows=sum(r.scored_rows for r in recs),
     )
+    engine.turns.append(turn)
+    engine.run.note(Turn(turn.reused, turn.computed, turn.prefill_ms, turn.records))
     return recs
 
 

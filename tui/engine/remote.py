@@ -36,6 +36,7 @@ from .remote_chain import NoLocalContext, chain_for, pick_exactness
 from .remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from .remote_step import PICKS, ServerStep, ask_native, chain_exactness, fill_row, top_probs
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
+from .run_record import Clear, Decode, Rewind, RunRecord, Turn
 from .sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from .step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
@@ -99,9 +100,8 @@ class RemoteBackend(NoLocalContext):
         self.kv_reports: list[Any] = []
         self.kv_bytes_used = self.kv_bytes_allocated = 0
         self.records = RecordLog(lambda rec: record_to_dict(self, rec))
-        # The surprise map reads per-token values; over HTTP none are kept (only the top K of
-        # a row come back), so the map and the run chart show nothing rather than guesses.
-        self.surprise = SurpriseLog()
+        self.surprise = SurpriseLog()  # none kept over HTTP (only a row's top K): no guesses
+        self.run = RunRecord()  # the one record of the run (run_record.py): panes read it
         self.score_prompt = False
         self.logits_memory = LogitsMemory()
         self.stop_reason: str | None = None
@@ -239,6 +239,7 @@ class RemoteBackend(NoLocalContext):
         rec.entropy, rec.top = entropy, candidates
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
+        self.run.note(Decode(index, "prompt" if phase == "prefill" else "step", phase, call.n_tokens, step.prompt_ms))
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
         self.stop_reason = None
         return rec
@@ -264,14 +265,10 @@ class RemoteBackend(NoLocalContext):
         t0 = time.perf_counter()
         rec = self._request(list(tokens[common:]), phase="prefill", reuse=reuse, keep=common)
         assert rec.server is not None
-        self.turns.append(
-            PrefillTurn(
-                reused=rec.server.cache_n,
-                computed=rec.server.prompt_n,
-                prefill_ms=rec.server.prompt_ms or (time.perf_counter() - t0) * 1000.0,
-                records=(rec.index, rec.index + 1),
-            )
-        )
+        ms = rec.server.prompt_ms or (time.perf_counter() - t0) * 1000.0
+        turn = PrefillTurn(rec.server.cache_n, rec.server.prompt_n, ms, (rec.index, rec.index + 1))
+        self.turns.append(turn)
+        self.run.note(Turn(turn.reused, turn.computed, turn.prefill_ms, turn.records))
         self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
         return [rec]
 
@@ -364,12 +361,14 @@ class RemoteBackend(NoLocalContext):
         n = max(0, min(n, self.n_past - 1))
         if n:
             self._truncate(self.n_past - n)
+            self.run.note(Rewind(n, self.n_past))
             self.gen_start = min(self.gen_start, self.n_past)
             self.stop_reason = None
         return n
 
     def reset(self) -> None:
         self.kv.clear()
+        self.run.note(Clear())
         self.logits_memory.clear()
         if self.chain is not None:
             self.chain.reseed(self.settings.seed)

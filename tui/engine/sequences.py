@@ -19,6 +19,7 @@ from .decode import decode
 from .errors import TokenstepError
 from .paths import drop, free_seqs, make_room
 from .prompt import keep_in_order
+from .run_record import Fork, Pick
 from .sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
@@ -84,6 +85,10 @@ def pick_from(
             engine.stopped("end of generation", seq)
     p, entropy = pick_p(logits, source, token, seq)
     picked = Surprise(token, p, result.p_final(token), entropy, False)
+    cuts = tuple((st.name, st.n) for st in result.stages)
+    engine.run.note(
+        Pick(seq, len(history), token, p, picked.p_final, entropy, force is not None, chain.seed, cuts, record)
+    )
     if seq == 0:
         engine.surprise.note(len(history), picked)
     else:
@@ -128,6 +133,7 @@ def fork(engine: EngineParts, src: int = 0) -> int:
     assert logits is not None
     dst = free[0]
     replay.seq_cp(engine.ctx, engine.replay, src, dst, -1, -1)
+    engine.run.note(Fork(src, dst, engine.kv.count(src)))
     engine.kv.seq_cp(src, dst)
     record = engine.logits_record if src == 0 else engine.branches[src].record
     seed = (engine.settings.seed + dst) & 0xFFFFFFFF

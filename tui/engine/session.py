@@ -34,6 +34,7 @@ from .model import Model
 from .offload import placement
 from .records import RecordLog
 from .replay import ReplayLog
+from .run_record import Clear, Rewind, RunRecord
 from .sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
@@ -109,6 +110,7 @@ class Engine:
         # Every llama_decode and memory edit since the last clear: an observer's own context
         # runs them again (observer_context.py), so this one is never rebuilt for a view.
         self.replay = ReplayLog()
+        self.run = RunRecord()  # the one record of the run (run_record.py): panes read it
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
         return record_to_dict(self, rec, weights=False)  # spilled: as a saved session
@@ -296,12 +298,14 @@ class Engine:
         n = max(0, min(n, self.n_past - 1))
         if n:
             self.truncate(self.n_past - n)
+            self.run.note(Rewind(n, self.n_past))
             self.stop_reason = None
             self.gen_start = min(self.gen_start, self.n_past)
         return n
 
     def reset(self) -> None:
         replay.clear(self.ctx, self.replay)
+        self.run.note(Clear())
         for br in self.branches.values():
             br.chain.free()
         self.branches.clear()

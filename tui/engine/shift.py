@@ -14,6 +14,7 @@ import llama_cpp
 from . import replay
 from .errors import TokenstepError
 from .paths import drop_all
+from .run_record import Shift
 from .step import ShiftEvent
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def context_shift(engine: EngineParts) -> ShiftEvent | None:
         gone if len(seqs) > 1 else {},
     )
     engine.shifts.append(ev)
+    engine.run.note(Shift(ev.n_keep, ev.n_discard, ev.before_record))
     engine.logits_memory.shifted(engine.n_past)
     engine.surprise.shift(n_keep, n_discard)
     return ev

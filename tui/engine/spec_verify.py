@@ -31,6 +31,7 @@ from .decode import decode
 from .logits import read_row
 from .paths import make_room
 from .prompt import truncate
+from .run_record import Round
 from .sequences import pick_from
 from .spec_ngram import NgramSimple
 from .step import SpecInfo
@@ -170,6 +171,7 @@ class Speculator:
             st.plain_ms += rec.decode_ms
             st.emitted += 1
             rec.spec.draft_removed = self._keep(engine)
+            engine.run.note(Round(rec.index, False, 1, draft_decodes, draft_ms))
             return rec
         rec = self._verify(engine, last, draft)
         spec = rec.spec
@@ -182,6 +184,7 @@ class Speculator:
         st.accepted += spec.accepted
         st.emitted += len(spec.picks)
         st.verify_ms += rec.decode_ms
+        engine.run.note(Round(rec.index, True, len(spec.picks), draft_decodes, draft_ms))
         return rec
 
     def _verify(self, engine: Engine, last: int, draft: list[int]) -> StepRecord:

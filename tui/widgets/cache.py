@@ -141,7 +141,9 @@ def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
 
 def render_seqs(view: View) -> RenderableType:
     if view.text.fork_at is None or not view.text.seqs:
-        return Text("Sequences: one (F forks it into two).", style="grey50")
+        cannot = view.capabilities.missing("fork")
+        how = "F forks it into two" if cannot is None else f"a fork {cannot}"
+        return Text(f"Sequences: one ({how}).", style="grey50")
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold", expand=True)
     for sv in view.text.seqs:
         colour = SEQ_COLORS[sv.seq_id % len(SEQ_COLORS)]
@@ -174,13 +176,24 @@ def render_seqs(view: View) -> RenderableType:
     return Group(*parts)
 
 
+def footer(view: View) -> str:
+    """Tab 0's footer: the cells in use, or over llama-server (no cells to count) the
+    context's tokens, and the context-full policy."""
+    used = (
+        f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,}"
+        if view.capabilities.kv_cells
+        else f"{view.text.n_past:,}/{view.text.n_ctx:,} tokens"
+    )
+    return f"{used} · {view.cache.context_full}"
+
+
 class CacheTab(VerticalScroll):
     """Tab 0: the cache lessons for the running model, newest events first."""
 
     DEFAULT_CSS = "CacheTab > Static { height: auto; margin-bottom: 1; }"
 
     def compose(self) -> ComposeResult:
-        yield Static(Text("Sequences: one (F forks it into two).", style="grey50"), id="c-seqs")
+        yield Static(Text("Sequences: one.", style="grey50"), id="c-seqs")
         yield Static(
             Text("v verifies the cache: recompute from scratch.", style="grey50"), id="c-verify"
         )
@@ -189,7 +202,7 @@ class CacheTab(VerticalScroll):
         yield QuadraticPane(id="c-work")
 
     def show(self, view: View) -> None:
-        self.border_subtitle = f"KV {view.kv.kv_used:,}/{view.text.n_ctx:,} · {view.cache.context_full}"
+        self.border_subtitle = footer(view)
         self.query_one("#c-seqs", Static).update(render_seqs(view))
         cannot_verify = view.capabilities.missing("verify")
         if cannot_verify is not None:

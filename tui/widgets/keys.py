@@ -186,7 +186,7 @@ KEYS: tuple[Key, ...] = (
         "surprise",
         "u",
         "surprise",
-        "Surprise map: colour tokens by p, p′ or entropy, then off (prompts get a p too).",
+        "Surprise map: colour tokens by p, p′ or entropy, then off (with a local model prompts get a p too).",
         "view",
     ),
     Key(

@@ -184,7 +184,12 @@ class RunChart(Vertical, can_focus=True):
             t.append(f" over {sv.prompt_scored} of {sv.prompt_tokens} prompt tokens", DIM)
         else:
             t.append("prompt perplexity not measured ", DIM)
-            t.append("(press u: the next prompt is decoded with logits on every row)", DIM)
+            t.append(
+                "(press u: the next prompt is decoded with logits on every row)"
+                if sv is None or sv.scores_prompts
+                else "(it needs every prompt row's logits: only a local model gives them)",
+                DIM,
+            )
         self.query_one("#run-head", Static).update(t)
 
     def _foot(self) -> None:

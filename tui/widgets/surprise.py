@@ -59,8 +59,10 @@ def legend(sv: SurpriseView) -> Text:
     if sv.prompt_ppl is not None:
         t.append(f" · prompt ppl {sv.prompt_ppl:.2f}", Style(bold=True))
         t.append(f" ({sv.prompt_scored}/{sv.prompt_tokens} tokens) ", DIM)
-    else:
+    elif sv.scores_prompts:
         t.append(" · prompt not scored (the next one is) ", DIM)
+    else:
+        t.append(" · prompts are not scored over llama-server ", DIM)
     for _, colour, label in H_BANDS if sv.scale == "entropy" else P_BANDS:
         t.append(f" {label} ", Style(bgcolor=colour))
     if sv.scored_rows:

@@ -11,6 +11,7 @@ import numpy as np
 from rich.style import Style
 from rich.text import Text
 
+from ..worker.views import View
 from .common import DIM, Pane, fmt_ms, fmt_rate, show_timings
 
 PREFILL = Style(color="white", bgcolor="dodger_blue3", bold=True)
@@ -62,30 +63,7 @@ class TimelinePane(Pane):
             return t
         width = max(self.size.width, 20)
         timed = show_timings(self)
-        rows = max(self.size.height - 3 - timed, 1)  # the stats, the ruler, the borders
-        room = width * rows
-
-        ms_all = np.fromiter((ms for _, _, ms in v.timeline.calls), np.float64, len(v.timeline.calls))
-        prefill = np.fromiter((ph == "prefill" for ph, _, _ in v.timeline.calls), bool, len(v.timeline.calls))
-
-        def widths(scale: float) -> np.ndarray:
-            if not timed:
-                return np.where(prefill, min(12, width), 1)
-            # Uncapped: a long prefill wraps over several rows, as long as its time says.
-            return np.maximum(1, np.rint(ms_all / scale)).astype(np.int64)
-
-        scale: float = SCALES[-1]
-        fits = False  # some scale fits every call: else bars are clamped to 1 column
-        for sc in SCALES:
-            if int(widths(sc).sum()) <= room:
-                scale, fits = sc, True
-                break
-        ws = widths(scale).tolist()
-        # Keep the newest calls that fit (whole rows of the pane).
-        total, first = 0, len(ws)
-        while first > 0 and total + ws[first - 1] <= room:
-            first -= 1
-            total += ws[first]
+        scale, fits, first, ws = self._layout()
         cells: list[tuple[str, Style]] = []
         k = j = 0  # alternate shades so neighbouring calls stay apart
         for i in range(first, len(ws)):
@@ -116,12 +94,63 @@ class TimelinePane(Pane):
             for ch, st in cells[start : start + width]:
                 body.append(ch, st)
         t.append_text(body)
-        note = f"1 column = {scale:g} ms" if timed else "timings hidden (test mode)"
-        older = first + v.timeline.older
+        self.border_subtitle = self._note(scale, first)
+        return t
+
+    def show(self, view: View) -> None:
+        super().show(view)
+        self._set_note()
+
+    def on_resize(self) -> None:
+        # The border is drawn before ``render`` runs: a subtitle set only there named the
+        # previous size's scale (z read "1 column = 10 ms" under ticks 2 ms a column apart).
+        self._set_note()
+
+    def _set_note(self) -> None:
+        if self.view is not None and self.view.timeline.calls:
+            scale, _, first, _ = self._layout()
+            self.border_subtitle = self._note(scale, first)
+
+    def _note(self, scale: float, first: int) -> str:
+        assert self.view is not None
+        note = f"1 column = {scale:g} ms" if show_timings(self) else "timings hidden (test mode)"
+        older = first + self.view.timeline.older
         if older:
             note += f" · {older:,} older calls scrolled off"
-        self.border_subtitle = note
-        return t
+        return note
+
+    def _layout(self) -> tuple[float, bool, int, list[int]]:
+        """(ms per column, whether some scale fits every call, the first call shown, each
+        shown call's width in columns) for the pane's current size."""
+        v = self.view
+        assert v is not None
+        width = max(self.size.width, 20)
+        timed = show_timings(self)
+        rows = max(self.size.height - 3 - timed, 1)  # the stats, the ruler, the borders
+        room = width * rows
+
+        ms_all = np.fromiter((ms for _, _, ms in v.timeline.calls), np.float64, len(v.timeline.calls))
+        prefill = np.fromiter((ph == "prefill" for ph, _, _ in v.timeline.calls), bool, len(v.timeline.calls))
+
+        def widths(scale: float) -> np.ndarray:
+            if not timed:
+                return np.where(prefill, min(12, width), 1)
+            # Uncapped: a long prefill wraps over several rows, as long as its time says.
+            return np.maximum(1, np.rint(ms_all / scale)).astype(np.int64)
+
+        scale: float = SCALES[-1]
+        fits = False  # some scale fits every call: else bars are clamped to 1 column
+        for sc in SCALES:
+            if int(widths(sc).sum()) <= room:
+                scale, fits = sc, True
+                break
+        ws = widths(scale).tolist()
+        # Keep the newest calls that fit (whole rows of the pane).
+        total, first = 0, len(ws)
+        while first > 0 and total + ws[first - 1] <= room:
+            first -= 1
+            total += ws[first]
+        return scale, fits, first, ws
 
 
 def _ruler(width: int, scale: float) -> Text:

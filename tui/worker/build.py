@@ -192,8 +192,8 @@ class ViewBuilder:
         )
 
     def timeline(self) -> TimelineView:
-        tl = self.w.state.timeline
-        return TimelineView(calls=tuple(tl.recent), totals=tl.totals(), older=tl.older)
+        calls, totals, older = self.w.engine.run.timeline()  # a function of the run's record
+        return TimelineView(calls=calls, totals=totals, older=older)
 
     def logits(self) -> LogitsView:
         """The logits pane: the top candidates and what the sampler chain does to them."""
@@ -225,7 +225,7 @@ class ViewBuilder:
             memory=memory_report(eng) if eng.capabilities.kv_cells else None,
             work=self.work.get(),
             verify=s.verify,
-            turns=tuple(eng.turns[s.turns_from :]),
+            turns=eng.run.turns(),
             shifts=tuple(shifts),
             shift_pieces=tuple(
                 tuple(eng.vocab.piece(f.token) for f in ev.forgotten) for ev in shifts

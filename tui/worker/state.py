@@ -16,7 +16,6 @@ from ..engine.surprise import Surprise
 from ..engine.verify import VerifyResult
 from .playback import Playback
 from .stages import BATCH, DECODE, LOGITS
-from .timeline import Timeline
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,6 @@ class State:
     last_records: tuple[StepRecord, ...] = ()  # the llama_decode calls of the last command
     new_cells: tuple[int, int] = (0, 0)  # [start, end) of the KV cells those calls wrote
     cut_cells: tuple[int, int] = (0, 0)  # [start, end) of cells a verify wrote, then cut
-    timeline: Timeline = field(default_factory=Timeline)
     last_pick: Pick | None = None
     tokenized: Tokenized | None = None
     queued: str | None = None
@@ -247,10 +245,9 @@ class State:
     ) -> None:
         """The llama_decode calls a command made: the batch pane draws them, the KV grid
         lights the cells they wrote (``cut_cells``: the ones a verify wrote and its
-        llama_memory_seq_rm removed again), the timeline adds them."""
+        llama_memory_seq_rm removed again); the timeline reads the run's record."""
         self.last_records = tuple(records)
         self.new_cells, self.cut_cells = new_cells, cut_cells
-        self.timeline.add(records)
 
     def restore(
         self,
@@ -275,6 +272,5 @@ class State:
         self.lit = (BATCH, DECODE, LOGITS) if records else ()
         self.last_records = tuple(records)
         self.new_cells, self.cut_cells = new_cells, (0, 0)
-        self.timeline = Timeline(records)
         self.dirty_since_save = False
         self.note(notice)

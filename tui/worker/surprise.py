@@ -78,6 +78,7 @@ class SurpriseView:
     scored_rows: int = 0  # extra logits rows this chat's prefills asked for
     n_vocab: int = 0
     n_embd: int = 0
+    scores_prompts: bool = True  # False over llama-server: a prompt never gets a p there
 
     @property
     def extra_bytes(self) -> int:
@@ -117,4 +118,5 @@ def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
         ctx.scored_rows if ctx is not None and w.observers.wants.score else 0,
         eng.info.n_vocab,
         eng.info.n_embd,
+        w.observers.local,
     )

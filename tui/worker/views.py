@@ -13,8 +13,9 @@ from ..engine.backend import LOCAL, Capabilities
 from ..engine.chat import Message
 from ..engine.kvcache import KVLogReport
 from ..engine.memory import MemoryReport
+from ..engine.run_record import Turn
 from ..engine.sampling import ChainResult, SamplerSettings
-from ..engine.step import PrefillTurn, ShiftEvent, StepRecord
+from ..engine.step import ShiftEvent, StepRecord
 from ..engine.verify import VerifyResult
 from ..engine.work import WorkSnapshot
 from .attention import AttentionView
@@ -157,7 +158,7 @@ class CacheView:
     memory: MemoryReport | None = None
     work: WorkSnapshot | None = None
     verify: VerifyResult | None = None
-    turns: tuple[PrefillTurn, ...] = ()  # this chat's prefills: reused vs computed tokens
+    turns: tuple[Turn, ...] = ()  # this chat's prefills (the run record's): reused vs computed
     shifts: tuple[ShiftEvent, ...] = ()  # context shifts, with the tokens each forgot
     shift_pieces: tuple[tuple[bytes, ...], ...] = ()  # the forgotten tokens' pieces, per shift
     context_full: str = "stop"

@@ -1,0 +1,240 @@
+"""One record of the run: every ``llama_decode`` of the run's context, every pick with what it
+had when it was sampled, every turn, fork, rewind, context shift and new chat, in order.
+
+The engine writes it at the single place each act happens (:func:`tui.engine.decode.decode`,
+``sample_seq``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
+speculative round's end in ``spec_verify``; the llama-server backend's request). Panes read
+figures that are functions of it: the timeline's calls and totals, tab 0's prefix reuse per
+turn, the run chart's p and p′ of each pick. An observer's context (its own replay) and
+``verify``'s second context write nothing here: looking is not part of the run.
+
+Memory is bounded: the newest :data:`KEEP` events are kept as objects (measured: a pick with
+the default chain's four stages 0.9 kB, a decode 0.26 kB, so about 4 MB at most), sequence
+0's picks by context index (at most ``n_ctx``), and totals are running sums over the chat, so
+a session that plays for hours costs O(1) per event. Every event is frozen and every read
+returns tuples, so a view built on the key lane while the engine thread appends sees a
+consistent copy (appends and reads take one lock).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+KEEP = 4096  # events kept as objects; totals count every event of the chat
+TIMELINE_KEEP = 2048  # decode calls the timeline can draw; older ones are only counted
+
+
+@dataclass(frozen=True, slots=True)
+class Decode:
+    """One ``llama_decode`` of the run's context. ``purpose``: "prompt" (a prefill chunk),
+    "step", "verify", "forks" or "again" (cells decoded again to keep their order)."""
+
+    record: int  # the engine's StepRecord index
+    purpose: str
+    phase: str  # the record's phase: "prefill", "decode", "verify"
+    rows: int  # tokens in the batch
+    ms: float  # measured llama_decode time (over llama-server: the server's prompt time)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """A speculative round ended: the picks it emitted and what the drafter's own model cost."""
+
+    record: int
+    verify: bool  # False: nothing was drafted, a plain one-token decode ran
+    emitted: int
+    draft_decodes: int
+    draft_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A token picked (or forced) for a sequence at context index ``index``, with what it had
+    when it was sampled: p (raw softmax), p′ (after the chain; None where the chain left it
+    out), the row's entropy, the chain's survivors after each stage and its seed."""
+
+    seq: int
+    index: int
+    token: int
+    p: float
+    p_final: float | None
+    entropy: float
+    forced: bool
+    seed: int
+    cuts: tuple[tuple[str, int], ...]  # (stage, survivors after it), in chain order
+    record: int | None  # the record whose logits row it was sampled from (None: on disk)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A prompt made the context hold it: tokens found in the cache against those decoded."""
+
+    reused: int
+    computed: int
+    prefill_ms: float
+    records: tuple[int, int]  # [first, end) record indices of its prefill
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    src: int
+    dst: int
+    at: int  # the source sequence's length
+
+
+@dataclass(frozen=True, slots=True)
+class Rewind:
+    removed: int
+    n_past: int  # sequence 0's length after it
+
+
+@dataclass(frozen=True, slots=True)
+class Shift:
+    n_keep: int
+    n_discard: int
+    before_record: int
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    """A new chat: the context's memory was cleared; per-chat figures start again."""
+
+
+Event = Decode | Round | Pick | Turn | Fork | Rewind | Shift | Clear
+
+
+@dataclass(frozen=True)
+class DecodeTotals:
+    """Sums over every ``llama_decode`` of the chat, drawn or not."""
+
+    prefill_calls: int = 0
+    prefill_tokens: int = 0
+    prefill_ms: float = 0.0
+    decode_calls: int = 0
+    decode_tokens: int = 0  # tokens emitted: a verify round's picks, not its batch's rows
+    decode_ms: float = 0.0
+    verify_calls: int = 0  # --spec-type: verify decodes among the decode calls
+    draft_calls: int = 0  # draft-simple: the draft model's own llama_decode calls
+    draft_ms: float = 0.0
+
+
+def add(t: DecodeTotals, ev: Decode | Round) -> DecodeTotals:
+    """The totals after one more event (a new frozen object)."""
+    if isinstance(ev, Round):
+        t = replace(t, draft_calls=t.draft_calls + ev.draft_decodes, draft_ms=t.draft_ms + ev.draft_ms)
+        if ev.verify:  # the round emitted its picks; the rejected rows emit nothing
+            t = replace(t, decode_tokens=t.decode_tokens + ev.emitted, verify_calls=t.verify_calls + 1)
+        return t
+    if ev.phase == "prefill":
+        return replace(
+            t,
+            prefill_calls=t.prefill_calls + 1,
+            prefill_tokens=t.prefill_tokens + ev.rows,
+            prefill_ms=t.prefill_ms + ev.ms,
+        )
+    emitted = 0 if ev.phase == "verify" else ev.rows  # a verify's picks come with its Round
+    return replace(
+        t,
+        decode_calls=t.decode_calls + 1,
+        decode_tokens=t.decode_tokens + emitted,
+        decode_ms=t.decode_ms + ev.ms,
+    )
+
+
+@dataclass
+class _Chat:
+    """The running figures of the chat since the last :class:`Clear`."""
+
+    totals: DecodeTotals = DecodeTotals()
+    decodes: deque[Decode] = field(default_factory=lambda: deque(maxlen=TIMELINE_KEEP))
+    n_decodes: int = 0
+    turns: deque[Turn] = field(default_factory=lambda: deque(maxlen=KEEP))
+    n_turns: int = 0
+    picks: dict[int, Pick] = field(default_factory=dict)  # sequence 0's, by context index
+
+
+class RunRecord:
+    """The append-only record. Writers call :meth:`note`; readers get tuples and frozen
+    objects."""
+
+    def __init__(self, keep: int = KEEP) -> None:
+        self.events: deque[Event] = deque(maxlen=max(1, keep))
+        self.n = 0  # events ever noted (older ones are counted, not kept)
+        self._chat = _Chat()
+        self._lock = threading.Lock()
+
+    def note(self, ev: Event) -> None:
+        with self._lock:
+            self.events.append(ev)
+            self.n += 1
+            chat = self._chat
+            if isinstance(ev, Clear):
+                self._chat = _Chat()
+            elif isinstance(ev, Decode | Round):
+                chat.totals = add(chat.totals, ev)
+                if isinstance(ev, Decode):
+                    chat.decodes.append(ev)
+                    chat.n_decodes += 1
+            elif isinstance(ev, Turn):
+                chat.turns.append(ev)
+                chat.n_turns += 1
+            elif isinstance(ev, Pick) and ev.seq == 0:
+                chat.picks[ev.index] = ev
+            elif isinstance(ev, Rewind):
+                for k in [k for k in chat.picks if k >= ev.n_past]:
+                    del chat.picks[k]
+            elif isinstance(ev, Shift):
+                moved: dict[int, Pick] = {}
+                for k, p in chat.picks.items():
+                    if k < ev.n_keep:
+                        moved[k] = p
+                    elif k >= ev.n_keep + ev.n_discard:
+                        moved[k - ev.n_discard] = replace(p, index=k - ev.n_discard)
+                chat.picks = moved
+            # the picks dict holds at most one pick per context index: bounded by n_ctx
+
+    # -- readers: functions of the record -------------------------------------------------------
+    def totals(self) -> DecodeTotals:
+        return self._chat.totals
+
+    def timeline(self) -> tuple[tuple[tuple[str, int, float], ...], DecodeTotals, int]:
+        """(phase, rows, ms) of the chat's newest decode calls, the totals over all of them,
+        and how many older calls are only counted."""
+        with self._lock:
+            chat = self._chat
+            calls = tuple((d.phase, d.rows, d.ms) for d in chat.decodes)
+            return calls, chat.totals, chat.n_decodes - len(calls)
+
+    def turns(self) -> tuple[Turn, ...]:
+        with self._lock:
+            return tuple(self._chat.turns)
+
+    def n_turns(self) -> int:
+        return self._chat.n_turns
+
+    def pick_at(self, index: int, token: int) -> Pick | None:
+        """Sequence 0's pick at context index ``index`` if it is still ``token``."""
+        got = self._chat.picks.get(index)
+        return got if got is not None and got.token == token else None
+
+    def recent(self) -> tuple[Event, ...]:
+        with self._lock:
+            return tuple(self.events)
+
+
+def event_to_dict(ev: Event) -> dict[str, Any]:
+    """An event as one JSON object: ``{"event": "pick", ...fields}``; the one serializer of
+    the record (``trace --events`` writes these lines)."""
+    d: dict[str, Any] = {"event": type(ev).__name__.lower()}
+    for f in fields(ev):
+        v = getattr(ev, f.name)
+        d[f.name] = round(v, 6) if isinstance(v, float) else v
+    if isinstance(ev, Pick):
+        d["cuts"] = [list(c) for c in ev.cuts]
+    if isinstance(ev, Turn):
+        d["records"] = list(ev.records)
+    return d
+
