@@ -38,6 +38,7 @@ def test_help_lists_every_key_of_the_table_and_closes():
     for k in KEYS:
         if k.label and k.action != "toggle_mode":  # a teacher-forced run: no free view key
             assert k.help.split(";")[0][:30] in flat, k.label
+    assert "1 is B's top-1" in flat  # ranks count from 1 where a person reads them
 
 
 def test_q_quits_with_0():
