@@ -87,6 +87,7 @@ def test_json_lines_hold_every_position_then_the_summary(capsys):
         assert r["top_a"][0]["id"] == r["top1_a"] and r["top_b"][0]["id"] == r["top1_b"]
         assert (r["rank_in_b"] == 0) == (r["token"] == r["top1_b"])
         assert r["dp"] == pytest.approx(r["p_b"] - r["p_a"])
+        assert r["token_b"] is None and r["piece_b"] is None  # teacher-forced: no pick of B's
     assert s["kl_mean"] == pytest.approx(sum(r["kl"] for r in rows) / len(rows))
     assert s["kl_max"] == max(r["kl"] for r in rows)
     assert s["same_top"] == sum(r["same_top"] for r in rows) / len(rows)
@@ -140,6 +141,14 @@ def test_free_running_sides_part_where_their_picks_differ(capsys):
             assert r["token"] == r["token_b"] and r["kl"] == 0.0
     at = next(r for r in rows if r["position"] == parted)
     assert at["token"] != at["token_b"] and at["kl"] == 0.0
+    for r in rows:  # B's pick is named by its piece, in or out of B's top K
+        assert isinstance(r["piece_b"], str)
+        if r["token_b"] == r["token"]:
+            assert r["piece_b"] == r["piece"]
+        named = {c["id"]: c["piece"] for c in r["top_b"]}
+        if r["token_b"] in named:
+            assert r["piece_b"] == named[r["token_b"]]
+    assert at["piece_b"] != at["piece"]
     assert s["text_a"] != s["text_b"]
 
 

@@ -86,8 +86,9 @@ def head_lines(p: Position, a: Side, b: Side, bound: bool) -> Text:
         t.append(str(p.rank_in_b + 1), VALUE)  # read from 1: B's top-1 is rank 1
     if p.token_b is not None and p.token_b != p.token:
         t.append("   B picked ", DIMMED)
-        bp = next((c for c in p.top_b if c.id == p.token_b), None)
-        t.append_text(piece(bp.piece, OTHER_TOP) if bp else Text(f"#{p.token_b}"))
+        # the record's piece: B's pick may be in neither top K
+        bp = p.piece_b
+        t.append_text(piece(bp, OTHER_TOP) if bp is not None else Text(f"#{p.token_b}"))
     return t
 
 

@@ -215,7 +215,7 @@ def table(result: Result, top: int = 10) -> str:
             p = by_pos[s.parted_at]
             lines.append(
                 f"They part at position {p.position}: A picks {p.piece!r}, B picks "
-                f"{next((c.piece for c in p.top_b if c.id == p.token_b), str(p.token_b))!r}."
+                f"{p.piece_b if p.piece_b is not None else p.token_b!r}."
             )
             lines.append(f"{'A top':<24}{'p':>8}   {'B top':<24}{'p':>8}")
             for ca, cb in zip(p.top_a, p.top_b, strict=True):

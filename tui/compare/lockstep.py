@@ -231,6 +231,7 @@ class Lockstep:
         token = tokens[j + 1]
         d = divergence.compare_rows(la, lb, token, self.top_k)
         va = self.a.vocab
+        vb = self.b.vocab if self.b is not None else va
         pos = Position(
             position=offset + j,
             token=int(token),
@@ -247,6 +248,7 @@ class Lockstep:
             top_a=candidates(d.top_a, la, d.logp_a, va),
             top_b=candidates(d.top_b, lb, d.logp_b, va),
             token_b=token_b,
+            piece_b=display_bytes(vb.piece(token_b)) if token_b is not None else None,
         )
         self.positions.append(pos)
         if self.on_position is not None:
