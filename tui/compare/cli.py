@@ -257,7 +257,7 @@ def compare_main(
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0
     if sys.stdout.isatty() and not a.text and has_screen():
-        from .screen import run_screen  # type: ignore[attr-defined]  # Textual loads only here
+        from .screen import run_screen  # Textual loads only here
 
         run_screen(result)
         return 0
