@@ -28,6 +28,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
 def json_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[list[dict], dict]:
     rc, out, err = run(capsys, "-p", PROMPT, "--json", *argv)
     assert rc == 0, err
+    assert "compare: " not in err  # stderr is no terminal here: no progress line
     lines = [json.loads(x) for x in out]
     return lines[:-1], lines[-1]
 
@@ -208,6 +209,13 @@ def test_a_remote_b_gives_a_kl_bound_from_its_top_k_and_says_so(capsys, server):
     rc, out, _ = run(capsys, "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url)
     assert rc == 0 and " KL bound mean " in out[0]
     assert any("the KL a lower bound" in line for line in out)
+
+
+def test_a_remote_run_announces_how_many_positions_it_will_compare(server):
+    from .test_compare_progress import counted
+
+    totals, n = counted(["-t", "2", "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url])
+    assert totals == [n]  # the progress line's total
 
 
 def test_a_remote_a_is_refused(capsys):

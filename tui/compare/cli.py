@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
 from ..engine.errors import TokenstepError
+from .progress import Progress, is_tty, quiet_keys
 from .records import Position, Result
 from .sides import SIDE_FLAGS
 
@@ -252,7 +253,35 @@ def compare_main(
         def emit(p: Position) -> None:
             print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
 
-    result = run_compare(a, b, (ca, cb), (sa, sb), differs, on_position=emit)
+    progress = Progress(sys.stderr) if is_tty(sys.stderr) else None
+    on_position = emit
+    if progress is not None:
+
+        def on_position(p: Position) -> None:
+            if emit is not None:
+                emit(p)
+            progress.step()
+
+    try:
+        with quiet_keys(sys.stdin):
+            result = run_compare(
+                a,
+                b,
+                (ca, cb),
+                (sa, sb),
+                differs,
+                on_position=on_position,
+                on_total=progress.start if progress is not None else lambda n: None,
+            )
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.clear()
+        sys.stdout.flush()
+        print("tokenstep compare: interrupted; nothing more was compared.", file=sys.stderr)
+        return 130
+    finally:
+        if progress is not None:
+            progress.clear()
     if a.json:
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0

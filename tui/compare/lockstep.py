@@ -166,6 +166,11 @@ def spans(
     return [Span(tuple(tokens), min(max(0, score_from), len(tokens) - 2), 0)]
 
 
+def n_compared(run: Sequence[Span]) -> int:
+    """How many positions ``run``'s spans compare: rows ``first`` to ``len − 2`` of each."""
+    return sum(len(s.tokens) - 1 - s.first for s in run)
+
+
 def candidates(ids: np.ndarray, logits: np.ndarray, logp: np.ndarray, vocab: Vocab) -> tuple:
     return tuple(
         Candidate(
