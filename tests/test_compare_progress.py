@@ -10,6 +10,7 @@ import io
 import os
 import signal
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,20 @@ def test_the_line_counts_in_place_at_most_every_tenth_of_a_second_and_is_erased(
     assert out.getvalue().endswith("\rcompare: 1,229 of 1,229 positions, 12 s\x1b[K")
     p.clear()
     assert out.getvalue().endswith("\r\x1b[K") and "\n" not in out.getvalue()
+
+
+def test_the_ticker_runs_the_seconds_on_while_no_position_arrives_and_stops_with_clear():
+    out, clock = io.StringIO(), Clock()
+    p = Progress(out, clock, tick=0.01)
+    p.start(1229)
+    clock.t += 5.0  # a long window: no position for 5 s
+    deadline = time.monotonic() + 60
+    while "compare: 0 of 1,229 positions, 5 s" not in out.getvalue():
+        assert time.monotonic() < deadline, out.getvalue()
+        time.sleep(0.01)
+    p.clear()
+    assert p.ticker is not None and not p.ticker.is_alive()
+    assert out.getvalue().endswith("\r\x1b[K")
 
 
 def test_quiet_keys_leaves_a_stream_that_is_not_a_terminal_alone():

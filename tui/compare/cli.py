@@ -253,7 +253,7 @@ def compare_main(
         def emit(p: Position) -> None:
             print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
 
-    progress = Progress(sys.stderr) if is_tty(sys.stderr) else None
+    progress = Progress(sys.stderr, tick=1.0) if is_tty(sys.stderr) else None
     on_position = emit
     if progress is not None:
 

@@ -17,6 +17,7 @@ interrupts: ``ISIG`` is left as it was.
 from __future__ import annotations
 
 import termios
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,27 +25,51 @@ from typing import Any, TextIO
 
 
 class Progress:
-    """Counts compared positions against the total the run announces with :meth:`start`."""
+    """Counts compared positions against the total the run announces with :meth:`start`.
+
+    Positions arrive a window at a time (both sides decode ``-b`` tokens, then the window's
+    rows are compared), and with B at ``-ub 1`` one window can take a minute; with ``tick`` a
+    thread of its own redraws the line every ``tick`` seconds meanwhile, so the seconds run on.
+    It only writes the line: no llama.cpp context is touched off the run's thread."""
 
     def __init__(
-        self, stream: TextIO, clock: Callable[[], float] = time.monotonic, every: float = 0.1
+        self,
+        stream: TextIO,
+        clock: Callable[[], float] = time.monotonic,
+        every: float = 0.1,
+        tick: float | None = None,
     ) -> None:
         self.stream = stream
         self.clock = clock
         self.every = every
+        self.tick = tick
         self.t0 = clock()
         self.total: int | None = None
         self.done = 0
         self.last = -float("inf")
         self.shown = False
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.ticker: threading.Thread | None = None
 
     def start(self, total: int) -> None:
-        self.total, self.done = total, 0
-        self.show(force=True)
+        with self.lock:
+            self.total, self.done = total, 0
+            self.show(force=True)
+        if self.tick is not None and self.ticker is None:
+            self.ticker = threading.Thread(target=self._tick, name="compare-progress", daemon=True)
+            self.ticker.start()
+
+    def _tick(self) -> None:
+        assert self.tick is not None
+        while not self.stopped.wait(self.tick):
+            with self.lock:
+                self.show(force=True)
 
     def step(self, _position: Any = None) -> None:
-        self.done += 1
-        self.show(force=self.done == self.total)
+        with self.lock:
+            self.done += 1
+            self.show(force=self.done == self.total)
 
     def line(self, now: float) -> str:
         return f"compare: {self.done:,} of {self.total or 0:,} positions, {now - self.t0:.0f} s"
@@ -59,11 +84,16 @@ class Progress:
         self.shown = True
 
     def clear(self) -> None:
-        """Erase the line (the cursor back at its start), if one was written."""
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.shown = False
+        """Stop the ticker and erase the line (the cursor back at its start), if one was
+        written."""
+        self.stopped.set()
+        if self.ticker is not None:
+            self.ticker.join()
+        with self.lock:
+            if self.shown:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self.shown = False
 
 
 def is_tty(stream: Any) -> bool:
