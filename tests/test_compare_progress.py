@@ -24,6 +24,7 @@ FLAGS = ("compare", "-f", str(TEXT), "-c", "128", "-b", "128", "-ub", "128", "--
 FLAGS += ("--text", "--vs", "-ub", "1")
 START = b"compare: 0 of 126 positions"
 PGDN = b"\x1b[6~"
+PROMPT = "The cat sat on the mat because it was warm, and the sun was shining on it all day."
 
 
 class Clock:
@@ -106,6 +107,19 @@ def test_on_a_terminal_it_shows_progress_hides_typed_keys_and_ctrl_c_says_one_se
         term.close()
 
 
+def test_json_lines_on_a_terminal_get_no_progress_line_between_them(tmp_path):
+    flags = ("compare", "-p", PROMPT, "--json", "--vs", "-ub", "1")
+    term = Terminal(tmp_path, *flags, cols=120, rows=30)
+    try:
+        term.until(b'"kl_mean"', "the summary object")
+        assert term.proc.wait(120) == 0
+        with term._lock:
+            out = bytes(term.out)
+        assert b"compare: " not in out and out.count(b'"position"') > 10
+    finally:
+        term.close()
+
+
 def counted(argv: list[str]) -> tuple[list[int], int]:
     """The totals ``run_compare`` announced and the positions it then compared."""
     from tui.commands import config_from_args, settings_from_args
@@ -123,9 +137,6 @@ def counted(argv: list[str]) -> tuple[list[int], int]:
         on_total=totals.append,
     )
     return totals, len(r.positions)
-
-
-PROMPT = "The cat sat on the mat because it was warm, and the sun was shining on it all day."
 
 
 @pytest.mark.parametrize(

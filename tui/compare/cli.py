@@ -253,7 +253,9 @@ def compare_main(
         def emit(p: Position) -> None:
             print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
 
-    progress = Progress(sys.stderr, tick=1.0) if is_tty(sys.stderr) else None
+    # JSON lines on the same terminal are progress enough (a line between them would split one)
+    shown = is_tty(sys.stderr) and not (a.json and is_tty(sys.stdout))
+    progress = Progress(sys.stderr, tick=1.0) if shown else None
     on_position = emit
     if progress is not None:
 
