@@ -91,6 +91,7 @@ def positions(free: bool = False) -> tuple[Position, ...]:
                 top_a=top_a,
                 top_b=top_b,
                 token_b=(top_b[0].id if j >= 4 else ID[token]) if free else None,
+                piece_b=(top_b[0].piece if j >= 4 else token) if free else None,
             )
         )
     return tuple(out)

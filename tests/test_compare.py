@@ -28,6 +28,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str],
 def json_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[list[dict], dict]:
     rc, out, err = run(capsys, "-p", PROMPT, "--json", *argv)
     assert rc == 0, err
+    assert "compare: " not in err  # stderr is no terminal here: no progress line
     lines = [json.loads(x) for x in out]
     return lines[:-1], lines[-1]
 
@@ -87,6 +88,7 @@ def test_json_lines_hold_every_position_then_the_summary(capsys):
         assert r["top_a"][0]["id"] == r["top1_a"] and r["top_b"][0]["id"] == r["top1_b"]
         assert (r["rank_in_b"] == 0) == (r["token"] == r["top1_b"])
         assert r["dp"] == pytest.approx(r["p_b"] - r["p_a"])
+        assert r["token_b"] is None and r["piece_b"] is None  # teacher-forced: no pick of B's
     assert s["kl_mean"] == pytest.approx(sum(r["kl"] for r in rows) / len(rows))
     assert s["kl_max"] == max(r["kl"] for r in rows)
     assert s["same_top"] == sum(r["same_top"] for r in rows) / len(rows)
@@ -140,6 +142,14 @@ def test_free_running_sides_part_where_their_picks_differ(capsys):
             assert r["token"] == r["token_b"] and r["kl"] == 0.0
     at = next(r for r in rows if r["position"] == parted)
     assert at["token"] != at["token_b"] and at["kl"] == 0.0
+    for r in rows:  # B's pick is named by its piece, in or out of B's top K
+        assert isinstance(r["piece_b"], str)
+        if r["token_b"] == r["token"]:
+            assert r["piece_b"] == r["piece"]
+        named = {c["id"]: c["piece"] for c in r["top_b"]}
+        if r["token_b"] in named:
+            assert r["piece_b"] == named[r["token_b"]]
+    assert at["piece_b"] != at["piece"]
     assert s["text_a"] != s["text_b"]
 
 
@@ -199,6 +209,13 @@ def test_a_remote_b_gives_a_kl_bound_from_its_top_k_and_says_so(capsys, server):
     rc, out, _ = run(capsys, "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url)
     assert rc == 0 and " KL bound mean " in out[0]
     assert any("the KL a lower bound" in line for line in out)
+
+
+def test_a_remote_run_announces_how_many_positions_it_will_compare(server):
+    from .test_compare_progress import counted
+
+    totals, n = counted(["-t", "2", "-p", PROMPT, "-fa", "off", "--vs", "--server", server.url])
+    assert totals == [n]  # the progress line's total
 
 
 def test_a_remote_a_is_refused(capsys):

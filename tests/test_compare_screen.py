@@ -58,11 +58,14 @@ def assert_detail_is_the_record(app: CompareApp) -> None:
     assert f"max |Δlogit| {p.max_abs_dlogit:.4f}" in text
     assert f"Δp {fine_dp(p.dp)}" in text
     assert f"p {fine_p(p.p_a)} in A, {fine_p(p.p_b)} in B" in text
-    assert f"rank in B {p.rank_in_b}" in text if p.rank_in_b is not None else "not in B" in text
+    if p.rank_in_b is None:
+        assert "not in B" in text
+    else:  # a person reads ranks from 1: B's top-1 is rank 1 (the JSON's rank_in_b is 0)
+        assert f"rank in B {p.rank_in_b + 1}" in text
     assert ("same top-1" in text) == p.same_top
     assert ("top-1 flips" in text) == (not p.same_top)
     lines = text.splitlines()
-    for i, (ca, cb) in enumerate(zip(p.top_a, p.top_b, strict=True)):
+    for i, (ca, cb) in enumerate(zip(p.top_a, p.top_b, strict=True), start=1):
         row = next(line for line in lines if line.lstrip().startswith(f"{i}  '"))
         left, right = row[: len(row) // 2], row[len(row) // 2 :]
         assert f"{ca.logit:.3f}" in left and fmt_p(ca.p) in left, (row, ca)

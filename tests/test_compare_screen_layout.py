@@ -38,6 +38,7 @@ def test_help_lists_every_key_of_the_table_and_closes():
     for k in KEYS:
         if k.label and k.action != "toggle_mode":  # a teacher-forced run: no free view key
             assert k.help.split(";")[0][:30] in flat, k.label
+    assert "1 is B's top-1" in flat  # ranks count from 1 where a person reads them
 
 
 def test_q_quits_with_0():
@@ -65,6 +66,25 @@ def test_free_running_layout_from_fixed_records():
     free = run(go())
     assert "The texts part at position 4" in free
     assert "The cat sat on the couch and slept." in free and "tired." in free
+
+
+def test_b_s_pick_outside_its_top_k_is_named_by_its_piece():
+    """Free-running, B may pick a token in neither top K (its chain samples past them): the
+    head line names it by the record's piece_b, not by an id."""
+    r = fixed_result(free=True)
+    at = r.summary.parted_at
+    ps = list(r.positions)
+    ps[at] = dataclasses.replace(ps[at], token_b=48_000, piece_b=" porch")
+    app = CompareApp(dataclasses.replace(r, positions=tuple(ps)))
+
+    async def go() -> str:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            return screen_text(app)
+
+    text = run(go())
+    assert app.cursor == at  # a free run opens where the texts part
+    assert "B picked ' porch'" in text and "#48000" not in text
 
 
 def test_a_remote_b_says_its_kl_is_a_bound():

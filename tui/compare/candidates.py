@@ -83,18 +83,19 @@ def head_lines(p: Position, a: Side, b: Side, bound: bool) -> Text:
         t.append(", not in B's top K", DIMMED)
     else:
         t.append(", rank in B ", DIMMED)
-        t.append(str(p.rank_in_b), VALUE)
+        t.append(str(p.rank_in_b + 1), VALUE)  # read from 1: B's top-1 is rank 1
     if p.token_b is not None and p.token_b != p.token:
         t.append("   B picked ", DIMMED)
-        bp = next((c for c in p.top_b if c.id == p.token_b), None)
-        t.append_text(piece(bp.piece, OTHER_TOP) if bp else Text(f"#{p.token_b}"))
+        # the record's piece: B's pick may be in neither top K
+        bp = p.piece_b
+        t.append_text(piece(bp, OTHER_TOP) if bp is not None else Text(f"#{p.token_b}"))
     return t
 
 
 def side_table(
     title: str, rows: tuple[Candidate, ...], p: Position, mine: int, other: int, remote: bool
 ) -> Table:
-    """One side's top-K: rank, piece, logit (log p for a server, which sends no logits), p,
+    """One side's top-K: rank (from 1, the top-1 is 1), piece, logit (log p for a server, which sends no logits), p,
     and the marks."""
     t = Table(
         box=None,
@@ -111,7 +112,7 @@ def side_table(
     t.add_column("log p" if remote else "logit", justify="right", width=8, no_wrap=True)
     t.add_column("p", justify="right", width=6, no_wrap=True)
     t.add_column("", width=3, no_wrap=True)
-    for i, c in enumerate(rows):
+    for i, c in enumerate(rows, start=1):
         mark = Text()
         if c.id == p.token:
             mark.append("★", PICK)

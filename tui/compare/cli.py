@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
 from ..engine.errors import TokenstepError
+from .progress import Progress, is_tty, quiet_keys
 from .records import Position, Result
 from .sides import SIDE_FLAGS
 
@@ -215,7 +216,7 @@ def table(result: Result, top: int = 10) -> str:
             p = by_pos[s.parted_at]
             lines.append(
                 f"They part at position {p.position}: A picks {p.piece!r}, B picks "
-                f"{next((c.piece for c in p.top_b if c.id == p.token_b), str(p.token_b))!r}."
+                f"{p.piece_b if p.piece_b is not None else p.token_b!r}."
             )
             lines.append(f"{'A top':<24}{'p':>8}   {'B top':<24}{'p':>8}")
             for ca, cb in zip(p.top_a, p.top_b, strict=True):
@@ -252,12 +253,42 @@ def compare_main(
         def emit(p: Position) -> None:
             print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
 
-    result = run_compare(a, b, (ca, cb), (sa, sb), differs, on_position=emit)
+    # JSON lines on the same terminal are progress enough (a line between them would split one)
+    shown = is_tty(sys.stderr) and not (a.json and is_tty(sys.stdout))
+    progress = Progress(sys.stderr, tick=1.0) if shown else None
+    on_position = emit
+    if progress is not None:
+
+        def on_position(p: Position) -> None:
+            if emit is not None:
+                emit(p)
+            progress.step()
+
+    try:
+        with quiet_keys(sys.stdin):
+            result = run_compare(
+                a,
+                b,
+                (ca, cb),
+                (sa, sb),
+                differs,
+                on_position=on_position,
+                on_total=progress.start if progress is not None else lambda n: None,
+            )
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress.clear()
+        sys.stdout.flush()
+        print("tokenstep compare: interrupted; nothing more was compared.", file=sys.stderr)
+        return 130
+    finally:
+        if progress is not None:
+            progress.clear()
     if a.json:
         print(json.dumps(result.summary.to_json(), ensure_ascii=False))
         return 0
     if sys.stdout.isatty() and not a.text and has_screen():
-        from .screen import run_screen  # type: ignore[attr-defined]  # Textual loads only here
+        from .screen import run_screen  # Textual loads only here
 
         run_screen(result)
         return 0

@@ -49,8 +49,8 @@ def compare_help(*, bound: bool = False, free: bool = False) -> HelpText:
     )
     t.row(
         "rank Δp",
-        "where A's pick (★, the next token) stands in B (0 is B's top-1, as the # "
-        "column counts) and B's p minus A's p for it.",
+        "where A's pick (★, the next token) stands in B (rank 1 is B's top-1, as the # "
+        "column counts; the JSON's rank_in_b counts from 0) and B's p minus A's p for it.",
     )
     t.row(
         "Δlogit",

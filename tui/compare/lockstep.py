@@ -166,6 +166,11 @@ def spans(
     return [Span(tuple(tokens), min(max(0, score_from), len(tokens) - 2), 0)]
 
 
+def n_compared(run: Sequence[Span]) -> int:
+    """How many positions ``run``'s spans compare: rows ``first`` to ``len − 2`` of each."""
+    return sum(len(s.tokens) - 1 - s.first for s in run)
+
+
 def candidates(ids: np.ndarray, logits: np.ndarray, logp: np.ndarray, vocab: Vocab) -> tuple:
     return tuple(
         Candidate(
@@ -231,6 +236,7 @@ class Lockstep:
         token = tokens[j + 1]
         d = divergence.compare_rows(la, lb, token, self.top_k)
         va = self.a.vocab
+        vb = self.b.vocab if self.b is not None else va
         pos = Position(
             position=offset + j,
             token=int(token),
@@ -247,6 +253,7 @@ class Lockstep:
             top_a=candidates(d.top_a, la, d.logp_a, va),
             top_b=candidates(d.top_b, lb, d.logp_b, va),
             token_b=token_b,
+            piece_b=display_bytes(vb.piece(token_b)) if token_b is not None else None,
         )
         self.positions.append(pos)
         if self.on_position is not None:

@@ -80,7 +80,8 @@ class Position:
     when a remote B's top-K does not hold it); ``dp`` is p_B(token) − p_A(token).
     ``max_abs_dlogit`` is max |logit_A − logit_B| over the vocabulary (over the ids both top-Ks
     hold, for a remote B). ``top_a``/``top_b`` are each side's top-K, best first. In
-    free-running mode ``token_b`` is B's own pick there (``None`` when teacher-forced)."""
+    free-running mode ``token_b`` is B's own pick there and ``piece_b`` its piece (both
+    ``None`` when teacher-forced): B's pick need not be in either top-K."""
 
     position: int
     token: int
@@ -97,6 +98,7 @@ class Position:
     top_a: tuple[Candidate, ...]
     top_b: tuple[Candidate, ...]
     token_b: int | None = None
+    piece_b: str | None = None
 
     def to_json(self) -> Any:
         return to_json(self)

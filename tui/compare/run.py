@@ -25,6 +25,7 @@ from .lockstep import (
     RowSource,
     SideSpec,
     greedy_continuation,
+    n_compared,
     same_vocab,
     spans,
 )
@@ -55,12 +56,15 @@ def run_compare(
     differs: tuple[str, ...],
     *,
     on_position: Callable[[Position], None] | None = None,
+    on_total: Callable[[int], None] = lambda n: None,
 ) -> Result:
+    """``on_total`` hears, once, how many positions the run will compare (before the first;
+    in free mode the most it can, as a side may end its text early)."""
     ca, cb = configs
     if a.kld_base and (a.free or b.server):
         raise TokenstepError("--kld-base keeps A's rows of a teacher-forced, local comparison.")
     if kld_base.exists(a.kld_base):
-        return _from_base(a, b, cb, differs, on_position)
+        return _from_base(a, b, cb, differs, on_position, on_total)
     text = _text(a)
     if b.server and a.free:
         raise TokenstepError("--free with a remote B: the server samples with its own chain.")
@@ -115,7 +119,7 @@ def run_compare(
         vocab: Vocab = side_a.vocab
         tokens = vocab.tokenize(text, add_special=True)
         if b.server:
-            return _remote(a, b, side_a, tokens, lb, differs, on_position)
+            return _remote(a, b, side_a, tokens, lb, differs, on_position, on_total)
         if a.free:
             assert side_b is not None
 
@@ -123,6 +127,7 @@ def run_compare(
                 return side_a.describe(), side_b.describe()
 
             n = a.n_predict or 32
+            on_total(n)
             return free_run(side_a, side_b, tokens, n, settings, describe, on_position)
         if a.n_predict > 0:
             tokens = greedy_continuation(side_a, tokens, a.n_predict)
@@ -143,9 +148,11 @@ def run_compare(
             )
         run = Lockstep(source, side_b, on_position=on_position)
         try:
-            for span in spans(
+            todo = spans(
                 tokens, side_a.context.n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from
-            ):
+            )
+            on_total(n_compared(todo))
+            for span in todo:
                 run.run_span(span)
         finally:
             if a.kld_base:
@@ -174,6 +181,7 @@ def _remote(
     label: str,
     differs: tuple[str, ...],
     on_position: Callable[[Position], None] | None,
+    on_total: Callable[[int], None],
 ) -> Result:
     """Teacher-forced against llama-server: A's rows against the server's top K."""
     from .remote import RemoteSide, run_remote_span
@@ -183,7 +191,9 @@ def _remote(
         run = Lockstep(side_a, None, on_position=on_position)
         bos = side_a.model.info.bos if side_a.model.info.add_bos else None
         n_ctx = side_a.context.n_ctx
-        for span in spans(tokens, n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from):
+        todo = spans(tokens, n_ctx, chunks=a.chunks, bos=bos, score_from=a.score_from)
+        on_total(n_compared(todo))
+        for span in todo:
             run_remote_span(run, side_a, remote, span)
         result = run.result(tokens, side_a.describe(), remote.describe(n_ctx))
     finally:
@@ -199,6 +209,7 @@ def _from_base(
     cb: EngineConfig,
     differs: tuple[str, ...],
     on_position: Callable[[Position], None] | None,
+    on_total: Callable[[int], None],
 ) -> Result:
     """B against A's rows from a base file: the file's tokens, context size and scoring."""
     from dataclasses import replace
@@ -224,13 +235,15 @@ def _from_base(
                 )
             side_b = LocalSide(SideSpec("B", differs, b.model, cb, b.repack, _sampler(b)), model_b)
             run = Lockstep(reader, side_b, on_position=on_position)
-            for span in spans(
+            todo = spans(
                 reader.tokens,
                 reader.n_ctx,
                 chunks=bool(h["chunks"]),
                 bos=h.get("bos"),
                 score_from=int(h["score_from"]),
-            ):
+            )
+            on_total(n_compared(todo))
+            for span in todo:
                 run.run_span(span)
             desc_b = replace(side_b.describe(), label="B: " + (", ".join(differs) or "same as A"))
             return run.result(reader.tokens, reader.side, desc_b)
