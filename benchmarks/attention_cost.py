@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Row  # noqa: E402
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings  # noqa: E402
-from tui.engine.attention_capture import AttentionCapture  # noqa: E402
-from tui.engine.graph_tap import GraphTap  # noqa: E402
+from tui.engine.observe.attention_capture import AttentionCapture  # noqa: E402
+from tui.engine.observe.graph_tap import GraphTap  # noqa: E402
 
 PROMPT = "The cat sat on the mat because it was tired. Then the dog"
 
@@ -77,7 +77,7 @@ class BareLoop:
 
 
 def model_tokens(model: Model) -> list[int]:
-    from tui.engine.tokens import Vocab
+    from tui.engine.model.tokens import Vocab
 
     return Vocab(model.vocab, model.info.n_vocab).tokenize(PROMPT)
 

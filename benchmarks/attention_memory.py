@@ -23,8 +23,8 @@ _CHILD = (
     + """
 import json
 from tui.engine import Engine, EngineConfig, Model
-from tui.engine.attention_capture import AttentionCapture
-from tui.engine.attention_map import context_attention
+from tui.engine.observe.attention_capture import AttentionCapture
+from tui.engine.observe.attention_map import context_attention
 from benchmarks.common import prompt_of
 m = Model()
 prompt = prompt_of(m, 16)

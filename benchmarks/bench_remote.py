@@ -22,8 +22,8 @@ import urllib.request
 from pathlib import Path
 
 from tui.engine import SamplerSettings, default_model_path, loop
-from tui.engine.openai_backend import OpenAIBackend
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.openai_backend import OpenAIBackend
+from tui.engine.remote.remote import RemoteBackend
 
 from .common import TEXT, Row, median
 

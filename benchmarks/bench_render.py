@@ -22,8 +22,8 @@ import numpy as np
 from textual.app import App, ComposeResult
 
 from tui.engine import Engine, EngineConfig, Model
-from tui.engine.attention_capture import RowSource
-from tui.engine.attention_map import ContextAttention, rows_from_sources
+from tui.engine.observe.attention_capture import RowSource
+from tui.engine.observe.attention_map import ContextAttention, rows_from_sources
 from tui.widgets.attention import AttentionPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.mask import CausalMaskPane

@@ -22,9 +22,9 @@ import llama_cpp
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path, loop
 from tui.engine.batch import BatchToken, DecodeCall, ubatch_chunks
 from tui.engine.decode import decode
-from tui.engine.spec_draft import DraftSimple
-from tui.engine.spec_ngram import NgramSimple
-from tui.engine.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.spec.spec_draft import DraftSimple
+from tui.engine.spec.spec_ngram import NgramSimple
+from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
 
 from .bench_remote import server_binary, start_server
 from .common import THREADS, Row, median

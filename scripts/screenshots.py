@@ -199,7 +199,7 @@ PRONOUN = "The cat sat on the mat because it was tired."
 
 async def attention_screen(model: Model) -> None:
     """Tab 6 on a raw sentence, layer 13, head 8, the cursor on " it": what it attends to."""
-    from tui.engine.attention_capture import AttentionCapture
+    from tui.engine.observe.attention_capture import AttentionCapture
     from tui.widgets.attention_tabs import AttentionTab
 
     layer, head = 13, 8
@@ -230,7 +230,7 @@ async def remote_screen(model: Model) -> None:
     import tempfile
 
     from benchmarks.bench_remote import server_binary, start_server
-    from tui.engine.remote import RemoteBackend
+    from tui.engine.remote.remote import RemoteBackend
 
     binary = server_binary()
     if binary is None:

@@ -32,8 +32,8 @@ def _oracle_params_like_tokenstep() -> None:
     not this module attribute) and set the field themselves."""
     import llama_cpp.llama_cpp as low
 
-    from tui.engine import repack
-    from tui.engine.model import system_info
+    from tui.engine.model import repack
+    from tui.engine.model.model import system_info
 
     if getattr(low.llama_model_default_params, "tokenstep_repack", False):
         return

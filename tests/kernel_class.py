@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from tui.engine.model import system_info
+from tui.engine.model.model import system_info
 
 # From the widest to the narrowest: the first one the build reports names its family.
 _FAMILIES = (

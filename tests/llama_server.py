@@ -9,7 +9,7 @@ binary is a failure.
 On a CPU with AMX (every Xeon since Sapphire Rapids) a natively built llama-server segfaults on
 its first completion unless started with ``--no-repack`` (llama.cpp #20824). The flag is chosen
 from the binary's own system info (:func:`server_system_info`) with tokenstep's rule
-(:func:`tui.engine.repack.decide`); a server whose load log still names an AMX buffer is
+(:func:`tui.engine.model.repack.decide`); a server whose load log still names an AMX buffer is
 started again with it.
 """
 
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from tui.engine import default_model_path, repack
+from tui.engine import default_model_path
+from tui.engine.model import repack
 
 from .processes import track
 

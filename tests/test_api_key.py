@@ -15,10 +15,11 @@ import pytest
 from tui.app import TokenstepApp
 from tui.args import build_parsers
 from tui.crash import CrashLog, shown_argv
-from tui.engine import SamplerSettings, default_model_path, secret
-from tui.engine.errors import TokenstepError
-from tui.engine.local_vocab import LocalVocab
-from tui.engine.openai_backend import OpenAIBackend
+from tui.engine import SamplerSettings, default_model_path
+from tui.engine.model import secret
+from tui.engine.model.errors import TokenstepError
+from tui.engine.model.local_vocab import LocalVocab
+from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.serve_remote import without_api_key
 from tui.worker import session_store
 from tui.worker.state import State

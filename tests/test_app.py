@@ -19,7 +19,7 @@ from llama_cpp import Llama
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.chat import Message, chat_tokens
+from tui.engine.model.chat import Message, chat_tokens
 from tui.widgets.batch import BatchPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.logits import LogitsPane
@@ -64,7 +64,7 @@ def make_app(make_engine, tmp_path, settings: SamplerSettings | None = None, **k
 
 def prompt_for(model, text: str) -> list[int]:
     """The chat prompt, tokenized on this thread before the app's worker owns anything."""
-    from tui.engine.tokens import Vocab
+    from tui.engine.model.tokens import Vocab
 
     vocab = Vocab(model.vocab, model.info.n_vocab)
     return chat_tokens(

@@ -10,7 +10,7 @@ import numpy as np
 from tui.args import build_parsers
 from tui.commands import engine_from_args
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.attention_capture import AttentionCapture, find_capture
+from tui.engine.observe.attention_capture import AttentionCapture, find_capture
 from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
 from tui.worker.session_store import read_session
 

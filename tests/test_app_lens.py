@@ -4,7 +4,7 @@ preview and the last step."""
 
 from __future__ import annotations
 
-from tui.engine.lens_capture import find_lens
+from tui.engine.observe.lens_capture import find_lens
 from tui.widgets.lens import LensPane
 
 from .test_app import SIZE, make_app, run_async, wait_for

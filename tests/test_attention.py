@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError
-from tui.engine.attention_capture import AttentionCapture, find_capture, parse_layers
-from tui.engine.attention_map import context_attention, top_attended
+from tui.engine.observe.attention_capture import AttentionCapture, find_capture, parse_layers
+from tui.engine.observe.attention_map import context_attention, top_attended
 
 SENTENCE = "The cat sat on the mat because it was tired."
 LAYER = 5

@@ -5,7 +5,7 @@ no capture installed in it) however often ``a`` and ``]`` are pressed."""
 
 from __future__ import annotations
 
-from tui.engine.attention_capture import find_capture
+from tui.engine.observe.attention_capture import find_capture
 from tui.widgets.attention_tabs import AttentionTab
 
 from .test_app import SIZE, make_app, run_async, send, wait_for

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.attention_capture import AttentionCapture
-from tui.engine.attention_map import context_attention
 from tui.engine.attention_store import StoredArray, StoredInts
+from tui.engine.observe.attention_capture import AttentionCapture
+from tui.engine.observe.attention_map import context_attention
 from tui.engine.trace import record_to_dict
 
 LAYER = 13

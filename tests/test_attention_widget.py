@@ -11,8 +11,8 @@ import numpy as np
 from textual.app import App, ComposeResult
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.attention_capture import AttentionCapture
-from tui.engine.attention_map import ContextAttention, context_attention
+from tui.engine.observe.attention_capture import AttentionCapture
+from tui.engine.observe.attention_map import ContextAttention, context_attention
 from tui.widgets.attention import HEADER_H, AttentionPane
 
 

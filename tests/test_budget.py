@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from tui.engine import Engine, EngineConfig, Model, budget
-from tui.engine.context import context_budget
+from tui.engine import Engine, EngineConfig, Model
+from tui.engine.model import budget
+from tui.engine.model.context import context_budget
 
 from .conftest import run_cli
 from .test_cli_errors import one_sentence

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import EngineConfig, TokenstepError
-from tui.engine import memory as mem
-from tui.engine.kvcache import parse_kv_log
+from tui.engine.model.kvcache import parse_kv_log
+from tui.engine.observe import memory as mem
 
 from .conftest import run_cli
 
@@ -109,7 +109,8 @@ def swa_path(tmp_path_factory):
 def test_sliding_window_model_shows_each_cache_as_llama_cpp_allocates_it(swa_path, swa_full):
     import json
 
-    from tui.engine import Engine, EngineConfig, Model, gguf_header, info
+    from tui.engine import Engine, EngineConfig, Model
+    from tui.engine.model import gguf_header, info
 
     from .swa_model import N_LAYER, N_SWA
 

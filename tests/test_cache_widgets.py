@@ -7,7 +7,7 @@ from rich.console import Console
 from textual.app import App, ComposeResult
 
 from tui.engine import SamplerSettings
-from tui.engine import memory as mem
+from tui.engine.observe import memory as mem
 from tui.widgets.memory import MemoryPane, render_memory, usage_bar
 from tui.widgets.quadratic import QuadraticPane, render_work, spark
 

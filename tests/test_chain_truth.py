@@ -15,7 +15,7 @@ import llama_cpp
 import numpy as np
 
 from tui.engine import SamplerSettings
-from tui.engine.sampling import TOKEN_DATA
+from tui.engine.sampler.sampling import TOKEN_DATA
 from tui.widgets.logits import LogitsPane
 
 from .test_app import SIZE, make_app, run_async, send, wait_for

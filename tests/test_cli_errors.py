@@ -18,7 +18,7 @@ from llama_cpp import Llama
 
 from tests.conftest import ROOT, run_cli
 from tui.args import COMMANDS
-from tui.engine import gguf_header
+from tui.engine.model import gguf_header
 
 # Every command that takes -m: trace, info, the app itself (it checks the model before the
 # UI starts), and verify once it exists.
@@ -228,7 +228,7 @@ def test_pasted_100kb_prompt(tmp_path: Path) -> None:
 
 
 def model_tokens(model, text: str) -> list[int]:
-    from tui.engine.tokens import Vocab
+    from tui.engine.model.tokens import Vocab
 
     return Vocab(model.vocab, model.info.n_vocab).tokenize(text, add_special=True)
 

@@ -112,7 +112,7 @@ def test_info_describes_the_caches_the_app_creates_on_a_sliding_window_model(tmp
     from tui.args import parse
     from tui.commands import config_from_args
     from tui.engine import Engine, Model
-    from tui.engine import memory as mem
+    from tui.engine.observe import memory as mem
 
     from .conftest import run_cli
     from .swa_model import write_swa_model
@@ -189,7 +189,7 @@ def test_the_next_prompt_keeps_the_models_own_tokens_live_and_after_resume(
 
 def test_a_cut_cache_says_where_and_why(make_engine):
     """A prompt that differs from the cache (an old session's retokenized reply) says so."""
-    from tui.engine.chat import Message
+    from tui.engine.model.chat import Message
     from tui.worker import Worker
     from tui.worker.commands import Force, Send
 

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from tui.app import TokenstepApp
-from tui.engine.errors import TokenstepError
+from tui.engine.model.errors import TokenstepError
 from tui.widgets.pipeline import PipelinePane
 from tui.widgets.tokens import TokensPane
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tui.args import parse
 from tui.commands import engine_from_args
-from tui.engine.chat import CHATML, Message, chat_tokens
+from tui.engine.model.chat import CHATML, Message, chat_tokens
 from tui.startup import build_app
 
 from .conftest import run_cli

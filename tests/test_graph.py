@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.census import sections, split_layer
-from tui.engine.graph_tap import GraphTap
+from tui.engine.observe.census import sections, split_layer
+from tui.engine.observe.graph_tap import GraphTap
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 
 from tui.engine import Engine, EngineConfig, ModelInfo, SamplerSettings
-from tui.engine.graph_tap import GraphTap
+from tui.engine.observe.graph_tap import GraphTap
 from tui.widgets.anatomy import AnatomyPane
 
 

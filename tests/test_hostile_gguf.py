@@ -20,8 +20,9 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from tui.engine import ModelError, gguf_header
-from tui.engine.chat import Message, TemplateError, render_template
+from tui.engine import ModelError
+from tui.engine.model import gguf_header
+from tui.engine.model.chat import Message, TemplateError, render_template
 
 from .conftest import ROOT, run_cli
 from .test_cli_errors import one_sentence
@@ -313,7 +314,7 @@ def test_model_info_strings_are_escaped_for_the_panes(write_gguf: WriteGGUF) -> 
     """What the TUI shows comes from ModelInfo: its name holds no control characters, and
     the markup is kept as literal text (the panes render it with rich Text, not markup)."""
     from tui.engine import Model
-    from tui.engine.errors import one_line
+    from tui.engine.model.errors import one_line
 
     path = write_gguf("nasty_name_model.gguf", {"general.name": NASTY_NAME})
     m = Model(path)
@@ -342,8 +343,8 @@ def test_broken_template_one_sentence(template: str, needle: str) -> None:
 
 
 def test_template_that_drops_the_message(model) -> None:
-    from tui.engine.chat import chat_tokens
-    from tui.engine.tokens import Vocab
+    from tui.engine.model.chat import chat_tokens
+    from tui.engine.model.tokens import Vocab
 
     vocab = Vocab(model.vocab, model.info.n_vocab)
     with pytest.raises(TemplateError, match="dropped a message"):

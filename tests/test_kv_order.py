@@ -8,9 +8,10 @@ order too."""
 
 from __future__ import annotations
 
-from tui.engine import SamplerSettings, kv_order, paths
+from tui.engine import SamplerSettings, paths
 from tui.engine.batch import BatchToken, DecodeCall
 from tui.engine.decode import decode
+from tui.engine.model import kv_order
 from tui.worker.commands import PathsShown, Rewind, Send, Step
 from tui.worker.thread import Worker
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings, loop
-from tui.engine.lens_capture import AttentionLensCapture, LensCapture
+from tui.engine.observe.lens_capture import AttentionLensCapture, LensCapture
 
 from .conftest import run_cli
 from .swa_model import write_swa_model

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.lens_capture import LensCapture
+from tui.engine.observe.lens_capture import LensCapture
 
 from .conftest import logits_oracle, run_cli
 from .test_lens import MIDDLE, _numpy_head

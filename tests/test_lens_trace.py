@@ -10,7 +10,8 @@ import pytest
 
 from tui.args import parse
 from tui.commands import trace_main
-from tui.engine import lens, lens_capture
+from tui.engine.model import lens
+from tui.engine.observe import lens_capture
 
 
 def _trace(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
@@ -82,7 +83,7 @@ def test_the_picks_rank_matches_numpy(model, model_path):
     import numpy as np
 
     from tui.engine import Engine, EngineConfig, SamplerSettings, loop
-    from tui.engine.lens_capture import LensCapture
+    from tui.engine.observe.lens_capture import LensCapture
 
     from .test_lens import _numpy_head
 

@@ -5,8 +5,8 @@ attention kept alongside."""
 from __future__ import annotations
 
 from tui.engine import SamplerSettings
-from tui.engine.attention_capture import find_capture
-from tui.engine.lens_capture import find_lens
+from tui.engine.observe.attention_capture import find_capture
+from tui.engine.observe.lens_capture import find_lens
 from tui.worker import Worker
 from tui.worker.commands import AttentionToggle, LensMode, LensTab, Send, Step
 

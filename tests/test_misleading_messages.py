@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_app_controller import controller, wait  # noqa: F401  (the fixture)
-from tui.engine.chat import template_from
+from tui.engine.model.chat import template_from
 from tui.worker import Worker
 
 SYSTEM = "Answer in French and never in English. " * 7_700  # 300,300 characters

@@ -9,7 +9,7 @@ import re
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 from tui.widgets.cache import CacheTab
 from tui.widgets.run_chart import RunChart
 from tui.widgets.surprise import legend

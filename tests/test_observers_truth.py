@@ -168,7 +168,7 @@ def test_attention_runs_in_its_own_context_and_says_what_it_is(make_engine):
 def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_server, tmp_path):  # noqa: F811
     """Over llama-server there is no context to replay into: each observer refuses in one
     sentence, and the run goes on as if nobody had asked (the same text, step for step)."""
-    from tui.engine.remote import RemoteBackend
+    from tui.engine.remote.remote import RemoteBackend
 
     def run(look: bool) -> list[int]:
         backend = RemoteBackend(llama_server.url, SamplerSettings(temp=0.0))

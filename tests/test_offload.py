@@ -8,7 +8,7 @@ import json
 import llama_cpp
 
 from tui.engine import Engine, EngineConfig, Model
-from tui.engine.offload import Offload, placement
+from tui.engine.model.offload import Offload, placement
 
 from .conftest import run_cli
 
@@ -29,7 +29,7 @@ def test_ngl_on_this_build_is_accepted_and_the_header_says_where_layers_live():
         else:  # pragma: no cover - a GPU build
             assert p.offloaded is not None and p.offloaded[0] == 5
         assert any(line for line in model.load_log if "model buffer size" in line)
-        from tui.engine.memory import memory_report
+        from tui.engine.observe.memory import memory_report
 
         notes = memory_report(eng).notes  # the memory tab says it too
         assert any(n.startswith("where llama.cpp put the model: ") for n in notes)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import SamplerSettings, loop
-from tui.engine.openai_api import detect_api
-from tui.engine.openai_backend import OpenAIBackend
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.openai_backend import OpenAIBackend
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.wire.openai_api import detect_api
 
 from .llama_server import llama_server  # noqa: F401  (the session fixture)
 from .test_remote import PROMPTS, _compare_distributions
@@ -148,7 +148,7 @@ def test_a_pick_whose_survivors_reach_past_the_top_k_is_marked_approximate(over_
 
 def test_m_over_llama_server_s_v1_is_checked_against_its_tokenizer(llama_server):  # noqa: F811
     from tui.engine import default_model_path
-    from tui.engine.local_vocab import LocalVocab
+    from tui.engine.model.local_vocab import LocalVocab
 
     b = OpenAIBackend(
         llama_server.url, SamplerSettings(temp=0.0), local_vocab=LocalVocab(default_model_path())

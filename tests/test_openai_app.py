@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings, default_model_path
-from tui.engine.local_vocab import LocalVocab
-from tui.engine.openai_backend import OpenAIBackend
+from tui.engine.model.local_vocab import LocalVocab
+from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.widgets.logits import LogitsPane
 from tui.widgets.pipeline import PipelinePane
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import SamplerSettings, default_model_path
-from tui.engine.errors import TokenstepError
-from tui.engine.local_vocab import LocalVocab
-from tui.engine.openai_backend import OpenAIBackend
-from tui.engine.remote_http import ServerError
+from tui.engine.model.errors import TokenstepError
+from tui.engine.model.local_vocab import LocalVocab
+from tui.engine.remote.openai_backend import OpenAIBackend
+from tui.engine.wire.remote_http import ServerError
 
 from .conftest import run_cli
 from .llama_server import free_port

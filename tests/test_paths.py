@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.engine import SamplerSettings, kv_order, paths
+from tui.engine import SamplerSettings, paths
+from tui.engine.model import kv_order
 
 PROMPT = "The capital of France is"
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tui.engine import SamplerSettings, kv_order
+from tui.engine import SamplerSettings
+from tui.engine.model import kv_order
 from tui.worker.commands import (
     Force,
     Fork,
@@ -174,7 +175,7 @@ def test_the_tree_view_lists_live_and_branches_with_p_at_the_branch_point(make_e
 
 
 def test_the_surprise_view_equals_the_step_records(make_engine, tmp_path):
-    from tui.engine.sampling import softmax
+    from tui.engine.sampler.sampling import softmax
     from tui.worker.surprise import surprise_view
 
     w = _worker(make_engine, tmp_path)

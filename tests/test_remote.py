@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tui.engine import SamplerSettings, loop
-from tui.engine.remote import RemoteBackend
-from tui.engine.remote_step import chain_exactness
-from tui.engine.sampling import softmax
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.sampler.sampling import softmax
+from tui.engine.wire.remote_step import chain_exactness
 
 from .llama_server import llama_server  # noqa: F401  (the session fixture)
 
@@ -195,7 +195,7 @@ def test_the_approximation_is_named_when_the_chain_reaches_past_the_top_k():
 
 
 def test_the_filled_row_keeps_every_top_k_probability_exact():
-    from tui.engine.remote_step import fill_row
+    from tui.engine.wire.remote_step import fill_row
 
     lps = [math.log(0.5), math.log(0.25), math.log(0.05)]
     row, mass = fill_row([3, 7, 1], lps, 100)

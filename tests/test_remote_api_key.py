@@ -13,9 +13,9 @@ import pytest
 
 from tui.args import build_parsers
 from tui.engine import SamplerSettings
-from tui.engine.openai_api import detect_api
-from tui.engine.remote import RemoteBackend
-from tui.engine.remote_http import ServerError
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.wire.openai_api import detect_api
+from tui.engine.wire.remote_http import ServerError
 from tui.serve import remote_slots
 from tui.serve_remote import remote_api
 

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from tui.engine import SamplerSettings, loop
-from tui.engine.remote import RemoteBackend
-from tui.engine.remote_http import ServerError
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.wire.remote_http import ServerError
 
 from .conftest import run_cli
 from .llama_server import free_port, http_status, llama_server, start_server  # noqa: F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 
 from .conftest import run_cli
 from .llama_server import llama_server  # noqa: F401  (the session fixture)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
-from tui.engine.remote_http import ServerError
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.wire.remote_http import ServerError
 from tui.worker import Worker
 
 from .scripted_server import (

@@ -103,7 +103,7 @@ APP_SCRIPT = r"""
 import asyncio, json, sys
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 from tests.test_app import SIZE, send, wait_for
 
 async def main(url, autosave):
@@ -164,8 +164,8 @@ def test_the_apps_chain_dialog_refuses_dry_and_grammars_over_a_server_and_keeps_
 
 CHAIN_SCRIPT = r"""
 import numpy as np
-from tui.engine.errors import TokenstepError
-from tui.engine.sampling import SamplerChain, SamplerSettings
+from tui.engine.model.errors import TokenstepError
+from tui.engine.sampler.sampling import SamplerChain, SamplerSettings
 chain = SamplerChain(1000)  # no vocabulary
 for s in (SamplerSettings(dry_multiplier=1.0), SamplerSettings(grammar='root ::= "a"')):
     try:
@@ -193,9 +193,9 @@ def test_a_chain_without_a_vocabulary_refuses_dry_and_grammars_instead_of_ending
 def test_a_pick_is_called_exact_only_when_no_stage_reached_past_the_top_k():
     import numpy as np
 
-    from tui.engine.remote_chain import pick_exactness
-    from tui.engine.remote_step import fill_row
-    from tui.engine.sampling import SamplerChain, SamplerSettings
+    from tui.engine.remote.remote_chain import pick_exactness
+    from tui.engine.sampler.sampling import SamplerChain, SamplerSettings
+    from tui.engine.wire.remote_step import fill_row
 
     rng = np.random.default_rng(0)
     n_vocab, ids = 2000, list(range(100))
@@ -225,8 +225,8 @@ def test_with_the_served_vocabulary_the_apps_dialog_sets_dry_and_a_grammar(
     tmp_path,
 ):
     from tui.engine import SamplerSettings
-    from tui.engine.local_vocab import LocalVocab
-    from tui.engine.remote import RemoteBackend
+    from tui.engine.model.local_vocab import LocalVocab
+    from tui.engine.remote.remote import RemoteBackend
     from tui.worker import Worker
 
     from .test_app_controller import wait

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 from tui.widgets.pipeline import PipelinePane
 
 from .llama_server import free_port, llama_server, start_server  # noqa: F401

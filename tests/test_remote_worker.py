@@ -4,7 +4,7 @@ locally or is refused in the capability's own sentence; the views never show loc
 from __future__ import annotations
 
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 from tui.worker import Worker
 from tui.worker.session_store import read_session
 

@@ -12,8 +12,8 @@ import llama_cpp
 import pytest
 
 from tui.args import parse
-from tui.engine import repack
-from tui.engine.model import system_info
+from tui.engine.model import repack
+from tui.engine.model.model import system_info
 
 from .conftest import run_cli
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from tui import crash
-from tui.engine.model import system_info
+from tui.engine.model.model import system_info
 
 from .conftest import ROOT
 
@@ -39,7 +39,7 @@ def run(self, *a, **k):
     if how == "kill":
         os.kill(os.getpid(), signal.SIGSEGV)
     if how == "llama":
-        from tui.engine.model import _meta_str
+        from tui.engine.model.model import _meta_str
         _meta_str(None, "general.name")
 
 
@@ -96,7 +96,7 @@ def test_a_crash_inside_llama_cpp_is_named_so(tmp_path: Path) -> None:
     died = start_app(folder, "llama")
     assert died.returncode == -signal.SIGSEGV, died.stderr[-2000:]
     (path,) = crash_files(folder)
-    assert "tui/engine/model.py" in path.read_text()
+    assert "tui/engine/model/model.py" in path.read_text()
     nxt = start_app(folder, "clean")
     assert (
         f"The last run ended in a crash in llama.cpp (Segmentation fault); its stack is in {path}."
@@ -234,7 +234,7 @@ def test_trace_says_where_a_native_crash_happened() -> None:
     code = (
         "import sys\n"
         "import tui.commands as c\n"
-        "from tui.engine.model import _meta_str\n"
+        "from tui.engine.model.model import _meta_str\n"
         "c.trace_main = lambda args: _meta_str(None, 'general.name')\n"
         "from tui.cli import main\n"
         "sys.exit(main(['trace', '-p', 'hi']))\n"
@@ -248,7 +248,7 @@ def test_trace_says_where_a_native_crash_happened() -> None:
     )
     assert res.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in res.stderr
-    assert "tui/engine/model.py" in res.stderr
+    assert "tui/engine/model/model.py" in res.stderr
 
 
 def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Path) -> None:
@@ -258,7 +258,7 @@ def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Pat
     code = (
         "import sys\n"
         "import tui.startup as s\n"
-        "from tui.engine.model import _meta_str\n"
+        "from tui.engine.model.model import _meta_str\n"
         "s.engine_from_args = lambda args, **kw: _meta_str(None, 'general.name')\n"
         "from tui.cli import main\n"
         "sys.exit(main(['-c', '512', '-t', '1']))\n"

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from tui.engine import repack
+from tui.engine.model import repack
 
 from .llama_server import repack_args, require_binary, server_system_info, start_server
 from .test_repack import SERVER_AMX, SERVER_EPYC

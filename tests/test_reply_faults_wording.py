@@ -18,10 +18,10 @@ from collections.abc import Iterator
 import pytest
 
 from tui.engine import SamplerSettings, default_model_path
-from tui.engine.http_faults import retry_wait
-from tui.engine.local_vocab import LocalVocab
-from tui.engine.openai_backend import OpenAIBackend
-from tui.engine.remote_http import ServerClient, ServerError
+from tui.engine.model.local_vocab import LocalVocab
+from tui.engine.remote.openai_backend import OpenAIBackend
+from tui.engine.wire.http_faults import retry_wait
+from tui.engine.wire.remote_http import ServerClient, ServerError
 
 from .conftest import run_cli
 from .openai_servers import fake  # noqa: F401  (the fixture)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.sampler_settings import parse_sampling_seq
+from tui.engine.sampler.sampler_settings import parse_sampling_seq
 
 PROMPT = "one two three, one two three, one two three, one two three, one two"
 BREAKERS = [b"\n", b":", b'"', b"*"]

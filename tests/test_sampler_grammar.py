@@ -18,8 +18,8 @@ import pytest
 from llama_cpp import Llama
 
 from tui.engine import SamplerSettings
-from tui.engine.grammar import schema_to_gbnf
-from tui.engine.sampling import TOKEN_DATA
+from tui.engine.sampler.grammar import schema_to_gbnf
+from tui.engine.sampler.sampling import TOKEN_DATA
 
 from .conftest import run_cli
 

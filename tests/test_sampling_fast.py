@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.sampling import entropy_bits, softmax, top_k_by_logit, top_stats
+from tui.engine.sampler.sampling import entropy_bits, softmax, top_k_by_logit, top_stats
 
 
 def _check(logits: np.ndarray, k: int = 10) -> None:

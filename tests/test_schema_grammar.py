@@ -18,8 +18,8 @@ import llama_cpp
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.errors import TokenstepError
-from tui.engine.grammar import GrammarState, schema_to_gbnf
+from tui.engine.model.errors import TokenstepError
+from tui.engine.sampler.grammar import GrammarState, schema_to_gbnf
 
 from .llama_server import llama_server  # noqa: F401  (the module's server)
 

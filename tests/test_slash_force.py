@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import logits_oracle
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.lookup import standing, standing_top_k
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
+from tui.engine.sampler.lookup import standing, standing_top_k
 from tui.worker import slash
 
 from .llama_server import llama_server  # noqa: F401

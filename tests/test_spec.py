@@ -10,9 +10,9 @@ import llama_cpp
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError, loop
-from tui.engine.spec_draft import DraftSimple
-from tui.engine.spec_ngram import NgramSimple
-from tui.engine.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.spec.spec_draft import DraftSimple
+from tui.engine.spec.spec_ngram import NgramSimple
+from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
 
 CHAT = (
     "<|im_start|>user\nWrite a short story about a cat who learns to cook.<|im_end|>\n"

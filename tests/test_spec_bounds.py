@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.spec_draft import DraftSimple
+from tui.engine.spec.spec_draft import DraftSimple
 
 from .conftest import run_cli
 

@@ -12,9 +12,9 @@ from tests.conftest import run_cli
 from tests.llama_server import start_server
 from tests.test_spec import CHAT, COUNT, LIST
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec_draft import DraftSimple
-from tui.engine.spec_ngram import NgramSimple
-from tui.engine.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.spec.spec_draft import DraftSimple
+from tui.engine.spec.spec_ngram import NgramSimple
+from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
 
 # -- common_ngram_simple_draft (common/ngram-map.cpp), case by case -------------------------
 

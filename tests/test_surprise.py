@@ -12,7 +12,7 @@ from llama_cpp import Llama
 
 from tests.conftest import logits_oracle
 from tui.engine import SamplerSettings
-from tui.engine.sampling import softmax
+from tui.engine.sampler.sampling import softmax
 from tui.engine.surprise import perplexity
 
 PROMPT = "Once upon a time, in a small village, there lived an old baker who"

@@ -16,8 +16,9 @@ from textual import events
 from textual.widgets import Input
 
 from tui.app import TokenstepApp
-from tui.engine import SamplerSettings, text_size
-from tui.engine.errors import TokenstepError
+from tui.engine import SamplerSettings
+from tui.engine.model import text_size
+from tui.engine.model.errors import TokenstepError
 from tui.worker import Worker
 from tui.worker.commands import Send
 

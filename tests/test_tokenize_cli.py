@@ -8,7 +8,7 @@ import json
 import pytest
 from llama_cpp import Llama
 
-from tui.engine.tokens import display_bytes
+from tui.engine.model.tokens import display_bytes
 
 from .conftest import run_cli
 

@@ -12,7 +12,7 @@ import pytest
 from llama_cpp import Llama
 
 from tui.engine import TokenstepError
-from tui.engine.tokens import Vocab, display_bytes, join_pieces
+from tui.engine.model.tokens import Vocab, display_bytes, join_pieces
 
 TEXTS = {
     "cjk": "日本語のテキストと中文，한국어도。",
@@ -128,7 +128,7 @@ def test_piece_out_of_range(vocab: Vocab) -> None:
 
 
 def test_escape_controls_keeps_newlines_and_hides_escapes(vocab: Vocab) -> None:
-    from tui.engine.tokens import escape_controls
+    from tui.engine.model.tokens import escape_controls
 
     # The vocabulary has a token for the ESC byte: a model can generate it.
     esc_ids = vocab.tokenize("\x1b[2J", add_special=False)
@@ -143,7 +143,7 @@ def test_one_rule_draws_whitespace_in_every_pane() -> None:
     """The token chips, the lens, /tokenize and the chain listing share one map: a piece that
     is only whitespace is never blank, and an unprintable character is spelled out."""
     from tui.engine import SamplerSettings
-    from tui.engine.tokens import visible
+    from tui.engine.model.tokens import visible
     from tui.worker.sampler_listing import value_of
 
     assert visible(" a\n\t\r\xa0\x1b") == "␣a↵⇥␍\\xa0\\x1b"

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from rich.cells import cell_len
 
-from tui.engine import EngineConfig, gguf_header
-from tui.engine.chat import CHATML, Message, chat_tokens
-from tui.engine.info import facts as header_facts
+from tui.engine import EngineConfig
+from tui.engine.model import gguf_header
+from tui.engine.model.chat import CHATML, Message, chat_tokens
+from tui.engine.model.info import facts as header_facts
 from tui.tokenize_cli import tokenize_main
 from tui.tour import lab_kv
 from tui.tour.chapters import pages_for
@@ -67,7 +68,7 @@ def test_the_loop_counts_tokens_as_tokenize_does(smol, capsys):
 def test_tokens_are_pieces_of_the_text(smol, model):
     f = smol["tokens"]
     vocab = model.vocab
-    from tui.engine.tokens import Vocab
+    from tui.engine.model.tokens import Vocab
 
     v = Vocab(vocab, model.info.n_vocab)
     assert "".join(f.word_pieces) == WORD
@@ -129,7 +130,7 @@ def test_the_wall_is_n_n_plus_1_over_2(smol, gemma):
 
 
 def _header_bytes(path: Path | None) -> tuple[int, int]:
-    from tui.engine.model import default_model_path
+    from tui.engine.model.model import default_model_path
 
     hf = header_facts(gguf_header.validate(path or default_model_path()))
     per = sum(2 * h * (hf.head_dim_k + hf.head_dim_v) for h in hf.n_head_kv)  # f16: 2 bytes
@@ -283,7 +284,7 @@ def test_the_lens_guess_offers_layers_and_skips_an_unreadable_head(smol, monkeyp
         assert all(0 <= int(c) < f.lens.n_layer for c in g.choices)
         assert f"{f.lens.max_abs_diff:.3f}" in pages[-1].body
 
-    from tui.engine import lens
+    from tui.engine.model import lens
 
     sentence = "the lens needs output_norm.weight; this model has none"
     monkeypatch.setattr(lens, "head_problem", lambda header: sentence)  # no loadable GGUF lacks it

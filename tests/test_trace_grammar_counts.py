@@ -9,7 +9,7 @@ import json
 
 from llama_cpp import Llama
 
-from tui.engine.model import default_model_path
+from tui.engine.model.model import default_model_path
 
 from .conftest import run_cli
 

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from tui.engine import EngineConfig, Model, SamplerSettings, default_model_path
-from tui.engine.local_vocab import LocalVocab
-from tui.engine.openai_api import detect_api
-from tui.engine.openai_backend import OpenAIBackend
-from tui.engine.remote_http import ServerError
+from tui.engine.model.local_vocab import LocalVocab
+from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.engine.session import Engine
+from tui.engine.wire.openai_api import detect_api
+from tui.engine.wire.remote_http import ServerError
 
 from .conftest import run_cli
 from .test_remote import PROMPTS

@@ -29,8 +29,8 @@ from hypothesis.stateful import (
 )
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec_ngram import NgramSimple
-from tui.engine.spec_verify import NgramDrafter, Speculator
+from tui.engine.spec.spec_ngram import NgramSimple
+from tui.engine.spec.spec_verify import NgramDrafter, Speculator
 from tui.widgets.cache import footer, render_seqs
 from tui.worker import commands as c
 from tui.worker.resume import load_header, restore, saved_settings

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from tui.engine import SamplerSettings
-from tui.engine.remote import RemoteBackend
+from tui.engine.remote.remote import RemoteBackend
 from tui.widgets.cache import footer, render_seqs
 from tui.widgets.surprise import legend
 from tui.worker import commands as c

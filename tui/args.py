@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .backend_flags import gpu_flags, repack_flags, server_flags, swa_flag
-from .engine import secret
-from .engine.errors import TokenstepError
+from .engine.model import secret
+from .engine.model.errors import TokenstepError
 from .prompt_input import DEFAULT_N_CTX as DEFAULT_N_CTX
 from .prompt_input import read_prompt as read_prompt
 from .spec_flags import spec_flags
@@ -164,7 +164,7 @@ def _sampler_flags(p: argparse.ArgumentParser) -> None:
 def _attention_spec(text: str) -> str:
     """Syntax of --attention (a layer, a comma list or 'all'); the range is checked once the
     model says how many layers it has."""
-    from .engine.attention_capture import parse_layers
+    from .engine.observe.attention_capture import parse_layers
 
     try:
         parse_layers(text)

@@ -9,10 +9,10 @@ import argparse
 import math
 from typing import TYPE_CHECKING, cast
 
-from .engine.errors import TokenstepError
+from .engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
-    from .engine.sampler_settings import SamplerSettings
+    from .engine.sampler.sampler_settings import SamplerSettings
     from .engine.session import Engine
 
 
@@ -202,7 +202,7 @@ def swa_flag(p: argparse.ArgumentParser) -> None:
 def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None = None) -> None:
     """What --server cannot do, refused in one sentence before connecting (observer flags; DRY
     and grammars unless -m gives the served GGUF's vocabulary) and its own flags' ranges."""
-    from .engine.remote_chain import OBSERVER_FLAGS, server_refusal
+    from .engine.remote.remote_chain import OBSERVER_FLAGS, server_refusal
 
     on = [f for f in OBSERVER_FLAGS if getattr(args, f, None) not in (None, False)]
     refused = server_refusal(args.server, on, settings, vocab_file=bool(args.model))
@@ -211,7 +211,7 @@ def server_conflicts(args: argparse.Namespace, settings: SamplerSettings | None 
     if (clash := repack_with_server(args)) is not None:
         raise TokenstepError(clash)
     if getattr(args, "pick", None) == "server" and settings is not None:
-        from .engine.remote_step import server_pick_refusal
+        from .engine.wire.remote_step import server_pick_refusal
 
         if (why := server_pick_refusal(settings)) is not None:
             raise TokenstepError(why)
@@ -252,10 +252,10 @@ def ignored_over_server(args: argparse.Namespace) -> str | None:
 def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
     """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
     from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
-    from .engine.local_vocab import LocalVocab
-    from .engine.openai_api import detect_api
-    from .engine.openai_backend import api_key_from
-    from .engine.remote import RemoteBackend
+    from .engine.model.local_vocab import LocalVocab
+    from .engine.remote.openai_backend import api_key_from
+    from .engine.remote.remote import RemoteBackend
+    from .engine.wire.openai_api import detect_api
 
     server_conflicts(args, settings)
     api = getattr(args, "api", None)
@@ -265,7 +265,7 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
     if api is None:
         api = detect_api(args.server, timeout, key)
     if api == "openai":
-        from .engine.openai_backend import DEFAULT_OPENAI_N_PROBS, OpenAIBackend
+        from .engine.remote.openai_backend import DEFAULT_OPENAI_N_PROBS, OpenAIBackend
 
         if getattr(args, "slot", None) is not None:
             raise TokenstepError(

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from .args import parse
-from .engine import secret
-from .engine.errors import TokenstepError, one_line
+from .engine.model import secret
+from .engine.model.errors import TokenstepError, one_line
 
 Hook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
 
@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return compare_main(argv[1:], config_from_args, settings_from_args)
         cmd, args = parse(argv)
         if getattr(args, "server", None):  # a key no header can carry: said before connecting
-            from .engine.openai_backend import api_key_from
+            from .engine.remote.openai_backend import api_key_from
 
             api_key_from(getattr(args, "api_key", None))
         if cmd in ("trace", "verify", "info") and not faulthandler.is_enabled():

@@ -11,25 +11,15 @@ from typing import IO, TYPE_CHECKING
 
 from .args import DEFAULT_N_CTX, read_prompt
 from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
-from .engine import (
-    Engine,
-    EngineConfig,
-    Model,
-    SamplerSettings,
-    TokenstepError,
-    info,
-    loop,
-    rules,
-    secret,
-    trace,
-)
-from .engine import chat as chat_mod
-from .engine.model import probe
-from .engine.offload import Offload
+from .engine import Engine, EngineConfig, Model, SamplerSettings, TokenstepError, loop, trace
+from .engine.model import chat as chat_mod
+from .engine.model import info, rules, secret
+from .engine.model.model import probe
+from .engine.model.offload import Offload
 
 if TYPE_CHECKING:
     from .engine.backend import Backend
-    from .engine.spec_verify import Speculator
+    from .engine.spec.spec_verify import Speculator
     from .engine.step import StepRecord
 
 GGML_MAX_N_THREADS = 512  # ggml.h
@@ -112,7 +102,7 @@ def engine_from_args(args: argparse.Namespace, *, observers: bool = True) -> Eng
     if getattr(args, "lens_grid", False):
         args.lens = True  # the grid rides on the lens capture
     if getattr(args, "lens", False):
-        from .engine.lens import head_problem
+        from .engine.model.lens import head_problem
 
         problem = head_problem(model.header)
         if problem is not None:
@@ -121,7 +111,7 @@ def engine_from_args(args: argparse.Namespace, *, observers: bool = True) -> Eng
     taps = graph_observers(args, model.info.n_layer) if observers else []
     engine = Engine(model, config, settings, taps)
     if getattr(args, "lens", False):
-        from .engine.lens_capture import find_lens
+        from .engine.observe.lens_capture import find_lens
 
         cap = find_lens(engine)
         if cap is not None:  # the one-time head read, before any decode is timed
@@ -142,8 +132,8 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     lens = getattr(args, "lens", False)
     if spec is None and not (census or profile or lens):
         return []  # and the capture's modules are not even imported (start-up time)
-    from .engine.attention_capture import AttentionCapture, parse_layers
-    from .engine.graph_tap import GraphTap
+    from .engine.observe.attention_capture import AttentionCapture, parse_layers
+    from .engine.observe.graph_tap import GraphTap
 
     if spec is not None:
         conflict = rules.attention_capture_conflict(args.cache_type_v, args.flash_attn)
@@ -151,7 +141,7 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
             raise TokenstepError(conflict.replace("attention capture", "--attention", 1))
         layers = parse_layers(spec, n_layer)
         if lens:
-            from .engine.lens_capture import AttentionLensCapture
+            from .engine.observe.lens_capture import AttentionLensCapture
 
             return [
                 AttentionLensCapture(
@@ -160,7 +150,7 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
             ]
         return [AttentionCapture(n_layer, layers, census=census, profile=profile)]
     if lens:
-        from .engine.lens_capture import LensCapture
+        from .engine.observe.lens_capture import LensCapture
 
         return [LensCapture(n_layer=n_layer, census=census, profile=profile)]
     if census or profile:
@@ -189,7 +179,7 @@ def preflight(args: argparse.Namespace) -> None:
     settings = settings_from_args(args)
     check_spec(args)
     if getattr(args, "server", None):
-        from .engine.remote_http import parse_url
+        from .engine.wire.remote_http import parse_url
 
         server_conflicts(args, settings)
         parse_url(args.server)
@@ -223,7 +213,7 @@ def trace_main(args: argparse.Namespace) -> int:
         out, n_sampled, seen = sys.stdout, 0, 0
         lens = None
         if getattr(args, "lens", False):  # the capture's modules load only with --lens
-            from .engine.lens_capture import find_lens
+            from .engine.observe.lens_capture import find_lens
 
             lens = find_lens(engine)
         for rec in generate_records(engine, spec, args.n_predict, toks):
@@ -261,7 +251,7 @@ def generate_records(
     """The loop's records, or with --spec-type one record per draft-verify round."""
     if spec is None:
         return loop.generate(engine, n_predict, toks)
-    from .engine import spec_verify
+    from .engine.spec import spec_verify
 
     return spec_verify.generate(engine, spec, n_predict, toks)
 

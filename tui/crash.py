@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .engine import secret
+from .engine.model import secret
 
 PREFIX = "crash-"  # crash-<date>-<pid>.log: a run's stack file (deleted at a clean exit)
 _FATAL = "Fatal Python error: "
@@ -39,7 +39,7 @@ _FRAME = re.compile(r'^\s+File "([^"]+)", line \d+ in (\S+)', re.M)
 
 
 def shown_argv(argv: list[str]) -> list[str]:
-    """``argv`` with the API key masked (:mod:`~tui.engine.secret`): a crash log is shared."""
+    """``argv`` with the API key masked (:mod:`~tui.engine.model.secret`): a crash log is shared."""
     secret.collect(argv)
     return [secret.redact(a) for a in argv]
 

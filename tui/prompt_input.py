@@ -1,5 +1,5 @@
 """The prompt of ``trace`` and ``verify``: ``-p TEXT``, ``-p -`` (standard input) or ``-f FILE``,
-read as UTF-8 and bounded by what the context can hold (:mod:`~tui.engine.text_size`) before it
+read as UTF-8 and bounded by what the context can hold (:mod:`~tui.engine.model.text_size`) before it
 is read whole. :mod:`tui.args` re-exports :func:`read_prompt`."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .engine import text_size
-from .engine.errors import TokenstepError
+from .engine.model import text_size
+from .engine.model.errors import TokenstepError
 
 DEFAULT_N_CTX = 4096  # -c when not given (over --server, the server's own)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
     """The prompt from -p, -p - (stdin) or -f; invalid UTF-8, or more text than the context
-    can hold (:mod:`~tui.engine.text_size`, before it is read whole), is one sentence."""
+    can hold (:mod:`~tui.engine.model.text_size`, before it is read whole), is one sentence."""
     if args.file is not None and args.prompt is not None:
         raise TokenstepError("-p and -f both give the prompt; pass one of them.")
     n_ctx = args.ctx_size if (args.ctx_size or 0) > 0 else DEFAULT_N_CTX

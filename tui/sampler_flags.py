@@ -8,9 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .engine.bounds import check_grammar_size, need_utf8
-from .engine.errors import TokenstepError
-from .engine.sampler_settings import (
+from .engine.model.errors import TokenstepError
+from .engine.sampler.bounds import check_grammar_size, need_utf8
+from .engine.sampler.sampler_settings import (
     DEFAULT_BREAKERS,
     parse_logit_bias,
     parse_samplers,
@@ -143,7 +143,7 @@ def grammar_from_args(args: argparse.Namespace) -> str:
         raise TokenstepError(f"{names} both give a grammar: pass only one.")
     if not given:
         return ""
-    from .engine.grammar import schema_to_gbnf
+    from .engine.sampler.grammar import schema_to_gbnf
 
     flag = given[0]
     if flag in ("grammar", "json_schema"):  # bytes not UTF-8 reach argv as lone surrogates

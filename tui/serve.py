@@ -31,10 +31,10 @@ from textual_serve.server import Server
 
 from .args import build_parsers
 from .commands import preflight
-from .engine import gguf_header
-from .engine.errors import TokenstepError
-from .engine.info import facts
-from .engine.model import default_model_path
+from .engine.model import gguf_header
+from .engine.model.errors import TokenstepError
+from .engine.model.info import facts
+from .engine.model.model import default_model_path
 from .serve_input import MAX_FRAME, Relay, RequestErrors, clamp_size, pace, read_frame
 from .serve_remote import remote_api, without_api_key
 from .worker import session_store
@@ -154,8 +154,8 @@ def refusal(max_sessions: int, slots: int | None = None) -> str:
 def remote_slots(url: str, api_key: str | None = None) -> tuple[int, str]:
     """With ``--server``: the llama-server's slot count (its ``-np``) and model file, asked once
     at start, so a dead server is one sentence here rather than an error in every tab."""
-    from .engine.remote_http import ServerClient
-    from .engine.remote_vocab import handshake
+    from .engine.remote.remote_vocab import handshake
+    from .engine.wire.remote_http import ServerClient
 
     client = ServerClient(url, 30.0, api_key=api_key)
     try:
@@ -358,7 +358,7 @@ def serve_main(args: argparse.Namespace) -> int:
             if app_args.api is None:
                 app_argv += ["--api", "openai"]
         else:
-            from .engine.openai_backend import api_key_from
+            from .engine.remote.openai_backend import api_key_from
 
             slots, name = remote_slots(app_args.server, api_key_from(app_args.api_key))
             title = f"tokenstep · {name} (llama-server)"

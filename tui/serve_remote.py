@@ -10,10 +10,10 @@ from pathlib import Path
 def remote_api(app_args: argparse.Namespace) -> tuple[str, str]:
     """With ``--server``: which API it speaks (--api, else detected once here) and, over
     /v1, the model each tab steps."""
-    from .engine.openai_api import detect_api
-    from .engine.openai_backend import api_key_from
-    from .engine.openai_reply import choose_model, read_model_list
-    from .engine.remote_http import ServerClient
+    from .engine.remote.openai_backend import api_key_from
+    from .engine.wire.openai_api import detect_api
+    from .engine.wire.openai_reply import choose_model, read_model_list
+    from .engine.wire.remote_http import ServerClient
 
     key = api_key_from(app_args.api_key)
     api = app_args.api or detect_api(app_args.server, 30.0, key)
@@ -29,10 +29,10 @@ def remote_api(app_args: argparse.Namespace) -> tuple[str, str]:
 
 
 def without_api_key(argv: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The tabs' flags without the API key, in any spelling :mod:`~tui.engine.secret` knows,
+    """The tabs' flags without the API key, in any spelling :mod:`~tui.engine.model.secret` knows,
     and the environment that carries it instead (a command line is visible to every user of
     the machine, in ``ps``)."""
-    from .engine import secret
+    from .engine.model import secret
 
     out, key = secret.without_key(argv)
     return out, ({secret.ENV: key} if key else {})

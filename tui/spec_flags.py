@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .engine.bounds import INT32_MAX
-from .engine.errors import TokenstepError
+from .engine.model.errors import TokenstepError
+from .engine.sampler.bounds import INT32_MAX
 
 if TYPE_CHECKING:
     from .engine.session import Engine
-    from .engine.spec_verify import Speculator
+    from .engine.spec.spec_verify import Speculator
 
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 LLAMA_SERVER_ONLY = (
@@ -142,10 +142,10 @@ def speculator_from_args(args: argparse.Namespace, engine: Engine) -> Speculator
     kind = check_spec(args)
     if kind == "none":
         return None
-    from .engine.spec_verify import NgramDrafter, Speculator
+    from .engine.spec.spec_verify import NgramDrafter, Speculator
 
     if kind == "ngram-simple":
-        from .engine.spec_ngram import NgramSimple
+        from .engine.spec.spec_ngram import NgramSimple
 
         ngram = NgramSimple(
             args.spec_ngram_simple_size_n,
@@ -153,7 +153,7 @@ def speculator_from_args(args: argparse.Namespace, engine: Engine) -> Speculator
             args.spec_ngram_simple_min_hits,
         )
         return Speculator(NgramDrafter(ngram))
-    from .engine.spec_draft import DraftSimple
+    from .engine.spec.spec_draft import DraftSimple
 
     return Speculator(
         DraftSimple(

@@ -14,9 +14,9 @@ from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
 from .commands import engine_from_args
-from .engine.chat import CHATML
-from .engine.errors import TokenstepError
-from .engine.model import system_info
+from .engine.model.chat import CHATML
+from .engine.model.errors import TokenstepError
+from .engine.model.model import system_info
 from .engine.session import Engine
 from .spec_flags import speculator_from_args
 from .worker import session_store
@@ -62,7 +62,7 @@ def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace)
     observer context of its own; the run's context is made as if nobody looked."""
     spec = getattr(args, "attention", None)
     if spec is not None and engine.capabilities.attention:
-        from .engine.attention_capture import parse_layers
+        from .engine.observe.attention_capture import parse_layers
 
         app.controller.attention.start(parse_layers(spec, engine.info.n_layer))
 

@@ -17,9 +17,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .engine import text_size
-from .engine.errors import TokenstepError
-from .engine.tokens import display_bytes
+from .engine.model import text_size
+from .engine.model.errors import TokenstepError
+from .engine.model.tokens import display_bytes
 
 MAX_N_CTX = 1 << 20  # the largest context tokenstep makes (EngineConfig.validate)
 
@@ -76,7 +76,7 @@ def check_given(args: argparse.Namespace) -> None:
 def read_text(args: argparse.Namespace, n_ctx: int = 0) -> str:
     """The text from TEXT, -p, -f or --stdin; one larger than a context of ``n_ctx`` tokens
     (the model's training context) can hold is refused before it is read whole
-    (:mod:`~tui.engine.text_size`)."""
+    (:mod:`~tui.engine.model.text_size`)."""
     check_given(args)
     if args.file is not None:
         try:
@@ -107,15 +107,15 @@ def read_text(args: argparse.Namespace, n_ctx: int = 0) -> str:
 def tokenize_main(argv: Sequence[str]) -> int:
     args = tokenize_parser().parse_args(list(argv))
     check_given(args)  # a missing text is said before the header is read
-    from .engine import gguf_header
-    from .engine.info import facts
-    from .engine.model import default_model_path
+    from .engine.model import gguf_header
+    from .engine.model.info import facts
+    from .engine.model.model import default_model_path
 
     path = Path(args.model) if args.model is not None else default_model_path()
     n_train = facts(gguf_header.validate(path)).n_ctx_train or 0  # the header only
     n_ctx = min(n_train, MAX_N_CTX)  # a header's claim, bounded as -c is
     text = read_text(args, n_ctx)  # before the model load: a typo should not wait for it
-    from .engine.vocab_only import VocabModel
+    from .engine.model.vocab_only import VocabModel
 
     model = VocabModel(args.model)
     try:

@@ -16,9 +16,9 @@ from .commands import (
     settings_from_args,
 )
 from .engine import Engine, TokenstepError
-from .engine.spec_verify import Speculator
+from .engine.model.tokens import display_bytes
+from .engine.spec.spec_verify import Speculator
 from .engine.step import StepRecord
-from .engine.tokens import display_bytes
 from .engine.verify import VerifyResult
 from .spec_flags import check_spec, speculator_from_args
 
@@ -41,7 +41,7 @@ def verify_main(args: argparse.Namespace) -> int:
     not compute. A batched row's top-1 flip is reported, not failed: the batched kernels round
     differently from the one-token steps, by an amount that depends on the CPU's build."""
     if getattr(args, "server", None):
-        from .engine.remote import remote_capabilities
+        from .engine.remote.remote import remote_capabilities
 
         raise TokenstepError(f"verify {remote_capabilities(args.server).missing('verify')}.")
     if args.n_predict < 0:

@@ -13,8 +13,8 @@ def version_text() -> str:
     from importlib.metadata import version
 
     from . import __version__
-    from .engine import repack
-    from .engine.model import system_info
+    from .engine.model import repack
+    from .engine.model.model import system_info
 
     line = system_info()
     return (

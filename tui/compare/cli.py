@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
-from ..engine.errors import TokenstepError
+from ..engine.model.errors import TokenstepError
 from .progress import Progress, is_tty, quiet_keys
 from .records import Position, Result
 from .sides import SIDE_FLAGS

@@ -1,7 +1,7 @@
 """Free-running comparison (``--free``): each side generates with its own sampler chain and seed.
 
 Both contexts decode the prompt; then at every step each side's chain (the engine's
-:class:`~tui.engine.sampling.SamplerChain`, the whole chain as a pick runs it, with the prompt
+:class:`~tui.engine.sampler.sampling.SamplerChain`, the whole chain as a pick runs it, with the prompt
 and the side's own picks as history) picks from that side's own logits, and each side is fed its
 own pick. Until the texts part the two contexts hold the same tokens, so the KL at a step is
 what the configurations change; the first step whose picks differ is ``parted_at``, and that
@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from ..engine import SamplerSettings
-from ..engine.sampling import SamplerChain
-from ..engine.tokens import display_bytes
+from ..engine.model.tokens import display_bytes
+from ..engine.sampler.sampling import SamplerChain
 from .lockstep import LocalSide, Lockstep
 from .records import Position, Result, Side
 

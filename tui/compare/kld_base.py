@@ -20,9 +20,9 @@ from typing import IO, Any
 import numpy as np
 
 from ..engine import EngineConfig
-from ..engine.errors import TokenstepError
-from ..engine.tokens import Vocab
-from ..engine.vocab_only import VocabModel
+from ..engine.model.errors import TokenstepError
+from ..engine.model.tokens import Vocab
+from ..engine.model.vocab_only import VocabModel
 from .lockstep import LocalSide
 from .records import Side
 

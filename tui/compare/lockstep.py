@@ -1,7 +1,7 @@
 """Two llama.cpp contexts fed the same tokens in lockstep, compared position by position.
 
-Each side is the engine's own building blocks: a :class:`~tui.engine.model.Model`, a
-:class:`~tui.engine.context.Context` made from an :class:`EngineConfig` (the app's flags), a
+Each side is the engine's own building blocks: a :class:`~tui.engine.model.model.Model`, a
+:class:`~tui.engine.model.context.Context` made from an :class:`EngineConfig` (the app's flags), a
 :class:`~tui.engine.batch.LlamaBatch`. One thread drives both contexts, one decode at a time.
 A window of tokens is decoded by A (in calls of A's ``-b``), its logits rows copied out, then
 by B (in calls of B's ``-b``); the rows are compared and dropped before the next window, so at
@@ -25,11 +25,11 @@ import numpy as np
 
 from ..engine import EngineConfig, Model
 from ..engine.batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
-from ..engine.context import Context
-from ..engine.errors import TokenstepError
-from ..engine.kvcache import KVLayout
 from ..engine.logits import read_row
-from ..engine.tokens import Vocab, display_bytes
+from ..engine.model.context import Context
+from ..engine.model.errors import TokenstepError
+from ..engine.model.kvcache import KVLayout
+from ..engine.model.tokens import Vocab, display_bytes
 from . import divergence
 from .records import Candidate, Position, Result, Side, Summary
 

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..engine.errors import TokenstepError
-from ..engine.remote_http import ServerClient, ServerError
-from ..engine.remote_reply import read_completion
-from ..engine.tokens import display_bytes
+from ..engine.model.errors import TokenstepError
+from ..engine.model.tokens import display_bytes
+from ..engine.wire.remote_http import ServerClient, ServerError
+from ..engine.wire.remote_reply import read_completion
 from . import divergence
 from .lockstep import LocalSide, Lockstep, Span, candidates
 from .records import Candidate, Position, Side

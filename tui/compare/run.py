@@ -14,9 +14,9 @@ import copy
 from collections.abc import Callable
 
 from ..engine import EngineConfig, Model, SamplerSettings
-from ..engine.errors import TokenstepError
-from ..engine.tokens import Vocab
-from ..engine.vocab_only import VocabModel
+from ..engine.model.errors import TokenstepError
+from ..engine.model.tokens import Vocab
+from ..engine.model.vocab_only import VocabModel
 from . import kld_base
 from .free import free_run
 from .lockstep import (

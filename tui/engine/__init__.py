@@ -8,10 +8,10 @@ Usable from a script::
     rec = eng.step()                 # sample, then decode one token
 """
 
-from .context import EngineConfig
-from .errors import ContextFullError, ModelError, TokenstepError
-from .model import Model, ModelInfo, default_model_path
-from .sampling import SamplerSettings
+from .model.context import EngineConfig
+from .model.errors import ContextFullError, ModelError, TokenstepError
+from .model.model import Model, ModelInfo, default_model_path
+from .sampler.sampling import SamplerSettings
 from .session import Engine
 from .step import StepRecord
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .model import ModelInfo
+    from .model.model import ModelInfo
+    from .model.work import WorkCounter
     from .records import RecordLog
     from .run_record import RunRecord
-    from .sampling import ChainResult, SamplerSettings
+    from .sampler.sampling import ChainResult, SamplerSettings
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
     from .verify import VerifyResult
-    from .work import WorkCounter
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 
 from .batch import DecodeCall
-from .errors import ContextFullError, TokenstepError
 from .logits import read_row, top_candidates
+from .model.errors import ContextFullError, TokenstepError
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .replay import DecodeOp
 from .run_record import Decode

@@ -14,10 +14,10 @@ from collections import OrderedDict
 import llama_cpp
 import numpy as np
 
-from .errors import TokenstepError
-from .sampling import top_stats
+from .model.errors import TokenstepError
+from .model.tokens import Vocab
+from .sampler.sampling import top_stats
 from .step import Candidate
-from .tokens import Vocab
 
 TOP_N = 10
 LOGITS_KEEP = 64  # logits kept for rewinding without recomputation

@@ -18,18 +18,18 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .batch import DecodeCall, LlamaBatch
-    from .context import EngineConfig
-    from .kvcache import KVMirror
     from .logits import LogitsMemory
-    from .model import Model, ModelInfo
+    from .model.context import EngineConfig
+    from .model.kvcache import KVMirror
+    from .model.model import Model, ModelInfo
+    from .model.tokens import Vocab
+    from .model.work import WorkCounter
     from .records import RecordLog
     from .replay import ReplayLog
     from .run_record import RunRecord
-    from .sampling import SamplerChain, SamplerSettings
+    from .sampler.sampling import SamplerChain, SamplerSettings
     from .step import Branch, Parked, PrefillTurn, ShiftEvent, StepRecord
     from .surprise import SurpriseLog
-    from .tokens import Vocab
-    from .work import WorkCounter
 
 
 class DecodeObserver(Protocol):

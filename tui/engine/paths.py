@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import llama_cpp
 
 from . import prompt, replay
-from .errors import TokenstepError
+from .model.errors import TokenstepError
 from .step import Parked
 from .surprise import Surprise
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import kv_order, replay
+from . import replay
 from .batch import plan_prompt
 from .decode import decode
-from .errors import ContextFullError, TokenstepError
+from .model import kv_order
+from .model.errors import ContextFullError, TokenstepError
 from .run_record import Turn
-from .sampling import entropy_bits, softmax
+from .sampler.sampling import entropy_bits, softmax
 from .step import PrefillTurn, StepRecord
 from .surprise import Surprise, score_rows
 
@@ -44,7 +45,7 @@ def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[
 def keep_in_order(engine: EngineParts, n_new: int = 0) -> int:
     """Before ``n_new`` tokens of sequence 0 are decoded one by one (0: none, after cells were
     copied in): decode its tail again first when they would otherwise land out of position
-    order (see :mod:`tui.engine.kv_order`). Returns how many tokens were decoded again."""
+    order (see :mod:`tui.engine.model.kv_order`). Returns how many tokens were decoded again."""
     again = _take_back(engine, n_new, merged=False)
     if again:
         _decode_prompt(engine, again, engine.n_past)

@@ -1,5 +1,5 @@
 """Everything the engine does to its ``llama_context``'s memory, in order, so another context
-can do the same (an observer's own context, :mod:`tui.engine.observer_context`).
+can do the same (an observer's own context, :mod:`tui.engine.observe.observer_context`).
 
 Every ``llama_decode`` (:func:`tui.engine.decode.decode`) and every ``llama_memory_*`` edit
 (``seq_rm``, ``seq_cp``, ``seq_add``, ``clear``) of the engine goes through here and is noted

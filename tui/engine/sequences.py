@@ -16,15 +16,15 @@ import numpy as np
 from . import replay
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
-from .errors import TokenstepError
+from .model.errors import TokenstepError
+from .model.tokens import quoted
 from .paths import drop, free_seqs, make_room
 from .prompt import keep_in_order
 from .run_record import Fork, Pick
-from .sampling import entropy_bits, softmax
+from .sampler.sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
 from .surprise import Surprise
-from .tokens import quoted
 
 if TYPE_CHECKING:
     from .parts import EngineParts

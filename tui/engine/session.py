@@ -22,26 +22,26 @@ import numpy as np
 from . import loop, paths, prompt, replay, sequences, shift
 from .backend import LOCAL, LOCAL_LENS, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
-from .context import Context, EngineConfig
 from .decode import DecodeObserver, decode
-from .errors import TokenstepError
-from .grammar import check_grammar
-from .kv_order import CellSlots
-from .kvcache import KVLayout, KVLogReport, KVMirror
-from .lens import head_problem
 from .logits import LogitsMemory
-from .model import Model
-from .offload import placement
+from .model.context import Context, EngineConfig
+from .model.errors import TokenstepError
+from .model.kv_order import CellSlots
+from .model.kvcache import KVLayout, KVLogReport, KVMirror
+from .model.lens import head_problem
+from .model.model import Model
+from .model.offload import placement
+from .model.tokens import Vocab
+from .model.work import WorkCounter
 from .records import RecordLog
 from .replay import ReplayLog
 from .run_record import Clear, Rewind, RunRecord
-from .sampling import ChainResult, SamplerChain, SamplerSettings
+from .sampler.grammar import check_grammar
+from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
-from .tokens import Vocab
 from .trace import record_to_dict
 from .verify import Verifier, VerifyResult
-from .work import WorkCounter
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import llama_cpp
 
 from . import replay
-from .errors import TokenstepError
+from .model.errors import TokenstepError
 from .paths import drop_all
 from .run_record import Shift
 from .step import ShiftEvent

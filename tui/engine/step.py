@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .batch import DecodeCall
-from .kvcache import Forgotten
-from .sampling import ChainResult, SamplerChain, SamplerSettings
+from .model.kvcache import Forgotten
+from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .surprise import Surprise, SurpriseLog
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .remote_step import ServerStep
+    from .wire.remote_step import ServerStep
 
 
 @dataclass

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from .attention_store import StoredInts, is_stored
-from .tokens import display_bytes
+from .model.tokens import display_bytes
 
 if TYPE_CHECKING:
-    from .chain_result import ChainResult
-    from .kvcache import KVLayout
+    from .model.kvcache import KVLayout
+    from .sampler.chain_result import ChainResult
     from .step import StepRecord
 
 

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
-from . import kv_order
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
-from .context import FLASH_ATTN, init_context
-from .errors import TokenstepError
 from .logits import TOP_N, read_row
-from .sampling import top_k_by_logit
+from .model import kv_order
+from .model.context import FLASH_ATTN, init_context
+from .model.errors import TokenstepError
+from .sampler.sampling import top_k_by_logit
 
 if TYPE_CHECKING:
     from .parts import EngineParts

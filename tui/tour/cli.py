@@ -34,7 +34,7 @@ def tour_main(
 ) -> int:
     """Parse, check the model file, then run the tour's own app. ``make_config`` is the app's
     own flags-to-context function (the same checks, the same messages)."""
-    from ..engine.model import probe
+    from ..engine.model.model import probe
     from .lab import Lab
     from .screen import TourApp, TourScreen, locale_lang
 

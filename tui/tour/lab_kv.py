@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..engine import Engine, EngineConfig, Model, SamplerSettings
-from ..engine.chat import CHATML, Message, chat_tokens
-from ..engine.memory import KVBreakdown, allocations, breakdown_for
-from ..engine.tokens import display_bytes
+from ..engine.model.chat import CHATML, Message, chat_tokens
+from ..engine.model.tokens import display_bytes
+from ..engine.observe.memory import KVBreakdown, allocations, breakdown_for
 
 FULL_CTX = 32  # the small context the "context fills" chapter fills
 WALL_N = 16  # tokens the quadratic-wall chapter feeds one at a time
@@ -95,9 +95,9 @@ def inside_facts(model: Model, config: EngineConfig, prompt: str) -> InsideFacts
     eval callback, every layer's ``l_out`` row of the last position for the logit lens (the
     head is read from the GGUF file once per model: about 1 s on SmolLM2, part of this
     chapter's "running" time)."""
-    from ..engine.attention_map import context_attention, top_attended
-    from ..engine.lens import head_problem
-    from ..engine.lens_capture import AttentionLensCapture
+    from ..engine.model.lens import head_problem
+    from ..engine.observe.attention_map import context_attention, top_attended
+    from ..engine.observe.lens_capture import AttentionLensCapture
 
     n_layer = model.info.n_layer
     layer = int(n_layer * INSIDE_LAYER_FRACTION)
@@ -226,9 +226,9 @@ def ram_facts(eng: Engine) -> RamFacts:
 
 def ram_from_header(path: str | Path | None) -> RamFacts:
     """The same arithmetic on the GGUF header alone (no context: nothing logged to compare)."""
-    from ..engine import gguf_header
-    from ..engine.info import facts
-    from ..engine.model import default_model_path
+    from ..engine.model import gguf_header
+    from ..engine.model.info import facts
+    from ..engine.model.model import default_model_path
 
     f = facts(gguf_header.validate(Path(path) if path else default_model_path()))
     bd = KVBreakdown(f.n_layer, f.n_head, max(f.n_head_kv), f.head_dim_k, f.head_dim_v)

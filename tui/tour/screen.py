@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
-from ..engine.errors import TokenstepError, one_line
+from ..engine.model.errors import TokenstepError, one_line
 from ..widgets.keys import KEYS
 from .chapters import Page
 from .lab import CHAPTERS, Facts, Lab, Skipped

@@ -3,14 +3,14 @@
 embedding -> n_layer × (attention + feed-forward) -> final norm -> lm_head -> logits, drawn with
 the model's real sizes (from llama.cpp's model info), the graph's node count and each layer's
 chain of named operations as the graph names them (the census of
-:mod:`tui.engine.census`), and, in profile mode, the measured time of every part.
+:mod:`tui.engine.observe.census`), and, in profile mode, the measured time of every part.
 
 API for the app (the pane never touches the engine):
 
 - ``update_from(info, census=None, profile=None, status="")``: ``info`` is the engine's
-  :class:`~tui.engine.model.ModelInfo`; ``census`` and ``profile`` are what a step record
+  :class:`~tui.engine.model.model.ModelInfo`; ``census`` and ``profile`` are what a step record
   carries in ``extras["graph"]`` / ``extras["profile"]`` (dicts), or the
-  :class:`~tui.engine.census.GraphCensus` / :class:`~tui.engine.profile.GraphProfile` objects.
+  :class:`~tui.engine.observe.census.GraphCensus` / :class:`~tui.engine.observe.profile.GraphProfile` objects.
   ``status`` is an optional note shown in the subtitle (e.g. how to turn the census on).
 - ``show_unavailable(sentence)``: the backend cannot give the graph; forget what was drawn
   and show only ``sentence``.
@@ -29,8 +29,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..engine.model import ModelInfo
-from ..engine.profile import PROFILE_NOTE
+from ..engine.model.model import ModelInfo
+from ..engine.observe.profile import PROFILE_NOTE
 
 TITLE = Style(color="bright_white", bold=True)
 STAGE = Style(color="bright_cyan", bold=True)

@@ -3,7 +3,7 @@
 Rows are query tokens of the context (top to bottom, oldest first), columns are key tokens
 (left to right), each labelled with its piece. A cell's colour is the weight the query gave to
 that key in the selected layer and head (or the mean over heads), taken from the
-``kq_soft_max`` node of llama.cpp's graph (see :mod:`tui.engine.attention_capture`). Future
+``kq_soft_max`` node of llama.cpp's graph (see :mod:`tui.engine.observe.attention_capture`). Future
 keys are drawn as ``·``: the causal mask left exactly 0 there. The drawing pieces are in
 :mod:`tui.widgets.heatmap`, the title and footer text in :mod:`tui.widgets.attention_text`.
 
@@ -18,7 +18,7 @@ small LRU caches) until the data, the head or the size changes.
 API for the app (the pane never touches the engine):
 
 - ``update_from(att, pieces, n_layer=..., status=...)``: ``att`` is a
-  :class:`~tui.engine.attention_map.ContextAttention` (``context_attention(engine, layer)``,
+  :class:`~tui.engine.observe.attention_map.ContextAttention` (``context_attention(engine, layer)``,
   built on the decode thread) or None; ``pieces`` are the context's token pieces (bytes), one
   per row/column; ``status`` is an optional note (e.g. "attention off: press a").
 - ``att_layer``, ``head`` (None = mean over heads), ``cursor`` (query row), ``scale`` ("row" or
@@ -46,7 +46,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..engine.attention_map import ContextAttention, top_attended
+from ..engine.observe.attention_map import ContextAttention, top_attended
 from .attention_text import Ranked, footer_line, titles
 from .heatmap import (
     HEADER_H,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 
-from ..engine.attention_map import ContextAttention
+from ..engine.observe.attention_map import ContextAttention
 from .heatmap import DIM, LABEL, label
 
 TITLE = Style(color="bright_white", bold=True)

@@ -15,9 +15,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..engine.memory import MemoryReport
+from ..engine.model.tokens import quoted
+from ..engine.observe.memory import MemoryReport
 from ..engine.step import ShiftEvent
-from ..engine.tokens import quoted
 from ..engine.verify import VerifyResult
 from ..worker.views import View
 from .common import literal

@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from ..engine.sampler_settings import SamplerSettings
+from ..engine.sampler.sampler_settings import SamplerSettings
 from ..worker.sampler_listing import Setting, chain_order, listing
 from .common import literal
 

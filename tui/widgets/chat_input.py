@@ -13,7 +13,7 @@ would have done a moment earlier (``0`` opens the cache tab). Keys pressed after
 typed as usual. (A reply's end no longer moves the focus here at all: the next control key, ``k``
 for top-k, was typed as text; ``i`` types. A paste moves it, with plain ``set_focus``: the keys
 after a paste, its Enter, belong to the box.) A paste larger than the context can hold
-(:mod:`~tui.engine.text_size`) is refused in one sentence, before the box takes it."""
+(:mod:`~tui.engine.model.text_size`) is refused in one sentence, before the box takes it."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Input
 
-from ..engine import text_size
+from ..engine.model import text_size
 
 
 class ChatInput(Input):

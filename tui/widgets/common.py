@@ -16,7 +16,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..engine.tokens import visible
+from ..engine.model.tokens import visible
 from ..worker.views import View
 
 # Invisible characters get a visible stand-in inside chips and tables.
@@ -49,7 +49,7 @@ ROLE_NAMES = {
 
 def piece_parts(data: bytes) -> list[tuple[str, bool]]:
     """Split a piece into (text, is_hex) runs: valid UTF-8 as text, every other byte as
-    ``<0xNN>`` (the same rule as :func:`tui.engine.tokens.display_bytes`)."""
+    ``<0xNN>`` (the same rule as :func:`tui.engine.model.tokens.display_bytes`)."""
     out: list[tuple[str, bool]] = []
     i = 0
     while i < len(data):

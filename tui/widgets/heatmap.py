@@ -16,7 +16,7 @@ from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
 
-from ..engine.tokens import display_bytes
+from ..engine.model.tokens import display_bytes
 
 LABEL_W = 13  # "1234 piece…  "
 HEADER_H = 3  # key labels, written downwards

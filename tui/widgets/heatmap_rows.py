@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.attention_map import ContextAttention
+from ..engine.observe.attention_map import ContextAttention
 from .heatmap import Runs, cell_sums, level_runs
 from .lru import LRU
 
 
 class HeatmapRows:
-    """The rows of one :class:`~tui.engine.attention_map.ContextAttention` and head: each
+    """The rows of one :class:`~tui.engine.observe.attention_map.ContextAttention` and head: each
     row laid out over the keys, its cell sums and its colour runs for an aggregation (keys per
     cell) and colour scale, each kept in an LRU of ``maxsize`` rows. :meth:`reset` when the
     data or the head change."""

@@ -16,7 +16,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 
-from ..engine.tokens import display_bytes, escape_controls
+from ..engine.model.tokens import display_bytes, escape_controls
 from .common import GAP, SEQ_COLORS, LinePane, fmt_bytes
 
 FREE = Style(color="grey30")

@@ -1,7 +1,7 @@
 """The logit lens pane (tab 8): what each layer would predict if the model stopped there.
 
 Layers down, the top 5 tokens of each with p (the layer's ``l_out`` projected through the
-model's own head, :mod:`tui.engine.lens`); the marked token (llama.cpp's top-1 for the
+model's own head, :mod:`tui.engine.model.lens`); the marked token (llama.cpp's top-1 for the
 preview, the token sampled for the last step) in bold wherever it appears, and the layers
 where it first enters the top 5 and the top 1 flagged. The header shows the check of the whole
 method: the last layer's max |Δ| against llama.cpp's own logits. Draws a
@@ -25,7 +25,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from ..engine.tokens import escape_controls, visible
+from ..engine.model.tokens import escape_controls, visible
 from ..worker.lens import LensStep, LensView
 from .lens_grid import GridRows, fitting, grid_summary
 

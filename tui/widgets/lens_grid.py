@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from ..engine.tokens import escape_controls, visible
+from ..engine.model.tokens import escape_controls, visible
 from ..worker.lens_grid import GridView
 
 CELL = 5  # piece columns in a cell

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from ..engine.chain_stages import chain_specs
+from ..engine.sampler.chain_stages import chain_specs
 from ..worker.views import View
 from .common import DIM
 

@@ -1,6 +1,6 @@
 """The memory pane: what the KV cache costs, taken apart, and what other settings would cost.
 
-Renders an :class:`tui.engine.memory.MemoryReport` (built by the engine's thread) and nothing
+Renders an :class:`tui.engine.observe.memory.MemoryReport` (built by the engine's thread) and nothing
 else: the per-token formula, grouped-query attention's saving, the cells in use against the
 allocation llama.cpp logged, and a calculator over context sizes and cache types."""
 
@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ..engine.memory import MemoryReport
+from ..engine.observe.memory import MemoryReport
 from .common import fmt_bytes
 
 BAR_W = 30

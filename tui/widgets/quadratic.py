@@ -1,6 +1,6 @@
 """The quadratic-wall pane: forward passes with the KV cache against a loop without one.
 
-Renders a :class:`tui.engine.work.WorkSnapshot` (a copy the engine's thread made): the two
+Renders a :class:`tui.engine.model.work.WorkSnapshot` (a copy the engine's thread made): the two
 totals and their ratio, both running totals charted against the context length on one scale,
 and the measured decode time per step as the context grows."""
 
@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
-from ..engine.work import WorkSnapshot
+from ..engine.model.work import WorkSnapshot
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 CHART_W = 48

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.attention_capture import AttentionCapture
-from ..engine.attention_map import ContextAttention, context_attention
-from ..engine.errors import TokenstepError
-from ..engine.model import ModelInfo
+from ..engine.model.errors import TokenstepError
+from ..engine.model.model import ModelInfo
+from ..engine.observe.attention_capture import AttentionCapture
+from ..engine.observe.attention_map import ContextAttention, context_attention
 from ..engine.session import Engine
 from .caches import Memo
 from .commands import AttentionLayer

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..engine import secret
-from ..engine.errors import TokenstepError
-from ..engine.memory import memory_report
-from ..engine.sampling import ChainResult, top_stats
-from ..engine.work import WorkSnapshot
+from ..engine.model import secret
+from ..engine.model.errors import TokenstepError
+from ..engine.model.work import WorkSnapshot
+from ..engine.observe.memory import memory_report
+from ..engine.sampler.sampling import ChainResult, top_stats
 from .caches import Memo
 from .candidate_rows import moved_logits, with_survivors
 from .chat import merge, messages_now, spans_now

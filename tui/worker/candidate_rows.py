@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..engine.chain_result import ChainResult
+    from ..engine.sampler.chain_result import ChainResult
 
 
 def with_survivors(

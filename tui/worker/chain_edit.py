@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..engine.chain_stages import STAGES
-from ..engine.errors import TokenstepError
-from ..engine.grammar import check_grammar, schema_to_gbnf
-from ..engine.sampler_settings import (
+from ..engine.model.errors import TokenstepError
+from ..engine.sampler.chain_stages import STAGES
+from ..engine.sampler.grammar import check_grammar, schema_to_gbnf
+from ..engine.sampler.sampler_settings import (
     SamplerSettings,
     parse_logit_bias,
     parse_samplers,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine import text_size
-from ..engine.chat import Message, chat_tokens
-from ..engine.errors import ContextFullError, TokenstepError
+from ..engine.model import text_size
+from ..engine.model.chat import Message, chat_tokens
+from ..engine.model.errors import ContextFullError, TokenstepError
 from . import paths
 from .remote_view import lost_cache_note, prefill_note
 from .stages import BATCH, DECODE, LOGITS, TOKENIZE

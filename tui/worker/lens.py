@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.lens_capture import LensCapture
-from ..engine.lens_grid import GRID_MAX
+from ..engine.model.tokens import display_bytes
+from ..engine.observe.lens_capture import LensCapture
+from ..engine.observe.lens_grid import GRID_MAX
 from ..engine.session import Engine
-from ..engine.tokens import display_bytes
 from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The lens grid for the app: the context's positions x layers, assembled on the decode
-thread from the records' ``extras["lens_grid"]`` (:mod:`tui.engine.lens_grid`).
+thread from the records' ``extras["lens_grid"]`` (:mod:`tui.engine.observe.lens_grid`).
 
 Each position's column comes from the newest record that decoded that position with the grid
 on and the same token there (a rewind and a different token leave it out). Nothing here
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.tokens import display_bytes
+from ..engine.model.tokens import display_bytes
 
 if TYPE_CHECKING:
     from ..engine.session import Engine

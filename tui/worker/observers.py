@@ -2,8 +2,8 @@
 ask of it, and when it must be made anew (worker thread only).
 
 The panes never make the engine's context see more: they say what they want
-(:class:`~tui.engine.observer_context.Wants`) and read an
-:class:`~tui.engine.observer_context.ObserverContext` of its own, which replays the engine's
+(:class:`~tui.engine.observe.observer_context.Wants`) and read an
+:class:`~tui.engine.observe.observer_context.ObserverContext` of its own, which replays the engine's
 decode calls. Something new to capture over the history (a layer, attention at all, the grid,
 the scored prompt) means a new observer context that replays everything since the last clear;
 something dropped is dropped in place. Nothing here imports Textual or Rich.
@@ -15,13 +15,13 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING
 
-from ..engine.attention_capture import AttentionCapture
-from ..engine.errors import TokenstepError
-from ..engine.lens_capture import LensCapture
-from ..engine.observer_context import ObserverContext, Wants
+from ..engine.model.errors import TokenstepError
+from ..engine.observe.attention_capture import AttentionCapture
+from ..engine.observe.lens_capture import LensCapture
+from ..engine.observe.observer_context import ObserverContext, Wants
 
 if TYPE_CHECKING:
-    from ..engine.lens import LensHead
+    from ..engine.model.lens import LensHead
     from ..engine.session import Engine
     from .parts import WorkerParts
 

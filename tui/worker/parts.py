@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..engine.observer_context import ObserverContext, Wants
-    from ..engine.sampling import ChainResult
+    from ..engine.observe.observer_context import ObserverContext, Wants
+    from ..engine.sampler.sampling import ChainResult
     from ..engine.session import Engine
     from .commands import Command
     from .key_lane import KeyLane

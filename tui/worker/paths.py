@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..engine import paths
-from ..engine.errors import TokenstepError
+from ..engine.model.errors import TokenstepError
 from ..engine.sequences import pick_p
 from ..engine.surprise import Surprise
 

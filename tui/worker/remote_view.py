@@ -1,6 +1,6 @@
 """What the panes say about a model that runs on llama-server (None for a local model).
 
-Built on the worker thread from the newest record's :class:`~tui.engine.remote_step.ServerStep`:
+Built on the worker thread from the newest record's :class:`~tui.engine.wire.remote_step.ServerStep`:
 how many candidates crossed HTTP, who picks and how exact that pick is, the server's own time
 beside the round trip, and what its cache reused.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.remote_step import SERVER_PICK_NOTE
+from ..engine.wire.remote_step import SERVER_PICK_NOTE
 
 
 @dataclass(frozen=True)

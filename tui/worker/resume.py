@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine import checks, text_size
-from ..engine.chat import Message, chat_tokens
-from ..engine.context import EngineConfig
-from ..engine.errors import TokenstepError
-from ..engine.sampler_settings import SamplerSettings
+from ..engine.model import checks, text_size
+from ..engine.model.chat import Message, chat_tokens
+from ..engine.model.context import EngineConfig
+from ..engine.model.errors import TokenstepError
+from ..engine.sampler.sampler_settings import SamplerSettings
 from . import paths
 from .chat import Span, chat_spans
 from .session_store import FORMAT_VERSION

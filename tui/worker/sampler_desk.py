@@ -2,7 +2,7 @@
 
 The sampler keys (:mod:`.sampler_keys`) and the chain edits (:mod:`.chain_edit`) work out what
 a press means and say it in the notice line; the desk makes the change. It never changes the
-backend's :class:`~tui.engine.sampler_settings.SamplerSettings` in place: each change is a new
+backend's :class:`~tui.engine.sampler.sampler_settings.SamplerSettings` in place: each change is a new
 object (``dataclasses.replace`` or a checked copy) handed whole to ``backend.use_settings``, and
 llama.cpp's chain is built from it at the next ``llama_sampler_apply``. A key answered on the key
 lane while ``llama_decode`` runs therefore swaps one reference; the pick that follows the decode
@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..engine.errors import TokenstepError
+from ..engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
-    from ..engine.sampler_settings import SamplerSettings
-    from ..engine.sampling import ChainResult
+    from ..engine.sampler.sampler_settings import SamplerSettings
+    from ..engine.sampler.sampling import ChainResult
     from ..engine.session import Engine
 
 # (the logits record, the settings it ran on, the chain's result) of the pick of an end token

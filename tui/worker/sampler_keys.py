@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .stages import SAMPLE
 
 if TYPE_CHECKING:
-    from ..engine.sampler_settings import SamplerSettings
+    from ..engine.sampler.sampler_settings import SamplerSettings
     from .parts import WorkerParts
 
 # Ladders for the sampler keys: each press moves one rung.

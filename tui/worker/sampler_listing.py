@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.chain_result import MOVES
-from ..engine.chain_stages import chain_specs
-from ..engine.sampler_settings import LETTERS, SamplerSettings
-from ..engine.tokens import quoted, visible
+from ..engine.model.tokens import quoted, visible
+from ..engine.sampler.chain_result import MOVES
+from ..engine.sampler.chain_stages import chain_specs
+from ..engine.sampler.sampler_settings import LETTERS, SamplerSettings
 
 if TYPE_CHECKING:
-    from ..engine.chain_result import ChainResult
+    from ..engine.sampler.chain_result import ChainResult
 
 # llama.cpp's flag name → the setting it sets (the app's ": name value" line takes these).
 FLAGS: dict[str, str] = {

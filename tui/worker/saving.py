@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.errors import TokenstepError
+from ..engine.model.errors import TokenstepError
 from . import paths, session_store, surprise
 from .chat import messages_now
 from .playback import Playback

@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..engine import secret
-from ..engine.chat import Message
-from ..engine.errors import TokenstepError
+from ..engine.model import secret
+from ..engine.model.chat import Message
+from ..engine.model.errors import TokenstepError
 from ..engine.session import Engine
 from ..engine.step import StepRecord
 from ..engine.trace import record_to_dict

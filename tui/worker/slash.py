@@ -4,7 +4,7 @@
 ``<|im_end|>`` is that token) and forces it when it is exactly one token, so any of the
 vocabulary's entries can be forced, not only the 16 rows the logits pane lists; ``/force #ID``
 forces a token id. ``/p TEXT`` (or ``/p #ID``) says where that token stands at this step: its
-rank, logit and p in the full logits row (:mod:`tui.engine.lookup`), and its p′ after the
+rank, logit and p in the full logits row (:mod:`tui.engine.sampler.lookup`), and its p′ after the
 sampler chain or the stage that cut it. TEXT is taken as typed after one space, so
 ``/p  Paris`` (two spaces) asks for ' Paris'; when TEXT has no leading space and ' TEXT' is one
 token too, ``/p`` gives both (a word inside a sentence carries its space).
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.errors import TokenstepError
-from ..engine.lookup import Standing, standing, standing_top_k
+from ..engine.model.errors import TokenstepError
+from ..engine.sampler.lookup import Standing, standing, standing_top_k
 from . import stepping
 
 if TYPE_CHECKING:

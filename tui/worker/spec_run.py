@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.spec_verify import Speculator
+from ..engine.spec.spec_verify import Speculator
 from ..engine.step import StepRecord
 
 

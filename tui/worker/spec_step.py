@@ -1,6 +1,6 @@
 """Speculative decoding in the app (``--spec-type``): one draft-verify round per step.
 
-A round (:meth:`tui.engine.spec_verify.Speculator.round`) ends on a pick that is not decoded
+A round (:meth:`tui.engine.spec.spec_verify.Speculator.round`) ends on a pick that is not decoded
 yet: the target's replacement for the first rejected draft token, or the one more after a
 fully accepted draft. llama-server keeps it the same way, as the first token of the next
 verify batch. So while speculation runs the worker holds that pick (``SpecRun.pending``):
@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..engine import loop
-from ..engine.sampling import softmax
+from ..engine.model.tokens import quoted
+from ..engine.sampler.sampling import softmax
 from ..engine.step import StepRecord
-from ..engine.tokens import quoted
 from . import commands as cmd_types
 from . import spec_stages
 from .spec_run import SpecMarks, SpecRun

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..engine import secret
-from ..engine.chat import Message
+from ..engine.model import secret
+from ..engine.model.chat import Message
 from ..engine.step import StepRecord
 from ..engine.surprise import Surprise
 from ..engine.verify import VerifyResult

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..engine import loop
-from ..engine.sampling import softmax
+from ..engine.model.tokens import quoted
+from ..engine.sampler.sampling import softmax
 from ..engine.step import Sampled, ShiftEvent, StepRecord
-from ..engine.tokens import quoted
 from . import chat, paths, saving, spec_step
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note

@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..engine import secret
-from ..engine.errors import TokenstepError
-from ..engine.remote_http import ServerError
-from ..engine.sampling import ChainResult
+from ..engine.model import secret
+from ..engine.model.errors import TokenstepError
+from ..engine.sampler.sampling import ChainResult
 from ..engine.session import Engine
+from ..engine.wire.remote_http import ServerError
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
 from . import commands as cmd_types
 from .attention import AttentionControl

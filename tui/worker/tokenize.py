@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.errors import TokenstepError
-from ..engine.tokens import display_bytes, visible
+from ..engine.model.errors import TokenstepError
+from ..engine.model.tokens import display_bytes, visible
 
 SHOWN = 40  # pieces in the notice (it has three rows)
 def tokenize_note(vocab: Any, note: Callable[..., None], text: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..engine.tokens import quoted
+from ..engine.model.tokens import quoted
 
 if TYPE_CHECKING:
     from .parts import WorkerParts

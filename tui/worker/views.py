@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.backend import LOCAL, Capabilities
-from ..engine.chat import Message
-from ..engine.kvcache import KVLogReport
-from ..engine.memory import MemoryReport
+from ..engine.model.chat import Message
+from ..engine.model.kvcache import KVLogReport
+from ..engine.model.work import WorkSnapshot
+from ..engine.observe.memory import MemoryReport
 from ..engine.run_record import Turn
-from ..engine.sampling import ChainResult, SamplerSettings
+from ..engine.sampler.sampling import ChainResult, SamplerSettings
 from ..engine.step import ShiftEvent, StepRecord
 from ..engine.verify import VerifyResult
-from ..engine.work import WorkSnapshot
 from .attention import AttentionView
 from .chat import Span
 from .lens import LensView

@@ -1,0 +1,1 @@
+"""The model, its file, its vocabulary and its context (llama.cpp only)."""

@@ -1,0 +1,1 @@
+"""The observers: the eval callback and what it reads, looking without changing."""

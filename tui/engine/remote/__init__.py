@@ -1,0 +1,1 @@
+"""A server as a backend: llama-server and OpenAI-compatible servers."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: the drafters and the verify round."""

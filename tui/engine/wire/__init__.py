@@ -1,0 +1,1 @@
+"""What crosses the network: requests, faults, replies read as untrusted data."""
