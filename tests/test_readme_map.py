@@ -1,5 +1,6 @@
-"""The README's Architecture is the map: every module of the engine and the worker is named
-in it (a new module is found by walking the packages), and its layers are the contract's."""
+"""The README's Architecture is the map: every module of ``tui`` is named in it, in the
+section of its package (and an engine module in the bullet of its room); a new module is found
+by walking the packages. Its layers are the contract's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import re
 import tomllib
 from pathlib import Path
 
-import tui.engine
-import tui.worker
+import tui
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,17 +21,71 @@ def architecture() -> str:
     return text[start:end]
 
 
-def test_every_engine_and_worker_module_is_named_in_the_architecture():
+# package -> the heading of its section; a package not here is a room of the engine
+SECTIONS = {
+    "tui": "### The entry points",
+    "tui.engine": "### The engine",
+    "tui.worker": "### The worker",
+    "tui.widgets": "### The widgets",
+    "tui.tour": "### The tour",
+}
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n###", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def bullet(text: str, head: str) -> str:
+    """The bullet of a section that starts with ``head``, up to the next bullet."""
+    start = text.index(f"\n- **{head}")
+    end = text.find("\n- ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def named(text: str) -> set[str]:
+    return set(re.findall(r"`([a-z_]+)(?:\.[A-Za-z_]+)?`", text))  # `stepping`, `session.Engine`
+
+
+def modules() -> dict[str, list[str]]:
+    """package -> the names of its modules (a package's with a slash), every package of tui."""
+    found: dict[str, list[str]] = {"tui": []}
+    for info in pkgutil.walk_packages(tui.__path__, prefix="tui."):
+        pkg, _, name = info.name.rpartition(".")
+        if info.ispkg:
+            found.setdefault(info.name, [])
+        found.setdefault(pkg, []).append(name + ("/" if info.ispkg else ""))
+    return found
+
+
+def test_every_module_of_tui_is_named_in_the_section_of_its_package():
     arch = architecture()
-    named = set(re.findall(r"`([a-z_]+)(?:\.[A-Za-z_]+)?`", arch))  # `stepping`, `session.Engine`
-    missing = {
-        f"{pkg.__name__}.{info.name}"
-        for pkg in (tui.engine, tui.worker)
-        for info in pkgutil.walk_packages(pkg.__path__)
-        if not info.ispkg and info.name.rpartition(".")[2] not in named
-    }
-    assert "session" in named and "key_lane" in named  # the check reads the section
+    engine = section(arch, SECTIONS["tui.engine"])
+    missing = set()
+    for pkg, names in modules().items():
+        if pkg in SECTIONS:
+            text = section(arch, SECTIONS[pkg])
+        else:  # a room of the engine: its own bullet
+            assert pkg.startswith("tui.engine."), pkg
+            text = bullet(engine, f"`{pkg.rpartition('.')[2]}/`")
+        seen = named(text)
+        for name in names:
+            if pkg == "tui" and name.endswith("/"):  # a package of tui: a section of its own
+                found = f"tui.{name[:-1]}" in SECTIONS
+            else:  # a room is named as a folder in the engine's section
+                found = f"`{name}`" in text if name.endswith("/") else name in seen
+            if not found:
+                missing.add(f"{pkg}.{name}")
+    assert "session" in named(engine) and "key_lane" in named(arch)  # the check reads the map
+    assert {"tui.engine.model", "tui.widgets", "tui.tour"} <= set(modules())
     assert missing == set()
+
+
+def test_the_engine_s_core_modules_are_named_in_the_core_bullet():
+    core = bullet(section(architecture(), SECTIONS["tui.engine"]), "The core loop")
+    top = [n for n in modules()["tui.engine"] if not n.endswith("/")]
+    assert top and [n for n in top if n not in named(core)] == []
 
 
 def test_the_architecture_lists_the_contracts_layers_in_order():
