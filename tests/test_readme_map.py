@@ -21,20 +21,13 @@ def architecture() -> str:
     return text[start:end]
 
 
-# package -> the heading of its section; a package not here is a room of the engine
-SECTIONS = {
-    "tui": "### The entry points",
-    "tui.engine": "### The engine",
-    "tui.worker": "### The worker",
-    "tui.widgets": "### The widgets",
-    "tui.tour": "### The tour",
-}
-
-
-def section(text: str, heading: str) -> str:
-    start = text.index(heading)
-    end = text.find("\n###", start + 1)
-    return text[start:] if end < 0 else text[start:end]
+def section(text: str, pkg: str) -> str:
+    """The ``###`` section whose heading names the package's folder (```tui/engine/```)."""
+    folder = "`" + pkg.replace(".", "/") + "/`"
+    heads = [m for m in re.finditer(r"^### .*$", text, re.M) if folder in m.group(0)]
+    assert len(heads) == 1, f"no section (or several) whose heading names {folder}"
+    end = text.find("\n###", heads[0].end())
+    return text[heads[0].start() :] if end < 0 else text[heads[0].start() : end]
 
 
 def bullet(text: str, head: str) -> str:
@@ -61,20 +54,18 @@ def modules() -> dict[str, list[str]]:
 
 def test_every_module_of_tui_is_named_in_the_section_of_its_package():
     arch = architecture()
-    engine = section(arch, SECTIONS["tui.engine"])
+    engine = section(arch, "tui.engine")
     missing = set()
     for pkg, names in modules().items():
-        if pkg in SECTIONS:
-            text = section(arch, SECTIONS[pkg])
-        else:  # a room of the engine: its own bullet
-            assert pkg.startswith("tui.engine."), pkg
+        if pkg.startswith("tui.engine."):  # a room of the engine: its own bullet
             text = bullet(engine, f"`{pkg.rpartition('.')[2]}/`")
+        else:  # tui and each of its packages: a section of its own
+            text = section(arch, pkg)
         seen = named(text)
         for name in names:
-            if pkg == "tui" and name.endswith("/"):  # a package of tui: a section of its own
-                found = f"tui.{name[:-1]}" in SECTIONS
-            else:  # a room is named as a folder in the engine's section
-                found = f"`{name}`" in text if name.endswith("/") else name in seen
+            if pkg == "tui" and name.endswith("/"):
+                continue  # a package of tui: its own section, checked in its turn
+            found = f"`{name}`" in text if name.endswith("/") else name in seen
             if not found:
                 missing.add(f"{pkg}.{name}")
     assert "session" in named(engine) and "key_lane" in named(arch)  # the check reads the map
@@ -83,7 +74,7 @@ def test_every_module_of_tui_is_named_in_the_section_of_its_package():
 
 
 def test_the_engine_s_core_modules_are_named_in_the_core_bullet():
-    core = bullet(section(architecture(), SECTIONS["tui.engine"]), "The core loop")
+    core = bullet(section(architecture(), "tui.engine"), "The core loop")
     top = [n for n in modules()["tui.engine"] if not n.endswith("/")]
     assert top and [n for n in top if n not in named(core)] == []
 
