@@ -21,7 +21,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 # Compiled modules for every process start: where PYTHONDONTWRITEBYTECODE is set (this CI's
-# machines set it), Python never caches them and each start compiles tui's ~120 modules again
+# machines set it), Python never caches them and each start compiles tui's ~190 modules again
 # (50 ms of a `tokenstep trace` here). compileall writes the caches anyway; stale ones are
 # simply recompiled in memory, as without them.
 .PHONY: bytecode

@@ -270,9 +270,8 @@ class AppActions(KeyRouting):
         self.controls().focus()
 
     def action_toggle_focus(self) -> None:
-        """Esc always leads to the controls. (It used to toggle, so an Esc pressed on the
-        controls during a reply sent the focus into the chat box, and the next Space was typed
-        there instead of pausing.)"""
+        """Esc always leads to the controls, never away from them: an Esc pressed on the
+        controls during a reply leaves the next Space to pause, not to be typed."""
         chat = self.main.query_one("#chat", Input)
         if chat.has_focus:
             self.controls().focus()

@@ -10,9 +10,9 @@ pressed before that moment was aimed at the controls, where the focus was, but i
 box after the move (it waited in the queue behind what caused the move). Such a key is not
 typed: the focus goes back to the controls and the key is handed to them, so it does what it
 would have done a moment earlier (``0`` opens the cache tab). Keys pressed after the move are
-typed as usual. (A reply's end no longer moves the focus here at all: the next control key, ``k``
-for top-k, was typed as text; ``i`` types. A paste moves it, with plain ``set_focus``: the keys
-after a paste, its Enter, belong to the box.) A paste larger than the context can hold
+typed as usual. A reply's end does not move the focus here (the next control key, ``k`` for
+top-k, belongs to the controls); ``i`` types. A paste moves it, with plain ``set_focus``: the
+keys after a paste, its Enter, belong to the box. A paste larger than the context can hold
 (:mod:`~tui.engine.model.text_size`) is refused in one sentence, before the box takes it."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Ladders for the sampler keys: each press moves one rung.
 TEMP_LADDER = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2, 1.5, 2.0, 3.0)
 # top-k 0 is off, which keeps the whole vocabulary: the far end of the ladder, past 200, not
-# the rung below 1 (where k at top-k 1 used to let every token through).
+# the rung below 1 (where a press on k at top-k 1 would let every token through).
 TOP_K_LADDER = (1, 2, 3, 5, 10, 20, 40, 50, 100, 200)
 TOP_P_LADDER = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 MIN_P_LADDER = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5)
