@@ -11,7 +11,8 @@ import tui.engine.lens_capture as lens_capture
 from tui.engine.spec_ngram import NgramSimple
 from tui.engine.spec_verify import NgramDrafter, Speculator
 from tui.widgets.lens import LensPane
-from tui.worker.lens import OFF, LensView
+from tui.worker import lens as worker_lens
+from tui.worker.lens import LensView
 from tui.worker.spec_run import SpecRun
 
 from .test_app import SIZE, make_app, run_async, send, wait_for
@@ -28,7 +29,8 @@ def _text(pane) -> str:
 def test_a_lens_view_without_a_step_must_say_why():
     with pytest.raises(ValueError):
         LensView(True, "preview", None, 30, "")
-    assert LensView(False, "preview", None, 30, OFF).status == OFF
+    off = worker_lens.OFF  # what the view of a lens not turned on yet says
+    assert LensView(False, "preview", None, 30, off).status == off
 
 
 @run_async
