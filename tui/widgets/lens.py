@@ -17,12 +17,14 @@ ends each piece's p.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.timer import Timer
 from textual.widgets import Static
 
 from ..engine.model.tokens import escape_controls, visible
@@ -136,17 +138,39 @@ def summary(step: LensStep, mode: str) -> RenderableType:
     return Summary(step, mode)
 
 
+NO_VIEW = "the lens waits for the worker's first view (it is busy with the command before)"
+
+
 class LensPane(Static):
     """The layers of one decode's lens, or a sentence saying why there is none."""
 
+    _loading: tuple[str, float] | None = None  # the head's load: the sentence, since when
+    _ticking: Timer | None = None
+
     def show_lens(self, lv: LensView | None, missing: str | None) -> None:
+        self._loading = None
         if missing is not None:
             self.update(Text(missing, "grey70"))
-        elif lv is None or lv.step is None:
-            status = lv.status if lv is not None else ""
-            self.update(Text(status or "the lens is not available", "grey70"))
+        elif lv is None:
+            self.update(Text(NO_VIEW, "grey70"))
+        elif lv.step is None:
+            if lv.loading_since is not None:  # the worker is blocked in the load: count here
+                self._loading = (lv.status, lv.loading_since)
+                self._tick()
+                if self._ticking is None:
+                    self._ticking = self.set_interval(1.0, self._tick)
+                return
+            self.update(Text(lv.status, "grey70"))  # never empty: a LensView says why
         else:
             self.update(LensRows(lv.step))
+        if self._ticking is not None:
+            self._ticking.stop()
+            self._ticking = None
+
+    def _tick(self) -> None:
+        if self._loading is not None:
+            what, since = self._loading
+            self.update(Text(f"{what} {time.monotonic() - since:.0f} s", "grey70"))
 
 
 class LensTab(Vertical):

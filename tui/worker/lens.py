@@ -17,9 +17,11 @@ Nothing here imports Textual or Rich.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..engine.model.errors import TokenstepError
 from ..engine.model.tokens import display_bytes
 from ..engine.observe.lens_capture import LensCapture
 from ..engine.observe.lens_grid import GRID_MAX
@@ -31,6 +33,11 @@ if TYPE_CHECKING:
     from .parts import WorkerParts
 
 MODES = ("preview", "last")
+OFF = (
+    "the lens is off: it is computed only while tab 8 shows, and the worker turns it on "
+    "when it reaches that key (after the command under way)"
+)
+NO_CONTEXT = "the lens has no observer context: nothing asks for one now (tab 8 makes it)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,11 @@ class LensView:
     status: str
     grid: GridView | None = None  # G: the position x layer grid instead of one step
     observer: str = ""  # what the observer context the lens comes from is
+    loading_since: float | None = None  # time.monotonic() when the head's load began
+
+    def __post_init__(self) -> None:
+        if self.step is None and self.grid is None and not self.status:
+            raise ValueError("a lens view without a step says why (its status is empty)")
 
 
 def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, int | None]:
@@ -78,6 +90,18 @@ class LensControl:
         self.note: str | None = None
         self.grid = False  # G: the grid over every position (l_out copied whole)
         self._refilled: int | None = None  # the record the observer was last made anew for
+        self.loading: tuple[str, float] | None = None  # the head's load: what, since when
+
+    def _head_load(self) -> str | None:
+        """The sentence for the head's load, or None when the head is already read."""
+        obs = self.w.observers
+        if (obs.ctx is not None and obs.ctx.head is not None) or obs.head is not None:
+            return None
+        info = self.engine.info
+        return (
+            f"loading the lens's output head ({info.n_vocab:,} x {info.n_embd:,} from the GGUF, "
+            "dequantized to float32)"
+        )
 
     @property
     def engine(self) -> Engine:
@@ -96,7 +120,19 @@ class LensControl:
             return
         self.note = None
         fresh = obs.ctx is None or not isinstance(obs.ctx.capture, LensCapture)
-        obs.want(lens=True, grid=self.grid)
+        loading = self._head_load()
+        try:
+            if loading is None:
+                obs.want(lens=True, grid=self.grid)
+            else:  # a view saying so goes out before the load, and the pane counts seconds
+                self.loading = (loading, time.monotonic())
+                with self.w.busy(loading[0].upper() + loading[1:]):
+                    obs.want(lens=True, grid=self.grid)
+        except TokenstepError as e:
+            self.note = f"the lens's observer context could not be made: {e}"
+            raise
+        finally:
+            self.loading = None
         obs.fill("Logit lens")
         if fresh and obs.ctx is not None:
             self.w.state.note(
@@ -191,8 +227,11 @@ class LensControl:
         missing = eng.capabilities.missing("lens")
         if missing is not None:
             return LensView(self.visible, self.mode, None, n_layer, f"the logit lens {missing}")
+        if self.loading is not None:
+            what, since = self.loading
+            return LensView(True, self.mode, None, n_layer, what + "…", loading_since=since)
         if not self.visible:
-            return LensView(False, self.mode, None, n_layer, "")
+            return LensView(False, self.mode, None, n_layer, OFF)
         rec = self._preview_record() if self.mode == "preview" else self._last_record()
         seen, observer = self._seen(rec)
         step = self._step(rec, seen)
@@ -200,6 +239,8 @@ class LensControl:
             status = self.note
         elif step is None and seen is not None and "lens_problems" in seen.extras:
             status = "; ".join(seen.extras["lens_problems"])
+        elif step is None and self.w.observers.ctx is None:
+            status = NO_CONTEXT
         elif step is None:
             status = (
                 "no step yet: send a message"

@@ -114,8 +114,15 @@ class Observers:
         """Catch up now, showing ``what`` is being done (a command that made the context)."""
         ctx = self.ctx
         if ctx is not None and ctx.pending() and self.may_replay():
-            with self.w.busy(f"{what}: its own context replays the run's {ctx.pending()} operation(s)"):
+            with self.w.busy(
+                f"{what}: its own context replays the run's {ctx.pending()} operation(s)"
+            ):
                 ctx.catch_up()
+
+    @property
+    def head(self) -> LensHead | None:
+        """The lens's head once read (kept while the observer context is made anew)."""
+        return self._head
 
     @property
     def engine(self) -> Engine | None:

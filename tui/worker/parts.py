@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..engine.model.lens import LensHead
     from ..engine.observe.observer_context import ObserverContext, Wants
     from ..engine.sampler.sampling import ChainResult
     from ..engine.session import Engine
@@ -47,6 +48,9 @@ class ObserversPart(Protocol):
 
     @property
     def engine(self) -> Engine | None: ...
+
+    @property
+    def head(self) -> LensHead | None: ...
 
     def want(self, **changes: object) -> ObserverContext | None: ...
 
