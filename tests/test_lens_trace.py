@@ -12,6 +12,8 @@ from tui.args import parse
 from tui.commands import trace_main
 from tui.engine import lens, lens_capture
 
+from .test_lens import _forget_heads  # noqa: F401 (the cached GGUF head, freed after this module)
+
 
 def _trace(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
     cmd, args = parse(["trace", *argv])
