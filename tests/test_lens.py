@@ -4,8 +4,10 @@ Q8_0 head) and on a tiny Gemma-2 written here (tied, float32, final soft-capping
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -26,10 +28,19 @@ GEMMA_TOL = 1e-3  # float32 weights on both sides
 MIDDLE = 15
 
 
-def q8_bound(path: Path, hidden: np.ndarray) -> np.ndarray:
-    """Per token, how far llama.cpp's Q8_0 head can land from the exact product: the head's
-    input (the normed last hidden state) is rounded to Q8_0, each element by at most half its
-    block's scale, and each rounding moves logit t by at most that times |w_ti|."""
+class _Head(NamedTuple):
+    eps: float
+    norm: np.ndarray  # output_norm.weight, float64
+    w: np.ndarray  # the head matrix (n_vocab, n_embd) dequantized, float64
+    abs_blocks: np.ndarray  # per token and block of 32, the sum of |w| (float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _head_arrays(path: Path) -> _Head:
+    """The head read from the GGUF file with the ``gguf`` package, once per file: parsing the
+    file's metadata (49,152 vocabulary strings) and dequantizing 28M weights takes 5 to 30 s
+    on a 2-core machine, and :func:`q8_bound` and :func:`_numpy_head` need it every token.
+    Q8_0 values (an f16 scale times an int8) are exact in float32, so float64 loses nothing."""
     import gguf
 
     r = gguf.GGUFReader(str(path))
@@ -38,12 +49,27 @@ def q8_bound(path: Path, hidden: np.ndarray) -> np.ndarray:
     eps = float(r.fields[f"{arch}.attention.layer_norm_rms_epsilon"].contents())
     norm = gguf.quants.dequantize(t["output_norm.weight"].data, t["output_norm.weight"].tensor_type)
     mat = t.get("output.weight") or t["token_embd.weight"]
-    w = np.abs(gguf.quants.dequantize(mat.data, mat.tensor_type).astype(np.float32))
+    w32 = gguf.quants.dequantize(mat.data, mat.tensor_type).astype(np.float32)
+    abs_blocks = np.abs(w32).reshape(w32.shape[0], -1, 32).sum(axis=2)  # sum of |w| per block
+    return _Head(eps, norm.reshape(-1).astype(np.float64), w32.astype(np.float64), abs_blocks)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_heads():
+    """The cached heads (SmolLM2's is 226 MB in float64) live as long as this module's tests."""
+    yield
+    _head_arrays.cache_clear()
+
+
+def q8_bound(path: Path, hidden: np.ndarray) -> np.ndarray:
+    """Per token, how far llama.cpp's Q8_0 head can land from the exact product: the head's
+    input (the normed last hidden state) is rounded to Q8_0, each element by at most half its
+    block's scale, and each rounding moves logit t by at most that times |w_ti|."""
+    head = _head_arrays(path)
     h = hidden.astype(np.float64)
-    x = h / np.sqrt(np.mean(h * h) + eps) * norm.reshape(-1).astype(np.float64)
+    x = h / np.sqrt(np.mean(h * h) + head.eps) * head.norm
     half = np.abs(x).reshape(-1, 32).max(axis=1) / 127 / 2  # d_b / 2
-    blocks = w.reshape(w.shape[0], -1, 32).sum(axis=2)  # sum of |w| in each block
-    return blocks @ half.astype(np.float32) + 1e-3  # and float32 sums' own rounding
+    return head.abs_blocks @ half.astype(np.float32) + 1e-3  # and float32 sums' own rounding
 
 
 def _run(
@@ -69,18 +95,10 @@ def _run(
 
 def _numpy_head(path: Path, hidden: np.ndarray, softcap: float | None) -> np.ndarray:
     """The head written out in float64: RMS norm, output_norm, the tied embedding matrix."""
-    import gguf
-
-    r = gguf.GGUFReader(str(path))
-    t = {x.name: x for x in r.tensors}
-    arch = r.fields["general.architecture"].contents()
-    eps = float(r.fields[f"{arch}.attention.layer_norm_rms_epsilon"].contents())
-    norm = gguf.quants.dequantize(t["output_norm.weight"].data, t["output_norm.weight"].tensor_type)
-    mat = t.get("output.weight") or t["token_embd.weight"]
-    w = gguf.quants.dequantize(mat.data, mat.tensor_type).astype(np.float64)
+    head = _head_arrays(path)
     h = hidden.astype(np.float64)
-    x = h / np.sqrt(np.mean(h * h) + eps) * norm.reshape(-1).astype(np.float64)
-    logits = w.reshape(-1, h.size) @ x
+    x = h / np.sqrt(np.mean(h * h) + head.eps) * head.norm
+    logits = head.w.reshape(-1, h.size) @ x
     if softcap:
         logits = np.tanh(logits / softcap) * softcap
     return logits

@@ -13,7 +13,7 @@ from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.observe.lens_capture import LensCapture
 
 from .conftest import logits_oracle, run_cli
-from .test_lens import MIDDLE, _numpy_head
+from .test_lens import MIDDLE, _forget_heads, _numpy_head  # noqa: F401 (the fixture)
 
 PROMPT = "The capital of France is Paris, and the capital of Italy is"
 

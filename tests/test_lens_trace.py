@@ -13,6 +13,8 @@ from tui.commands import trace_main
 from tui.engine.model import lens
 from tui.engine.observe import lens_capture
 
+from .test_lens import _forget_heads  # noqa: F401 (the cached GGUF head, freed after this module)
+
 
 def _trace(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict]:
     cmd, args = parse(["trace", *argv])

@@ -31,9 +31,12 @@ def _look(w: Worker) -> None:
         w.build_view()
 
 
-@pytest.fixture
-def looked(make_engine):
-    eng = make_engine(SamplerSettings(temp=0.0), n_ctx=512)
+@pytest.fixture(scope="module")
+def looked(model):
+    """One run looked at, shared by the tests that read it (reading is all they do: looking
+    never changes what is looked at); building it decodes a reply and every look, 30 to 40 s
+    on a loaded 2-core machine."""
+    eng = Engine(model, EngineConfig(n_ctx=512, n_threads=2), SamplerSettings(temp=0.0))
     w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
     w.run_now(c.Send("Name three colors."))
     for _ in range(6):
@@ -46,6 +49,7 @@ def looked(make_engine):
     _look(w)
     yield w, before
     w.observers.close()
+    eng.close()
 
 
 def test_looking_does_not_rewrite_the_steps_p_and_p_prime(looked):
