@@ -335,3 +335,29 @@ def test_worker_states(model, tmp_path):
         run_state_machine_as_test(WorkerStates, settings=FUZZ)
         rounds += 1
     print(f"fuzz: {rounds} rounds, {COUNTS['examples']} examples, {COUNTS['commands']} commands")
+
+
+def test_a_jump_to_a_path_the_live_reply_now_contains(model):
+    """Found by ``make fuzz``: in spec mode a step after a rewind can emit a whole drafted
+    round, so the live reply grows past the rewound path and contains it. Jumping there made
+    the live reply a path that swallowed the target, and the jump then removed it twice
+    (``list.remove``: the worker's thread died). Now the jump lands on the path's tokens."""
+    w = _worker(model, True, SamplerSettings(temp=0.0), False)
+    try:
+        w.run_now(c.Send("The cat"))
+        w.run_now(c.Step())
+        w.run_now(c.Rewind(1))
+        w.run_now(c.Step())
+        assert w.error is None, w.error
+        start = w.state.reply_start
+        live = tuple(w.engine.tokens[start:])
+        inside = [b for b in w.state.paths if live[: len(b.tokens)] == b.tokens]
+        assert inside, (live, [b.tokens for b in w.state.paths])  # the case this test is for
+        target = inside[0]
+        w.run_now(c.JumpPath(target.id))
+        assert w.error is None, w.error
+        assert tuple(w.engine.tokens[start:]) == target.tokens
+        assert w.engine.kv.tokens(0) == w.engine.tokens  # the cells hold what the run says
+    finally:
+        w.observers.close()
+        w.engine.close()

@@ -139,7 +139,8 @@ def jump(w: WorkerParts, branch_id: int) -> None:
     if eng.branches:
         leave_forks(w)
     leave_live(w, "jump", keep=b.seq)
-    s.paths.remove(b)
+    if b in s.paths:  # else the live reply contained it and took its place (a drafted round)
+        s.paths.remove(b)
     full = eng.tokens[:start] + list(b.tokens)
     got = paths.restore(eng, full, b.seq, [None] * start + list(b.values))
     if b.seq is not None and b.seq in eng.parked:
