@@ -361,3 +361,30 @@ def test_a_jump_to_a_path_the_live_reply_now_contains(model):
     finally:
         w.observers.close()
         w.engine.close()
+
+
+def test_cells_put_back_in_order_keep_the_pending_picks_p(model):
+    """Found by ``make fuzz``: after a fork, a rewind and a drafted round, the next step first
+    decodes sequence 0's tail again to keep its cells in position order. That dropped the
+    surprise value of the pick waiting to be decoded, so the run chart showed no p for a token
+    the record holds a pick for. Every pick on the chart now has its record's p, p′."""
+    w = _worker(model, True, SamplerSettings(temp=0.0), False)
+    try:
+        text = "Colors: red, green, blue, red, green"
+        for cmd in (c.Send(text), c.Send(text), c.Fork(), *[c.Step()] * 4, c.Rewind(2)):
+            w.run_now(cmd)
+        before = len(w.engine.records)
+        for _ in range(4):
+            w.run_now(c.Step())
+        assert w.error is None, w.error
+        purposes = [ev.purpose for ev in w.engine.run.recent() if type(ev).__name__ == "Decode"]
+        assert "prompt" in purposes[-(len(w.engine.records) - before) :]  # the re-decode ran
+        chart = w.build_view().text.surprise
+        assert chart is not None
+        for i, t in enumerate(w.engine.tokens):
+            pick = w.engine.run.pick_at(i, t)
+            if pick is not None:
+                assert chart.values[i] == (pick.p, pick.p_final, pick.entropy), i
+    finally:
+        w.observers.close()
+        w.engine.close()

@@ -62,12 +62,10 @@ def _take_back(engine: EngineParts, n_new: int, *, merged: bool) -> list[int]:
     if k is None:
         return []
     tokens = engine.tokens
-    values = engine.surprise.along(tokens)
+    values = engine.surprise.from_index(k)  # the pending pick's value too: it is not decoded yet
     truncate(engine, k)
-    for i in range(k, len(tokens)):
-        v = values[i]
-        if v is not None:
-            engine.surprise.note(i, v)
+    for i, v in values.items():
+        engine.surprise.note(i, v)
     return tokens[k:]
 
 

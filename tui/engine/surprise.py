@@ -50,6 +50,11 @@ class SurpriseLog:
         """One value (or None) per token of ``tokens`` (sequence 0's context, oldest first)."""
         return [self.get(i, t) for i, t in enumerate(tokens)]
 
+    def from_index(self, k: int) -> dict[int, Surprise]:
+        """The values at indices ``k`` and later, the pending pick's (one past the context)
+        included."""
+        return {i: v for i, v in self._at.items() if i >= k}
+
     def truncate(self, n_keep: int) -> None:
         """The context now holds ``n_keep`` tokens: later indices no longer exist."""
         for k in [k for k in self._at if k >= n_keep]:
