@@ -35,7 +35,7 @@ def spy(path, params):
           file=sys.stderr, flush=True)
     ptr = real(path, params)
     if os.environ.get("FAKE_AMX_LOG") and params.use_extra_bufts and not params.vocab_only:
-        from tui.engine import llama_log  # the line llama.cpp logs on an AMX machine
+        from tui.engine.model import llama_log  # the line llama.cpp logs on an AMX machine
         llama_log._on_log(2, b"load_tensors:          AMX model buffer size =    64.50 MiB\n", None)
     return ptr
 
