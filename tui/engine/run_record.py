@@ -87,8 +87,14 @@ class Fork:
 
 @dataclass(frozen=True, slots=True)
 class Rewind:
+    """Sequence 0's cells from ``n_past`` on left the cache (a rewind, a speculative round's
+    rejected rows, a prompt that replaced the tail). Its picks at context index ``picks_from``
+    and later go with them: ``n_past`` unless the pick waiting to be decoded (index
+    ``n_past``) stays, or a tail decoded again as it was keeps all of its picks."""
+
     removed: int
     n_past: int  # sequence 0's length after it
+    picks_from: int | None = None  # None: n_past
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +159,9 @@ class _Chat:
     n_decodes: int = 0
     turns: deque[Turn] = field(default_factory=lambda: deque(maxlen=KEEP))
     n_turns: int = 0
-    picks: dict[int, Pick] = field(default_factory=dict)  # sequence 0's, by context index
+    # by sequence, then context index: sequence 0's, and a fork's (its parent's copied at the
+    # fork); at most n_seq_max x n_ctx picks
+    picks: dict[int, dict[int, Pick]] = field(default_factory=lambda: {0: {}})
 
 
 class RunRecord:
@@ -181,20 +189,26 @@ class RunRecord:
             elif isinstance(ev, Turn):
                 chat.turns.append(ev)
                 chat.n_turns += 1
-            elif isinstance(ev, Pick) and ev.seq == 0:
-                chat.picks[ev.index] = ev
+            elif isinstance(ev, Pick):
+                chat.picks.setdefault(ev.seq, {})[ev.index] = ev
+            elif isinstance(ev, Fork):
+                src = chat.picks.get(ev.src, {})
+                chat.picks[ev.dst] = {k: p for k, p in src.items() if k < ev.at}
             elif isinstance(ev, Rewind):
-                for k in [k for k in chat.picks if k >= ev.n_past]:
-                    del chat.picks[k]
+                start = ev.n_past if ev.picks_from is None else ev.picks_from
+                mine = chat.picks[0]
+                for k in [k for k in mine if k >= start]:
+                    del mine[k]
             elif isinstance(ev, Shift):
-                moved: dict[int, Pick] = {}
-                for k, p in chat.picks.items():
-                    if k < ev.n_keep:
-                        moved[k] = p
-                    elif k >= ev.n_keep + ev.n_discard:
-                        moved[k - ev.n_discard] = replace(p, index=k - ev.n_discard)
-                chat.picks = moved
-            # the picks dict holds at most one pick per context index: bounded by n_ctx
+                for seq, picks in chat.picks.items():
+                    moved: dict[int, Pick] = {}
+                    for k, p in picks.items():
+                        if k < ev.n_keep:
+                            moved[k] = p
+                        elif k >= ev.n_keep + ev.n_discard:
+                            moved[k - ev.n_discard] = replace(p, index=k - ev.n_discard)
+                    chat.picks[seq] = moved
+            # the picks hold at most one pick per sequence and context index: bounded
 
     # -- readers: functions of the record -------------------------------------------------------
     def totals(self) -> DecodeTotals:
@@ -215,10 +229,21 @@ class RunRecord:
     def n_turns(self) -> int:
         return self._chat.n_turns
 
-    def pick_at(self, index: int, token: int) -> Pick | None:
-        """Sequence 0's pick at context index ``index`` if it is still ``token``."""
-        got = self._chat.picks.get(index)
+    def pick_at(self, index: int, token: int, seq: int = 0) -> Pick | None:
+        """The sequence's pick at context index ``index`` if it is still ``token``."""
+        got = self._chat.picks.get(seq, {}).get(index)
         return got if got is not None and got.token == token else None
+
+    def picks_along(self, tokens: list[int], seq: int = 0) -> tuple[Pick | None, ...]:
+        """One pick (or None) per token of ``tokens`` (the sequence's context, oldest first)."""
+        with self._lock:
+            picks = self._chat.picks.get(seq, {})
+            got = [picks.get(i) for i in range(len(tokens))]
+        return tuple(p if p is not None and p.token == t else None for p, t in zip(got, tokens, strict=True))
+
+    def n_picks(self) -> int:
+        """Sequence 0's picks held now (a view's cheap change check, with :attr:`n`)."""
+        return len(self._chat.picks[0])
 
     def recent(self) -> tuple[Event, ...]:
         with self._lock:

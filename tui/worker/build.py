@@ -83,6 +83,7 @@ class ViewBuilder:
                 w.engine.n_past,
                 w.commands,
                 len(w.engine.surprise),
+                w.engine.run.n,  # picks written again by a jump change no other key
             ),
             lambda: surprise_view(w, w.engine.tokens),
         )

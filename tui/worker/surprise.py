@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.surprise import perplexity
+from ..engine.surprise import along, perplexity
 
 if TYPE_CHECKING:
     from .parts import WorkerParts
@@ -103,8 +103,8 @@ def catch_up(w: WorkerParts) -> int:
 def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
     s, eng = w.state, w.engine
     catch_up(w)
-    vals = tuple(
-        None if v is None else (v.p, v.p_final, v.entropy) for v in eng.surprise.along(tokens)
+    vals = tuple(  # a pick's values are the record's; a prompt token's its score
+        None if v is None else (v.p, v.p_final, v.entropy) for v in along(eng.run, eng.surprise, tokens)
     )
     start = s.reply_start if s.reply_start is not None else len(tokens)
     prompt = [v[0] for v in vals[:start] if v is not None]
