@@ -299,7 +299,8 @@ class WorkerStates(RuleBasedStateMachine):
             assert tot.prefill_calls + tot.decode_calls == len(eng.records) - w.state.records_from
             assert v.timeline.totals == eng.run.totals()
             assert footer(v).startswith(f"KV {eng.kv.used:,}/{eng.n_ctx:,}")
-            assert v.text.n_past == eng.n_past  # the header's ctx
+            assert v.text.n_past == eng.n_past
+            assert v.header.n_past == eng.run.n_past() == eng.n_past  # the header's ctx: the record's
             seqs = render_seqs(v)  # one sequence: a line; after a fork, the sequences' table
             if v.text.fork_at is None:
                 assert "F forks" in str(seqs) and eng.capabilities.fork  # forks are taken here

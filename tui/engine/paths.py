@@ -19,6 +19,7 @@ import llama_cpp
 from . import prompt, replay
 from .model.errors import TokenstepError
 from .run_record import Pick
+from .run_record import Restore as RunRestore
 from .step import Parked
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ def _from_parked(engine: EngineParts, parked: Parked, tokens: list[int], common:
     p1 = engine.kv.positions(parked.seq)[n - 1] + 1
     replay.seq_cp(engine.ctx, engine.replay, parked.seq, 0, p0, p1)
     engine.kv.seq_cp(parked.seq, 0, p0, p1)
+    engine.run.note(RunRestore(parked.seq, engine.n_past))
     # The parked cells came after the kept prefix's when they were decoded, but a hole under
     # them (a path dropped since) may be filled by the next step: keep the order (kv_order).
     reordered = prompt.keep_in_order(engine, 1)

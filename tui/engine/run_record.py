@@ -1,11 +1,12 @@
 """One record of the run: every ``llama_decode`` of the run's context, every pick with what it
-had when it was sampled, every turn, fork, rewind, context shift and new chat, in order.
+had when it was sampled, every turn, fork, rewind, context shift, path taken back and new chat, in order.
 
 The engine writes it at the single place each act happens (:func:`tui.engine.decode.decode`,
 ``sample_seq``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
 speculative round's end in ``spec_verify``; the llama-server backend's request). Panes read
 figures that are functions of it: the timeline's calls and totals, tab 0's prefix reuse per
-turn, the run chart's p and p′ of each pick. An observer's context (its own replay) and
+turn, the run chart's p and p′ of each pick (and the surprise map's, for picked tokens), the
+header's context length. An observer's context (its own replay) and
 ``verify``'s second context write nothing here: looking is not part of the run.
 
 Memory is bounded: the newest :data:`KEEP` events are kept as objects (measured: a pick with
@@ -37,6 +38,7 @@ class Decode:
     phase: str  # the record's phase: "prefill", "decode", "verify"
     rows: int  # tokens in the batch
     ms: float  # measured llama_decode time (over llama-server: the server's prompt time)
+    n_past: int | None = None  # sequence 0's cells after it (None: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,10 @@ class Pick:
     seed: int
     cuts: tuple[tuple[str, int], ...]  # (stage, survivors after it), in chain order
     record: int | None  # the record whose logits row it was sampled from (None: on disk)
+    # over llama-server: the row was the server's top K only, so p is the server's own
+    # probability (a token outside the top K: the filled row's share of the rest) and the
+    # entropy an upper bound; the screen says so
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,16 @@ class Shift:
     n_keep: int
     n_discard: int
     before_record: int
+    n_past: int | None = None  # sequence 0's cells after it (None: not said)
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """Sequence 0 took a parked sequence's cells back (``llama_memory_seq_cp``, a jump to a
+    path not taken): no decode ran, its length changed."""
+
+    seq: int
+    n_past: int  # sequence 0's cells after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +125,7 @@ class Clear:
     """A new chat: the context's memory was cleared; per-chat figures start again."""
 
 
-Event = Decode | Round | Pick | Turn | Fork | Rewind | Shift | Clear
+Event = Decode | Round | Pick | Turn | Fork | Rewind | Shift | Restore | Clear
 
 
 @dataclass(frozen=True)
@@ -162,6 +178,7 @@ class _Chat:
     # by sequence, then context index: sequence 0's, and a fork's (its parent's copied at the
     # fork); at most n_seq_max x n_ctx picks
     picks: dict[int, dict[int, Pick]] = field(default_factory=lambda: {0: {}})
+    n_past: int = 0  # sequence 0's cells, as the newest event that changed them says
 
 
 class RunRecord:
@@ -179,6 +196,9 @@ class RunRecord:
             self.events.append(ev)
             self.n += 1
             chat = self._chat
+            n_past = getattr(ev, "n_past", None)  # Decode, Rewind, Shift, Restore
+            if n_past is not None:
+                chat.n_past = n_past
             if isinstance(ev, Clear):
                 self._chat = _Chat()
             elif isinstance(ev, Decode | Round):
@@ -240,6 +260,10 @@ class RunRecord:
             picks = self._chat.picks.get(seq, {})
             got = [picks.get(i) for i in range(len(tokens))]
         return tuple(p if p is not None and p.token == t else None for p, t in zip(got, tokens, strict=True))
+
+    def n_past(self) -> int:
+        """Sequence 0's cells (the context's length): the header's ctx reads it."""
+        return self._chat.n_past
 
     def n_picks(self) -> int:
         """Sequence 0's picks held now (a view's cheap change check, with :attr:`n`)."""
