@@ -67,6 +67,7 @@ class LensView:
     grid: GridView | None = None  # G: the position x layer grid instead of one step
     observer: str = ""  # what the observer context the lens comes from is
     loading_since: float | None = None  # time.monotonic() when the head's load began
+    head: str = ""  # what the lens's head the worker keeps is (empty: none read yet)
 
     def __post_init__(self) -> None:
         if self.step is None and self.grid is None and not self.status:
@@ -101,6 +102,20 @@ class LensControl:
         return (
             f"loading the lens's output head ({info.n_vocab:,} x {info.n_embd:,} from the GGUF, "
             "dequantized to float32)"
+        )
+
+    def head_note(self) -> str:
+        """What the kept head holds: one head, read once and kept while the lens is off."""
+        obs = self.w.observers
+        head = (obs.ctx.head if obs.ctx is not None else None) or obs.head
+        if head is None:
+            return ""
+        arrays = (head.norm, head.norm_bias, head.out, head.out_bias, head.block_abs)
+        mib = sum(a.nbytes for a in arrays if a is not None) / (1 << 20)
+        n_vocab, n_embd = head.out.shape
+        return (
+            f"head: {head.out_name} as float32, {n_vocab:,} x {n_embd:,}, {mib:.0f} MiB, read "
+            "once and kept while the lens is off (one head), so 8 shows it again at once"
         )
 
     @property
@@ -251,4 +266,4 @@ class LensControl:
             status = ""
         obs_eng = self.w.observers.engine
         grid = grid_view(obs_eng) if self.grid and obs_eng is not None else None
-        return LensView(True, self.mode, step, n_layer, status, grid, observer)
+        return LensView(True, self.mode, step, n_layer, status, grid, observer, head=self.head_note())

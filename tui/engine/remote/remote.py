@@ -33,14 +33,14 @@ from ..model.errors import ContextFullError, TokenstepError
 from ..model.kvcache import KVLayout, KVMirror
 from ..model.work import WorkCounter
 from ..records import RecordLog
-from ..run_record import Clear, Decode, Rewind, RunRecord, Turn
+from ..run_record import Clear, Decode, RunRecord, Turn
 from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
 from ..step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from ..surprise import SurpriseLog
 from ..trace import record_to_dict
 from ..wire.remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from ..wire.remote_step import PICKS, ServerStep, ask_native, chain_exactness, fill_row, top_probs
-from .remote_chain import NoLocalContext, chain_for, pick_exactness
+from .remote_chain import NoLocalContext, chain_for, pick_exactness, server_pick
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class RemoteBackend(NoLocalContext):
         self.kv_reports: list[Any] = []
         self.kv_bytes_used = self.kv_bytes_allocated = 0
         self.records = RecordLog(lambda rec: record_to_dict(self, rec))
-        self.surprise = SurpriseLog()  # none kept over HTTP (only a row's top K): no guesses
+        self.surprise = SurpriseLog()  # prompt scores: none over HTTP (no prompt rows come)
         self.run = RunRecord()  # the one record of the run (run_record.py): panes read it
         self.score_prompt = False
         self.logits_memory = LogitsMemory()
@@ -133,10 +133,6 @@ class RemoteBackend(NoLocalContext):
     @property
     def tokens(self) -> list[int]:
         return self.kv.tokens(0)
-
-    @property
-    def n_past(self) -> int:
-        return self.kv.count(0)
 
     @property
     def logits(self) -> Any:
@@ -186,6 +182,7 @@ class RemoteBackend(NoLocalContext):
         reuse: bool = True,
         reused_hint: int = 0,
         keep: int | None = None,
+        picks_from: int | None = None,
     ) -> StepRecord:
         """Send the first ``keep`` tokens of the context (all by default) plus ``new`` and
         record what came back for the next position. The context changes only once the server
@@ -217,7 +214,7 @@ class RemoteBackend(NoLocalContext):
         step.cache_lost = reuse and step.server_timings and step.cache_n < expected
         cache_n = step.cache_n
         index = len(self.records)
-        self._truncate(n_keep)
+        self._truncate(n_keep, picks_from)
         start = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(tok, start + i, (0,), i == len(new) - 1) for i, tok in enumerate(new)],
@@ -239,7 +236,8 @@ class RemoteBackend(NoLocalContext):
         rec.entropy, rec.top = entropy, candidates
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
-        self.run.note(Decode(index, "prompt" if phase == "prefill" else "step", phase, call.n_tokens, step.prompt_ms))
+        purpose = "prompt" if phase == "prefill" else "step"
+        self.run.note(Decode(index, purpose, phase, call.n_tokens, step.prompt_ms, self.n_past))
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
         self.stop_reason = None
         return rec
@@ -272,21 +270,16 @@ class RemoteBackend(NoLocalContext):
         self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
         return [rec]
 
-    def _truncate(self, n_keep: int) -> None:
-        if n_keep >= self.n_past:
-            return
-        positions = self.kv.positions(0)
-        if n_keep == 0:
-            self.kv.clear()
-        else:
-            self.kv.seq_rm(0, positions[n_keep], -1)
-        self.logits_memory.truncate(n_keep)
-
     def ensure_logits(self) -> None:
         """After a rewind past the remembered rows: ask for the shorter prefix again."""
         if self.n_past == 0:
             raise TokenstepError("the context is empty: send a prompt first.")
-        self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
+        self._again()
+
+    def _again(self) -> StepRecord:
+        """The last token sent again: it comes back at its index, so its pick stays."""
+        n = self.n_past
+        return self._request([self.tokens[-1]], phase="decode", keep=n - 1, picks_from=n + 1)
 
     def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
         if self.logits is None:
@@ -301,8 +294,7 @@ class RemoteBackend(NoLocalContext):
         if self.pick == "server" and force is None and rec is not None and rec.server:
             if rec.server.pick_settings != self.settings.to_dict():
                 # The settings changed since that answer: ask the server again with them.
-                self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
-                rec = self.records.get(self.logits_record or 0)
+                rec = self._again()
         logits = self.logits
         assert logits is not None
         settings = self.settings
@@ -326,6 +318,8 @@ class RemoteBackend(NoLocalContext):
         eog = self.vocab.is_eog(token)
         if rec is not None:
             rec.note_pick(0, token, result, eog, forced=force is not None, settings=settings)
+            forced = force is not None  # the record's pick: the chart reads it (partial: top K)
+            self.run.note(server_pick(rec, self.n_past, token, result, forced, settings.seed, logits))
             if rec.server is not None:
                 rec.server.pick = "forced" if force is not None else self.pick
                 rec.server.approx = self.exactness(settings) or pick_exactness(
@@ -360,8 +354,7 @@ class RemoteBackend(NoLocalContext):
     def rewind(self, n: int = 1) -> int:
         n = max(0, min(n, self.n_past - 1))
         if n:
-            self._truncate(self.n_past - n)
-            self.run.note(Rewind(n, self.n_past))
+            self._truncate(self.n_past - n)  # the record notes the Rewind
             self.gen_start = min(self.gen_start, self.n_past)
             self.stop_reason = None
         return n
