@@ -263,7 +263,7 @@ def test_context_flags_that_mean_nothing_here_are_not_listed_and_are_refused(cap
     out = capsys.readouterr().out
     assert "--context-full" not in out and "--keep" not in out
     assert "-np" not in out and "--parallel" not in out
-    assert "-ub" in out and "-ctk" in out  # the flags compare uses
+    assert "-ub" in out and "-ctk" in out and "--api-key" in out  # the flags compare uses
     for argv in ((*flags, "--vs", "-ub", "1"), ("--vs", "-ub", "1", *flags)):
         rc, out_lines, err = run(capsys, "-p", PROMPT, *argv)
         assert rc == 1 and out_lines == [] and len(err.strip().splitlines()) == 1, err

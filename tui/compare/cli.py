@@ -100,6 +100,13 @@ def compare_parser() -> argparse.ArgumentParser:
         "lower bound, and says so)",
     )
     p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="with --server: sent to B's server as 'Authorization: Bearer KEY' (default "
+        "$OPENAI_API_KEY); never printed",
+    )
+    p.add_argument(
         "--n-probs",
         type=int,
         default=100,
@@ -168,7 +175,13 @@ def parse_sides(
             "--server before --vs: A must be local (its logits are the reference); put "
             "--server URL after --vs."
         )
+    if (a.api_key is not None or alone.api_key is not None) and not alone.server:
+        raise TokenstepError("--api-key without --server: only a server B takes a key.")
     b = p.parse_args(b_argv, namespace=copy.copy(a))
+    if b.server:  # a key no header can carry: said before any model loads
+        from ..engine.remote.openai_backend import api_key_from
+
+        b.api_key = api_key_from(b.api_key)
     for ns in (a, b):
         if ns.ubatch_size is None:
             ns.ubatch_size = min(512, ns.batch_size)
