@@ -128,14 +128,13 @@ ONE_SEQUENCE = {"parallel": "-np", "context_full": "--context-full", "keep": "--
 
 
 def _one_sequence(ns: argparse.Namespace) -> None:
-    """Refuse -np, --context-full and --keep in one sentence; then the values compare runs."""
+    """Refuse -np, --context-full and --keep in one sentence."""
     given = [flag for d, flag in ONE_SEQUENCE.items() if getattr(ns, d) is not None]
     if given:
         raise TokenstepError(
             f"{given[0]} means nothing to compare: each side's context holds one sequence, "
             "the text, which fits in -c (or --chunks cuts it to -c), so none fills or shifts."
         )
-    ns.parallel, ns.context_full, ns.keep = 1, None, 0
 
 
 def split_vs(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -154,6 +153,7 @@ def parse_sides(
     a_argv, b_argv = split_vs(argv)
     a = p.parse_args(a_argv)  # --help, and A's mistakes, before asking for --vs
     _one_sequence(a)
+    a.parallel, a.context_full, a.keep = 1, None, 0  # what both sides run with (B copies A)
     if b_argv is None:
         raise TokenstepError(
             "compare needs --vs and B's changes after it (e.g. --vs -ctk q4_0 -ctv q4_0); "
