@@ -9,7 +9,6 @@ imports neither.
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -18,6 +17,7 @@ from .engine.model import secret
 from .engine.model.errors import TokenstepError
 from .prompt_input import DEFAULT_N_CTX as DEFAULT_N_CTX
 from .prompt_input import read_prompt as read_prompt
+from .sampler_flags import finite_number as _number
 from .spec_flags import spec_flags
 from .version import VersionAction
 
@@ -145,18 +145,6 @@ def _context_flags(p: argparse.ArgumentParser, *, one_sequence: bool = False) ->
         ),
     )
     swa_flag(p)
-
-
-def _number(text: str) -> float:
-    """A float flag value; nan and inf are refused (every comparison with nan is false, so a
-    range check alone would let it through)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
 
 
 def _sampler_flags(p: argparse.ArgumentParser) -> None:
