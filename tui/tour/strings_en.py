@@ -91,8 +91,8 @@ STRINGS: dict[str, str] = {
     ),
     "tokens.chat": (
         "A chat message is wrapped by the model's chat template. {f.message!r} alone is "
-        "{f.plain_count} "
-        "token(s); inside the template it is {f.chat_count}, so the wrapping costs {extra}:\n"
+        "{f.plain_count} token(s); inside the template it is {f.chat_count}, so the wrapping "
+        "costs {extra}:\n"
         "  {pieces}\n"
         "Context size, speed and price are all counted in these tokens, not in letters."
     ),
@@ -113,9 +113,8 @@ STRINGS: dict[str, str] = {
         "per token)\n"
         "  decode:  1 token in {f.decode_ms:.1f} ms (median of {f.n_decodes} steps)\n"
         "The wide call took as long as {ratio:.1f} one-token calls and carried {f.n_prompt} "
-        "tokens: "
-        "the weights are read once for the whole batch, and on a CPU that reading is most of "
-        "a small decode's time."
+        "tokens: the weights are read once for the whole batch, and on a CPU that reading is "
+        "most of a small decode's time."
     ),
     "sampler.title": "From logits to one token",
     "sampler.probs": (
@@ -189,8 +188,7 @@ STRINGS: dict[str, str] = {
     "exact.intro": (
         "A past token's keys and values depend only on the tokens before it, and the mask "
         "keeps later tokens out. So they are fixed once computed, and keeping them loses nothing. "
-        "The "
-        "check: recompute the context in a fresh context with nothing cached."
+        "The check: recompute the context in a fresh context with nothing cached."
     ),
     "exact.zero": "exactly 0",
     "exact.small": "above 0, below 0.01",
@@ -205,9 +203,8 @@ STRINGS: dict[str, str] = {
     ),
     "exact.batched": (
         "Recomputed in {f.batched_calls} wide call(s) instead, max |Δ| = {f.batched_max:.4f}; "
-        "top-1 the same: "
-        "{agree}. A batch of another shape rounds differently in some kernels (flash "
-        "attention {f.flash_attn}); that is rounding, not the cache."
+        "top-1 the same: {agree}. A batch of another shape rounds differently in some kernels "
+        "(flash attention {f.flash_attn}); that is rounding, not the cache."
     ),
     "wall.title": "The quadratic wall",
     "wall.intro": (
@@ -258,8 +255,7 @@ STRINGS: dict[str, str] = {
     ),
     "full.shift": (
         "The shift kept {f.n_keep}, dropped {f.n_discard} of {f.n_past} and slid the rest back; "
-        "{f.after} "
-        "tokens now. Forgotten, never seen again by attention:\n  {gone}"
+        "{f.after} tokens now. Forgotten, never seen again by attention:\n  {gone}"
     ),
     "prefix.title": "The prefix cache across turns",
     "prefix.intro": (
