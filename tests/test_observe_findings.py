@@ -27,7 +27,8 @@ LOOKS = [
 
 def _look(w: Worker) -> None:
     for cmd in LOOKS:
-        w.run_now(c.Call(w.lens.toggle_grid) if cmd == "grid" else cmd)  # type: ignore[arg-type]
+        grid = c.lens_command("grid", (), w.lens.toggle_grid)  # what the app sends for G
+        w.run_now(grid if cmd == "grid" else cmd)  # type: ignore[arg-type]
         assert w.error is None, w.error
         w.build_view()
 

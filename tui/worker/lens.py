@@ -38,6 +38,7 @@ OFF = (
     "when it reaches that key (after the command under way)"
 )
 NO_CONTEXT = "the lens has no observer context: nothing asks for one now (tab 8 makes it)"
+NOTHING_YET = "no lens yet: no decode has been projected through the lens so far"
 
 
 @dataclass(frozen=True)
@@ -63,15 +64,17 @@ class LensView:
     mode: str  # "preview" or "last"
     step: LensStep | None
     n_layer: int
-    status: str
+    status: str = ""  # empty: the general reason (see __post_init__)
     grid: GridView | None = None  # G: the position x layer grid instead of one step
     observer: str = ""  # what the observer context the lens comes from is
     loading_since: float | None = None  # time.monotonic() when the head's load began
     head: str = ""  # what the lens's head the worker keeps is (empty: none read yet)
 
     def __post_init__(self) -> None:
+        """A view without a step or grid always says why: an empty status becomes the
+        general reason (off, or on with nothing computed yet), never a blank pane."""
         if self.step is None and self.grid is None and not self.status:
-            raise ValueError("a lens view without a step says why (its status is empty)")
+            object.__setattr__(self, "status", NOTHING_YET if self.visible else OFF)
 
 
 def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, int | None]:
