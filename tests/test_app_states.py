@@ -94,7 +94,9 @@ class AppStates(RuleBasedStateMachine):
         self.spec = False
 
     # -- the app's life --------------------------------------------------------------------
-    def _open(self, s: SamplerSettings, header: dict | None = None, path: Path | None = None) -> None:
+    def _open(
+        self, s: SamplerSettings, header: dict | None = None, path: Path | None = None
+    ) -> None:
         self.engine = Engine(self.model, EngineConfig(n_ctx=384, n_threads=2, n_seq_max=3), s)
         self.app = TokenstepApp(
             self.engine, autoplay=False, autosave_dir=self.tmp / "autosave", close_engine=False
