@@ -62,7 +62,7 @@ BOUNDED = settings(
     database=None,
 )
 FUZZ = settings(
-    max_examples=20,
+    max_examples=5,  # a round: FUZZ_MINUTES is checked between rounds
     stateful_step_count=30,
     deadline=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
