@@ -24,6 +24,7 @@ widgets' rendered text) and check it against llama.cpp and the run record:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import time
 from collections.abc import Callable
@@ -62,7 +63,7 @@ BOUNDED = settings(
     database=None,
 )
 FUZZ = settings(
-    max_examples=5,  # a round: FUZZ_MINUTES is checked between rounds
+    max_examples=2,  # a round: FUZZ_MINUTES is checked between rounds
     stateful_step_count=30,
     deadline=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
@@ -90,6 +91,7 @@ class AppStates(RuleBasedStateMachine):
         self.engine: Engine | None = None
         self.task: asyncio.Task[None] | None = None
         self.done = asyncio.Event()
+        self.context = contextvars.copy_context()
         self.pilot: Any = None
         self.spec = False
 
@@ -110,6 +112,7 @@ class AppStates(RuleBasedStateMachine):
 
         async def session() -> None:  # enters and leaves run_test in one task (its context)
             async with app.run_test(size=SIZE) as pilot:
+                self.context = contextvars.copy_context()  # the active app, for the pilot
                 ready.set_result(pilot)
                 await done.wait()
 
@@ -142,7 +145,8 @@ class AppStates(RuleBasedStateMachine):
 
     # -- driving ---------------------------------------------------------------------------
     def run(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
+        """Run a pilot coroutine in the app's context (Textual reads its active app there)."""
+        return self.loop.run_until_complete(self.loop.create_task(coro, context=self.context))
 
     def wait(self, pred: Callable[[], bool], what: str) -> None:
         async def poll() -> None:
