@@ -241,6 +241,8 @@ def _run_server(log_dir: Path, settings: SamplerSettings, observe: int | None) -
             w.stop()
     finally:
         server.stop()
+    for r in records:  # each run has a server of its own: its address differs
+        r.get("server", {}).pop("url", None)
     return {
         "picks": picks,
         "rows": rows,
