@@ -67,14 +67,14 @@ pytest: $(VENV)/.installed-test llama-server vllm browser bytecode
 
 test: lint typecheck pytest
 
-# The worker's stateful tests for longer: new random command sequences for FUZZ_MINUTES
-# minutes on the local engine, then as long over a real llama-server (make test runs both
-# with a fixed seed and a few examples).
+# The stateful tests for longer: new random command sequences for FUZZ_MINUTES minutes on the
+# local engine, as long over a real llama-server, then as long for random key presses in the
+# app (make test runs each with a fixed seed and a few examples).
 FUZZ_MINUTES ?= 30
 .PHONY: fuzz
 fuzz: $(VENV)/.installed-test
 	HYPOTHESIS_PROFILE=fuzz FUZZ_MINUTES=$(FUZZ_MINUTES) $(BIN)/python -m pytest -q -s \
-		tests/test_worker_states.py tests/test_worker_states_server.py
+		tests/test_worker_states.py tests/test_worker_states_server.py tests/test_app_states.py
 
 # Chromium for tests/test_serve_browser.py: Debian's package, with apt-get, when running as root
 # on Debian. Nothing to do once /usr/bin/chromium exists; elsewhere the step says so and the

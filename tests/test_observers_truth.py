@@ -191,3 +191,84 @@ def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_serve
             w.stop()
 
     assert run(True) == run(False)
+
+
+SERVER_SCRIPT: list[Any] = [  # forks need a local model: the script without one
+    c.Send("Name three colors."),
+    *[c.Step()] * 6,
+    c.Rewind(2),
+    *[c.Step()] * 3,
+    c.Force(28),
+    *[c.Step()] * 3,
+    c.Send("And two more?"),
+    *[c.Step()] * 5,
+]
+
+
+def _run_server(log_dir: Path, settings: SamplerSettings, observe: int | None) -> dict:
+    """The script over a llama-server of its own, started fresh: its slot's cache then holds
+    the same history in both runs, so the server's rows are the same rows, bit for bit."""
+    from tui.engine.remote.remote import RemoteBackend
+
+    from .llama_server import start_server
+
+    server = start_server(log_dir)
+    rng = random.Random(observe)
+    picks, rows = [], []
+    try:
+        backend = RemoteBackend(server.url, settings)
+        w = Worker(backend, autoplay=False, autosave_dir=None)
+        looks = _observer_cmds(w) if observe is not None else []
+        try:
+            for cmd in SERVER_SCRIPT:
+                w.run_now(cmd)
+                assert w.error is None, w.error
+                assert w.state.notice_level != "error", w.state.notice
+                picks.append(tuple(backend.tokens))
+                if backend.logits is not None:
+                    rows.append(hashlib.sha256(backend.logits.tobytes()).hexdigest())
+                if looks and rng.random() < 0.6:
+                    w.run_now(looks.pop(0))  # refused in one sentence: no local context
+                    assert w.error is None, w.error
+                    w.build_view()
+                    assert w.observers.ctx is None
+            if observe is not None:
+                assert len(looks) < len(_observer_cmds(w)), "nothing was looked at"
+            path = log_dir / f"server-s{observe}.jsonl"
+            w.run_now(c.Save(str(path)))
+            header, records = read_session(path)
+        finally:
+            w.stop()
+    finally:
+        server.stop()
+    for r in records:  # each run has a server of its own: its address differs
+        r.get("server", {}).pop("url", None)
+    return {
+        "picks": picks,
+        "rows": rows,
+        "records": _strip(records),
+        "conversation": header["conversation"],
+        "tokens": header["context_tokens"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "seed"),
+    [(SamplerSettings(temp=0.0), 3), (SamplerSettings(temp=0.9, top_k=40, top_p=0.95, seed=11), 4)],
+    ids=["greedy", "sampled"],
+)
+def test_over_llama_server_observers_toggled_at_random_leave_the_run_bit_identical(
+    tmp_path, settings, seed
+):
+    """The paired run over llama-server: the observers' refusals send no request, draw no
+    random number and note nothing in the record, so the picks, the rows the server sent (bit
+    for bit) and the saved session are the run without them."""
+    plain = _run_server(tmp_path, settings, None)
+    seen = _run_server(tmp_path, settings, seed)
+    assert seen["picks"] == plain["picks"]
+    assert seen["rows"] == plain["rows"]
+    assert seen["tokens"] == plain["tokens"]
+    assert seen["conversation"] == plain["conversation"]
+    assert len(seen["records"]) == len(plain["records"])
+    for a, b in zip(seen["records"], plain["records"], strict=True):
+        assert a == b
