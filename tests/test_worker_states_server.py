@@ -79,7 +79,7 @@ class ServerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 1)
     @rule(n=st.integers(1, 2))
     def rewind(self, n: int) -> None:
-        self.run(c.Rewind(n))
+        self.run(c.RewindTokens(n))
 
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 0)
     @rule(token=st.sampled_from([28, 30, 260]))
@@ -89,7 +89,7 @@ class ServerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 0)
     @rule()
     def fork(self) -> None:
-        self.run(c.Fork())  # refused in one sentence: forks need a local model
+        self.run(c.ForkSeq())  # refused in one sentence: forks need a local model
 
     @rule()
     def surprise(self) -> None:

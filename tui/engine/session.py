@@ -244,8 +244,8 @@ class Engine:
         return res.selected, res
 
     def sample(self, force: int | None = None) -> Sampled:
-        """Stages 5 and 6 for sequence 0 (see :func:`sequences.sample_seq`)."""
-        return sequences.sample_seq(self, 0, force)
+        """Stages 5 and 6 for sequence 0 (see :func:`sequences.sample`)."""
+        return sequences.sample(self, 0, force)
 
     def sample_next(self, force: int | None = None) -> int:
         """Stages 5 and 6: sample (or take ``force``) from the current logits, note the pick on

@@ -4,7 +4,7 @@ For a token at context index i (sequence 0), ``p`` is its probability under the 
 index i - 1 (softmax at temperature 1 over the whole vocabulary), ``p_final`` its probability
 after the sampler chain (a sampled or forced token only: no chain runs for a prompt token) and
 ``entropy`` the entropy in bits of that row. A reply token's values are noted when it is picked
-(:func:`tui.engine.sequences.sample_seq`); a prompt token's only when the prompt was decoded
+(:func:`tui.engine.sequences.sample`); a prompt token's only when the prompt was decoded
 with logits on every row, as llama.cpp's perplexity tool does (``Engine.score_prompt``).
 """
 

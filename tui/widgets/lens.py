@@ -89,7 +89,7 @@ class LensRows:
             yield t
 
 
-class Summary:
+class LensHeader:
     """The header: what is shown, the marked token's first layers, the check against
     llama.cpp; on two lines, or one short line below :data:`NARROW` columns."""
 
@@ -135,7 +135,7 @@ class Summary:
 
 
 def summary(step: LensStep, mode: str) -> RenderableType:
-    return Summary(step, mode)
+    return LensHeader(step, mode)
 
 
 NO_VIEW = "the lens waits for the worker's first view (it is busy with the command before)"

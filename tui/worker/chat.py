@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..engine.model import text_size
-from ..engine.model.chat import Message, chat_tokens
+from ..engine.model.chat_template import Message, chat_tokens
 from ..engine.model.errors import ContextFullError, TokenstepError
 from . import paths
 from .remote_view import lost_cache_note, prefill_note

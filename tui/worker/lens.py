@@ -1,7 +1,7 @@
 """The logit lens for the app, on the decode worker's side.
 
 The lens is computed only while its tab is showing: the app says which tabs show
-(:class:`~tui.worker.commands.LensTab`), and the worker turns the capture on or off. The
+(:class:`~tui.worker.commands.LensShown`), and the worker turns the capture on or off. The
 capture runs in the worker's observer context (:mod:`tui.worker.observers`), never in the
 run's: a context of its own with the eval callback (flash attention as the run's), which
 replays the run's decode calls with the same batches, so its last layer is the run's logits

@@ -50,9 +50,9 @@ RowSource = tuple[np.ndarray | StoredArray, int, np.ndarray]
 HOT_DECODES = 8
 
 
-def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
+def parse_layers(arg: str, n_layer: int | None = None) -> list[int]:
     """``"3"``, ``"0,5,29"`` or ``"all"`` -> layer indices. With ``n_layer`` also check range."""
-    text = spec.strip().lower()
+    text = arg.strip().lower()
     if text == "all":
         if n_layer is None:
             return []
@@ -63,7 +63,7 @@ def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
             out.append(int(part))
         except ValueError:
             raise TokenstepError(
-                f"--attention takes a layer number, a comma list or 'all', not {spec!r}."
+                f"--attention takes a layer number, a comma list or 'all', not {arg!r}."
             ) from None
     if n_layer is not None:
         bad = [x for x in out if not 0 <= x < n_layer]

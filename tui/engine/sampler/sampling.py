@@ -30,8 +30,8 @@ from .chain_stages import (
     Env,
     HistorySampler,
     RngSampler,
-    StageSpec,
-    chain_specs,
+    StageDef,
+    chain_defs,
     mirostat_mu,
     mirostat_sampler,
     needs_vocab,
@@ -41,7 +41,7 @@ from .grammar import GrammarState
 from .sampler_settings import DEFAULT_SEED, SamplerSettings
 from .stage_notes import MOVES, describe
 
-__all__ = ["DEFAULT_SEED", "SamplerSettings", "StageSpec", "SamplerChain", "ChainResult", "Stage"]
+__all__ = ["DEFAULT_SEED", "SamplerSettings", "StageDef", "SamplerChain", "ChainResult", "Stage"]
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
@@ -204,23 +204,23 @@ class SamplerChain:
         if settings.seed != self.seed:
             self.reseed(settings.seed)
         hist = history or []
-        specs = chain_specs(settings)
+        sdefs = chain_defs(settings)
         greedy = settings.is_greedy
         if greedy:
-            specs = [sp for sp in specs if sp.name != "temperature"]
+            sdefs = [sp for sp in sdefs if sp.name != "temperature"]
         owned: list[Any] = []
         handles = []
-        for spec in specs:
-            if spec.kind == "history":
-                smpl = self.history[spec.name].sync(settings, self.env, hist)
-            elif spec.kind == "rng":
+        for sdef in sdefs:
+            if sdef.kind == "history":
+                smpl = self.history[sdef.name].sync(settings, self.env, hist)
+            elif sdef.kind == "rng":
                 smpl = self.xtc.state(settings, self.env, len(hist), commit=commit)
                 if not commit:
                     owned.append(smpl)
             else:
-                smpl = spec.build(settings, self.env)
+                smpl = sdef.build(settings, self.env)
                 owned.append(smpl)
-            handles.append((spec, smpl))
+            handles.append((sdef, smpl))
         if greedy:
             picker = self.greedy
         elif settings.mirostat:
@@ -240,7 +240,7 @@ class SamplerChain:
         self,
         logits: np.ndarray,
         s: SamplerSettings,
-        handles: list[tuple[StageSpec, Any]],
+        handles: list[tuple[StageDef, Any]],
         picker: Any,
         gsmpl: Any,
         hist: list[int],
@@ -289,22 +289,22 @@ class SamplerChain:
     def _chain(
         self,
         s: SamplerSettings,
-        handles: list[tuple[StageSpec, Any]],
+        handles: list[tuple[StageDef, Any]],
         picker: Any,
         hist: list[int],
     ) -> tuple[list[Stage], int, float | None]:
         ref = ctypes.byref(self.arr)
         stages = []
-        for spec, smpl in handles:
+        for sdef, smpl in handles:
             n0 = self.arr.size
             watch = (
-                spec.name in MOVES
-                or spec.name == "xtc"
-                or (spec.name == "temperature" and s.dynatemp_range > 0)
+                sdef.name in MOVES
+                or sdef.name == "xtc"
+                or (sdef.name == "temperature" and s.dynatemp_range > 0)
             )
             before = self._live().copy() if watch else None
             llama_cpp.llama_sampler_apply(smpl, ref)
-            st = Stage(spec.label, spec.param(s), self._survivors(), spec.name, spec.params(s), n0)
+            st = Stage(sdef.label, sdef.param(s), self._survivors(), sdef.name, sdef.params(s), n0)
             if before is not None:
                 describe(st, before, self._live(), s, hist)
             stages.append(st)

@@ -32,7 +32,7 @@ from ..logits import read_row
 from ..paths import make_room
 from ..prompt import truncate
 from ..run_record import Round
-from ..sequences import pick_from
+from ..sequences import sample_row
 from ..step import SpecInfo
 from .spec_ngram import NgramSimple
 
@@ -207,7 +207,7 @@ class Speculator:
             logits = read_row(engine.ctx, i, engine.info.n_vocab)
             row = spec.rows[i]
             rec.top, rec.entropy = row.top, row.entropy  # the p of the pick is this row's
-            got = pick_from(engine, 0, logits, rec.index, context[: n0 + 1 + i])
+            got = sample_row(engine, 0, logits, rec.index, context[: n0 + 1 + i])
             picks.append(got.token)
             row.pick, row.chain = got.token, got.chain
             if i == len(draft):

@@ -219,7 +219,7 @@ def read_slots(url: str, body: Any, slot: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ServerCandidate:
     """One of the top K of a /completion reply: its id, logprob (at T=1) and bytes."""
 
     id: int
@@ -231,7 +231,7 @@ class Candidate:
 class Completion:
     """The checked fields of one ``POST /completion`` reply (``n_predict`` 1)."""
 
-    top: list[Candidate]  # best first
+    top: list[ServerCandidate]  # best first
     slot: int  # -1: not said
     prompt_n: int
     cache_n: int
@@ -243,13 +243,13 @@ class Completion:
 
 def read_candidates(
     f: Fields, entries: Any, where: str, most: int, n_vocab: int
-) -> list[Candidate]:
+) -> list[ServerCandidate]:
     """llama-server's list of candidates (``/completion`` and its ``/v1`` alike): at most
     ``most`` entries, each an ``id`` inside the vocabulary, listed once, with a ``logprob``
     (finite, at most 0) and its ``bytes`` (or ``token`` text)."""
     if not entries:
         raise f.missing(where)
-    top: list[Candidate] = []
+    top: list[ServerCandidate] = []
     seen: set[int] = set()
     for i, c in enumerate(f.items(entries, where, most)):
         c = f.obj(c, f"{where}[{i}]")
@@ -263,7 +263,7 @@ def read_candidates(
         lp = f.number(c["logprob"], f"{where}[{i}].logprob", -math.inf, LOGPROB_SLACK, LOGPROB)
         raw = c.get("bytes") if c.get("bytes") is not None else c.get("token", "")
         lp = min(max(lp, FLOAT32_LOWEST), 0.0)  # llama-server writes log(0) as this lowest
-        top.append(Candidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
+        top.append(ServerCandidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
     return top
 
 
