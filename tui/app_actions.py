@@ -2,7 +2,7 @@
 (:mod:`tui.widgets.keys`, which also feeds the key bar and the help screen), the tab strip, and
 every ``action_*``.
 
-Each action only queues a command for the worker (``self.controller``) or changes what the UI
+Each action only queues a command for the worker (``self.worker``) or changes what the UI
 shows; the view that answers a command is drawn by :class:`tui.app.TokenstepApp`."""
 
 from __future__ import annotations

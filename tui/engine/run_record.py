@@ -2,7 +2,7 @@
 had when it was sampled, every turn, fork, rewind, context shift and new chat, in order.
 
 The engine writes it at the single place each act happens (:func:`tui.engine.decode.decode`,
-``sample``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
+``sequences.sample``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
 speculative round's end in ``spec_verify``; the llama-server backend's request). Panes read
 figures that are functions of it: the timeline's calls and totals, tab 0's prefix reuse per
 turn, the run chart's p and p′ of each pick. An observer's context (its own replay) and

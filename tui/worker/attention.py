@@ -50,7 +50,7 @@ class AttentionView:
 
 
 class AttentionControl:
-    """Attention state of one controller (worker thread only)."""
+    """Attention state of one worker (worker thread only)."""
 
     def __init__(
         self,

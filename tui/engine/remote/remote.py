@@ -341,9 +341,6 @@ class RemoteBackend(NoLocalContext):
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)
 
-    def sample_next(self, force: int | None = None) -> int:
-        return self.sample(force).token
-
     def feed(self, token: int) -> StepRecord | None:
         if self.n_past + 1 >= self.n_ctx:  # the server refuses a prompt that fills its slot
             self.stop_reason = "context full"
