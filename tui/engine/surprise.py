@@ -56,7 +56,7 @@ class SurpriseLog:
         return {i: v for i, v in self._at.items() if i >= k}
 
     def truncate(self, n_keep: int) -> None:
-        """The context now holds ``n_keep`` tokens: later indices no longer exist."""
+        """The context now holds ``n_keep`` tokens: later indices are gone."""
         for k in [k for k in self._at if k >= n_keep]:
             del self._at[k]
 

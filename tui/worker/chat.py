@@ -161,7 +161,7 @@ def set_system(w: WorkerParts, text: str) -> None:
 
 
 def send_queued(w: WorkerParts) -> None:
-    """The reply ended: send the queued message; one that no longer fits (the reply grew)
+    """The reply ended: send the queued message; one that does not fit any longer (the reply grew)
     goes back to the chat box."""
     s = w.state
     text = s.take_queued()

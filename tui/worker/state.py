@@ -231,7 +231,7 @@ class State:
         self.paths_shown = shown
 
     def forget_step(self, cells: tuple[int, int] | None = None) -> None:
-        """The last pick and its decode calls no longer describe the context (a rewind, a
+        """The last pick and its decode calls do not describe the context (a rewind, a
         jump); ``cells``: the new-cells range the KV grid lights from now (None: kept)."""
         self.last_pick, self.last_records = None, ()
         if cells is not None:
