@@ -17,21 +17,7 @@ CEILING = 14  # lines of a docstring, its quotes' lines included
 
 # Longer docstrings that teach llama.cpp with numbers measured on it: "path:name" -> lines.
 LONGER = {
-    "engine/model/kv_order.py:<module>": 33,
-    "widgets/attention.py:<module>": 32,
-    "worker/key_lane.py:<module>": 30,
-    "engine/observe/graph_tap.py:<module>": 23,
-    "engine/model/repack.py:<module>": 22,
-    "engine/spec/spec_verify.py:<module>": 22,
-    "engine/observe/attention_capture.py:<module>": 21,
-    "engine/remote/remote.py:<module>": 21,
-    "crash.py:<module>": 20,
-    "engine/model/budget.py:<module>": 20,
-    "engine/model/lens.py:<module>": 20,
-    "engine/remote/openai_backend.py:<module>": 20,
-    "engine/verify.py:<module>": 20,
     "engine/observe/graph_tap.py:GraphTap": 19,
-    "worker/__init__.py:<module>": 19,
     "engine/observe/observer_context.py:<module>": 18,
     "widgets/anatomy.py:<module>": 18,
     "engine/model/template_sandbox.py:<module>": 17,

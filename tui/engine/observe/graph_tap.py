@@ -1,25 +1,14 @@
 """The compute graph of one decode, seen through llama.cpp's eval callback (``cb_eval``).
 
-``llama_decode`` builds a ggml graph for each ubatch and runs it on the backend. With
-``cb_eval`` set, the scheduler first *asks* the callback about every node in order (``ask`` is
-true); for a node we answer True to, it computes the graph up to that node, synchronizes, and
-calls again with ``ask`` false while the node's data is still in the (reused) compute buffer.
-
-:class:`GraphTap` owns that callback. It can
-
-- copy chosen nodes by name (``capture``), e.g. ``kq_soft_max-3`` or ``Qcur-3``;
-- record the node names and ops seen in the ask phase: the graph *census* (how many nodes a
-  decode runs and the chain of named operations in each layer, as the graph names them;
-  :mod:`tui.engine.observe.census`);
-- *profile*: answer True for every node so each one runs on its own, and time it. That breaks
-  the graph into ~1000 separate runs, so a profiled decode is much slower than a normal one
-  (:mod:`tui.engine.observe.profile`).
-
-The ask phase runs for every node of every decode, so it is the cost of capture: after the
-first decode of a graph, the tap only compares node addresses with the ones it recorded (see
-:mod:`tui.engine.observe.ask_plan`), and inputs it needs (the KV cell indices) are read in the ask
-phase, where they cost no graph split. Without a GraphTap the context has no callback at all,
-and decoding costs nothing extra.
+With ``cb_eval`` set, the scheduler first *asks* the callback about every node (``ask`` true);
+for a node answered True it computes the graph up to it, synchronizes, and calls again with
+``ask`` false while the data is in the (reused) compute buffer. :class:`GraphTap` owns that
+callback: it copies chosen nodes by name (``kq_soft_max-3``), records the ask phase's names
+and ops (the *census*, :mod:`tui.engine.observe.census`), or *profiles* by answering True for
+every node (~1000 separate runs, much slower; :mod:`tui.engine.observe.profile`). The ask
+phase is the cost of capture, so after a graph's first decode the tap only compares node
+addresses (:mod:`tui.engine.observe.ask_plan`) and reads the KV cell indices there, where they
+cost no graph split. Without a GraphTap the context has no callback and pays nothing.
 """
 
 from __future__ import annotations
