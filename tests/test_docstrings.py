@@ -17,13 +17,6 @@ CEILING = 14  # lines of a docstring, its quotes' lines included
 
 # Longer docstrings that teach llama.cpp with numbers measured on it: "path:name" -> lines.
 LONGER = {
-    "engine/observe/graph_tap.py:GraphTap": 19,
-    "engine/observe/observer_context.py:<module>": 18,
-    "widgets/anatomy.py:<module>": 18,
-    "engine/model/template_sandbox.py:<module>": 17,
-    "engine/run_record.py:<module>": 17,
-    "engine/wire/openai_reply.py:<module>": 17,
-    "worker/attention.py:<module>": 17,
     "compare/divergence.py:<module>": 16,
     "engine/sampler/chain_stages.py:<module>": 16,
     "engine/sampler/sampling.py:<module>": 16,

@@ -33,23 +33,14 @@ if TYPE_CHECKING:
 class GraphTap:
     """A :class:`~tui.engine.session.DecodeObserver` that installs ``cb_eval``.
 
-    ``capture`` names nodes to copy (exact graph names, e.g. ``b"Qcur-3"``). Several nodes can
-    share a name (``Qcur-3`` is the matmul, then its reshape, then the RoPE); the last one in
-    graph order wins, which for ``Qcur``/``Kcur`` is the tensor after RoPE. Copies are kept per
-    graph (ubatch) in :attr:`captured`: ``{name: [array per ubatch]}``. ``flash_attn_off``
-    makes the context run without flash attention (needed to see ``kq_soft_max`` nodes); the
-    census and profile alone leave the graph as the engine's settings build it.
-
-    The scheduler asks about every node of every graph (~1000 per decode), so that path is kept
-    to a pointer comparison: the first decode of a graph reads each node's name and records
-    what it did (an :class:`~tui.engine.observe.ask_plan.AskPlan`); later decodes of the same graph
-    only check that the node addresses come in the same order. Census and profile read every
-    name each decode.
-
-    Each decode runs in one of three modes: ``"slow"`` (census or profile: every name read),
-    ``"learn"`` (names read, the plan recorded) or ``"replay"`` (the plan compared).
-
-    Only one thread may decode: the callback runs inside ``llama_decode`` on that thread."""
+    ``capture`` names nodes to copy (``b"Qcur-3"``); of several nodes with one name the last in
+    graph order wins (for ``Qcur``/``Kcur`` the tensor after RoPE), kept per ubatch in
+    :attr:`captured`. ``flash_attn_off`` runs the context without flash attention (to see
+    ``kq_soft_max``). The scheduler asks about ~1000 nodes a decode, so each decode runs in one
+    of three modes: ``"slow"`` (census or profile: every name read), ``"learn"`` (names read, an
+    :class:`~tui.engine.observe.ask_plan.AskPlan` recorded) or ``"replay"`` (node addresses
+    compared with the plan). Only one thread may decode: the callback runs inside
+    ``llama_decode``."""
 
     def __init__(
         self,

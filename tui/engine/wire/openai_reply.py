@@ -1,19 +1,14 @@
 """Replies of an OpenAI-compatible server, read field by field as ``remote_reply`` reads
 llama-server's own.
 
-``GET /v1/models`` lists the served models (``data[].id``; llama-server adds ``meta.n_vocab``
-and ``meta.n_ctx``, vLLM ``max_model_len``). ``POST /v1/completions`` with ``logprobs: K``
-answers in one of two forms, both read here:
-
-* llama-server's ``/v1`` (checked on the one built from llama-cpp-python 0.3.36's vendored
-  llama.cpp): ``choices[0].logprobs.content[0]`` is the sampled token (``id``, ``token``,
-  ``bytes``, ``logprob``) and its ``top_logprobs[]`` the top K, each with ``id`` and ``bytes``;
-  ``timings`` carries ``prompt_n``, ``cache_n``, ``prompt_ms``, ``predicted_ms``.
-* OpenAI's legacy form (OpenAI, vLLM, SGLang, llama-cpp-python's server):
-  ``choices[0].logprobs.tokens[0]`` (the sampled token's text), ``token_logprobs[0]`` and
-  ``top_logprobs[0]``, an object from token *text* to logprob. Texts are not ids: the caller
-  maps them (``openai_vocab``); vLLM started with ``--return-tokens-as-token-ids`` writes them
-  as ``"token_id:1234"``, which map exactly.
+``GET /v1/models`` lists the models (``data[].id``; llama-server adds ``meta.n_vocab`` and
+``meta.n_ctx``, vLLM ``max_model_len``). ``POST /v1/completions`` with ``logprobs: K`` answers
+in two forms. llama-server's ``/v1`` (llama-cpp-python 0.3.36's llama.cpp):
+``choices[0].logprobs.content[0]`` is the sampled token (``id``, ``token``, ``bytes``,
+``logprob``) with ``top_logprobs[]`` by ``id`` and ``bytes``, and ``timings``. OpenAI's legacy
+form (OpenAI, vLLM, SGLang, llama-cpp-python's server): ``tokens[0]``, ``token_logprobs[0]``
+and ``top_logprobs[0]``, keyed by token *text*, which ``openai_vocab`` maps to ids (vLLM's
+``--return-tokens-as-token-ids`` writes ``"token_id:1234"``, which map exactly).
 """
 
 from __future__ import annotations
