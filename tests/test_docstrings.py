@@ -17,14 +17,6 @@ CEILING = 14  # lines of a docstring, its quotes' lines included
 
 # Longer docstrings that teach llama.cpp with numbers measured on it: "path:name" -> lines.
 LONGER = {
-    "compare/divergence.py:<module>": 16,
-    "engine/sampler/chain_stages.py:<module>": 16,
-    "engine/sampler/sampling.py:<module>": 16,
-    "engine/wire/openai_vocab.py:<module>": 16,
-    "engine/wire/remote_reply.py:<module>": 16,
-    "widgets/chat_input.py:<module>": 16,
-    "widgets/lens.py:<module>": 16,
-    "worker/lens.py:<module>": 16,
     "compare/lockstep.py:<module>": 15,
     "compare/progress.py:<module>": 15,
     "engine/model/text_size.py:<module>": 15,

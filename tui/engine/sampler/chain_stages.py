@@ -1,18 +1,12 @@
 """The stages of llama.cpp's sampler chain as data, and the samplers that keep state.
 
-Every stage is llama.cpp's own ``llama_sampler`` (built as ``common_sampler_init`` builds it).
-Three kinds:
-
-- stateless (top-k, top-p, min-p, typical, top-n-sigma, temperature, logit bias): built for one
-  apply and freed;
-- history (penalties, DRY): they look at the tokens before. :class:`HistorySampler` keeps one
-  sampler in step with a token history (the context's tokens, as llama-server accepts the
-  prompt and then each generated token); when the history is not an extension of what it has
-  seen (a rewind, a new turn that rewrote the text), it is reset and fed the window again, so
-  the state equals a fresh run to that point;
-- random (XTC, mirostat): own seeded RNG, and mirostat's mu. :class:`RngSampler` keeps the state
-  before each pick by history length, so a rewind and re-step applies the state a fresh run
-  would have there.
+Every stage is llama.cpp's own ``llama_sampler``, built as ``common_sampler_init`` builds it.
+Stateless ones (top-k, top-p, min-p, typical, top-n-sigma, temperature, logit bias) are built
+for one apply. History ones (penalties, DRY): :class:`HistorySampler` follows the token
+history as llama-server accepts it, and resets and feeds the window again when the history is
+not an extension of what it saw. Random ones (XTC, mirostat): :class:`RngSampler` keeps the
+state before each pick by history length, so a rewind and re-step applies what a fresh run
+would have there.
 """
 
 from __future__ import annotations

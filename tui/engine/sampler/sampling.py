@@ -1,18 +1,13 @@
 """Sample: llama.cpp's own samplers, run one stage at a time so each cut can be seen.
 
-The chain is llama-server's (``common_sampler_init``): logit bias, then the ``samplers`` in
-their order (default penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc,
-temperature), then ``dist`` picks with a seeded RNG; mirostat 1 or 2 replaces everything after
-the logit bias with temperature and mirostat; greedy takes the highest logit after the rest.
-The stages are data (:mod:`.chain_stages`). Each is a real ``llama_sampler`` applied with
-``llama_sampler_apply`` to a ``llama_token_data_array`` that lives in a NumPy buffer, so the
-survivors and final probabilities are exactly llama.cpp's. A grammar follows
-``common_sampler_sample``: the chain picks; if the pick breaks the grammar, the grammar is
-applied first, the chain again, and the pick is made again.
-
-Re-applying new settings to the *same* logits costs no decode. The preview runs on clones of
-the samplers with state (``dist``, XTC, mirostat), so it shows the very token the next step
-will pick without advancing the real RNGs.
+The chain is llama-server's (``common_sampler_init``): logit bias, the ``samplers`` in order
+(default penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature), then
+``dist`` with a seeded RNG; mirostat replaces all after the bias; greedy takes the highest
+logit. Each stage (:mod:`.chain_stages`) is a real ``llama_sampler`` applied to a
+``llama_token_data_array`` in a NumPy buffer, so survivors and probabilities are llama.cpp's.
+A grammar follows ``common_sampler_sample``: a pick that breaks it is made again after the
+grammar. New settings on the same logits cost no decode; the preview runs on clones of the
+stateful samplers, showing the next pick without advancing the real RNGs.
 """
 
 from __future__ import annotations
