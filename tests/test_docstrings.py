@@ -17,15 +17,6 @@ CEILING = 14  # lines of a docstring, its quotes' lines included
 
 # Longer docstrings that teach llama.cpp with numbers measured on it: "path:name" -> lines.
 LONGER = {
-    "compare/lockstep.py:<module>": 15,
-    "compare/progress.py:<module>": 15,
-    "engine/model/text_size.py:<module>": 15,
-    "engine/observe/lens_capture.py:<module>": 15,
-    "engine/observe/lens_grid.py:<module>": 15,
-    "engine/replay.py:<module>": 15,
-    "engine/spec/spec_draft.py:<module>": 15,
-    "engine/spec/spec_ngram.py:<module>": 15,
-    "engine/wire/remote_post.py:<module>": 15,
 }
 
 # The code's history told in a docstring ("it used to", "no longer", "is now"): git's job.

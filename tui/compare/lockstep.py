@@ -1,17 +1,13 @@
 """Two llama.cpp contexts fed the same tokens in lockstep, compared position by position.
 
-Each side is the engine's own building blocks: a :class:`~tui.engine.model.model.Model`, a
-:class:`~tui.engine.model.context.Context` made from an :class:`EngineConfig` (the app's flags), a
-:class:`~tui.engine.batch.LlamaBatch`. One thread drives both contexts, one decode at a time.
-A window of tokens is decoded by A (in calls of A's ``-b``), its logits rows copied out, then
-by B (in calls of B's ``-b``); the rows are compared and dropped before the next window, so at
-most one window of rows per side is held.
-
-Teacher-forced: both sides are fed A's tokens. With ``chunks`` the text is scored as
-``llama-perplexity --kl-divergence`` scores it: cut into chunks of ``n_ctx`` tokens, each
-chunk's first token replaced by BOS (when the model adds one), each chunk decoded from an
-empty cache, and only the rows from ``n_ctx/2`` to ``n_ctx − 2`` compared (each predicts the
-next token of the chunk). Positions are indices in the whole token list.
+Each side is the engine's building blocks (a :class:`~tui.engine.model.model.Model`, a
+:class:`~tui.engine.model.context.Context` from an :class:`EngineConfig`, a
+:class:`~tui.engine.batch.LlamaBatch`), driven by one thread. A window is decoded by A (in
+A's ``-b``), its rows copied, then by B; the rows are compared and dropped, so one window per
+side is held. Teacher-forced: both sides get A's tokens. With ``chunks`` the text is scored as
+``llama-perplexity --kl-divergence`` does: chunks of ``n_ctx`` tokens, each starting with BOS
+(when the model adds one) from an empty cache, only rows ``n_ctx/2`` to ``n_ctx − 2``
+compared. Positions are indices in the whole token list.
 """
 
 from __future__ import annotations
