@@ -119,7 +119,7 @@ async def _autoplay(model: Model, n: int) -> Autoplay:
                 await pilot.press("space")  # pause before the app exits
             return Autoplay(done / dt, prompt, ui, worker, median(dms))
         finally:
-            app.controller.stop()
+            app.worker.stop()
             eng.close()
 
 
@@ -177,7 +177,7 @@ async def _responsiveness(model: Model, presses: int) -> tuple[list[float], list
                 await pilot.press("space")
         finally:
             LogitsPane.render_line = plain_render_line  # type: ignore[method-assign]
-            app.controller.stop()
+            app.worker.stop()
             eng.close()
     return held, drawn
 

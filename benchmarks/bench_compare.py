@@ -18,7 +18,7 @@ import llama_cpp
 import numpy as np
 
 from tui.compare import divergence
-from tui.compare.lockstep import LocalSide, Lockstep, SideSpec, Span
+from tui.compare.lockstep import DecodeSpan, LocalSide, Lockstep, SideSpec
 from tui.engine import EngineConfig, Model
 
 from .bare import Bare
@@ -68,7 +68,7 @@ def _lockstep(model: Model, tokens: list[int]) -> tuple[float, int]:
     try:
         run = Lockstep(a, b)
         t0 = time.perf_counter()
-        run.run_span(Span(tuple(tokens), 0, 0))
+        run.run_span(DecodeSpan(tuple(tokens), 0, 0))
         return time.perf_counter() - t0, len(run.positions)
     finally:
         a.free()

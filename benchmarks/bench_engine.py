@@ -22,7 +22,7 @@ def _engine_decode(eng: Engine, n: int, outside: list[float] | None = None) -> f
     t0 = time.perf_counter()
     decode_ms = 0.0
     for _ in range(n):
-        rec = eng.feed(eng.sample_next())
+        rec = eng.feed(eng.sample().token)
         if rec is None:
             raise RuntimeError("engine stopped early")
         decode_ms += rec.decode_ms
@@ -63,7 +63,7 @@ def bookkeeping_cpu_ms(model: Model, prompt: list[int], n: int = 128) -> float:
         for _ in range(4):
             cpu.inside, t0 = 0.0, time.thread_time()
             for _ in range(n // 4):
-                eng.feed(eng.sample_next())
+                eng.feed(eng.sample().token)
             out.append((time.thread_time() - t0 - cpu.inside) * 1000.0 / (n // 4))
     finally:
         eng.close()

@@ -58,7 +58,7 @@ def memory_part(model: Model, steps: int = STEPS) -> dict[str, Any]:
         eng.prefill(eng.vocab.tokenize(TEXT, add_special=True))
         t0 = time.perf_counter()
         for step in range(1, steps + 1):
-            token = eng.sample_next()
+            token = eng.sample().token
             if eng.vocab.is_eog(token):  # keep going: the best candidate that is not an end
                 token = next(c.id for c in eng.records[-1].top if not eng.vocab.is_eog(c.id))
                 eng.stop_reason = None
@@ -149,7 +149,7 @@ async def _responsiveness(model: Model, seconds: float, fill: int = 4000) -> dic
                     "activity": v.activity,
                 }
         finally:
-            app.controller.stop()
+            app.worker.stop()
             eng.close()
 
 

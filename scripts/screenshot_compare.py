@@ -14,10 +14,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from tui.commands import config_from_args, settings_from_args  # noqa: E402
 from tui.compare.cli import parse_sides  # noqa: E402
 from tui.compare.run import run_compare  # noqa: E402
 from tui.compare.screen import CompareApp  # noqa: E402
+from tui.trace_cli import config_from_args, settings_from_args  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "screenshots"
 SIZE = (120, 40)

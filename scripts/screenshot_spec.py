@@ -25,13 +25,13 @@ LIST = "Colors: " + ", ".join(["red", "green", "blue", "yellow"] * 4)
 async def spec_round(model: Model) -> None:
     engine = Engine(model, EngineConfig(n_threads=app_threads()), SamplerSettings(temp=0.0))
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
-    app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    app.worker.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*LIST, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
         await pilot.press("escape")  # the keys step, the chat box keeps its text
         for _ in range(20):
-            n = len(app.controller.engine.records)
+            n = len(app.worker.engine.records)
             await pilot.press("right")
             await wait_for(
                 pilot,

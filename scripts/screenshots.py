@@ -178,8 +178,8 @@ async def cache_shift(model: Model) -> None:
 
 async def cache_fork(model: Model) -> None:
     app = cache_app(model, autoplay=False)
-    app.controller.engine.settings.greedy = False
-    app.controller.engine.settings.temp = 0.9
+    app.worker.engine.settings.greedy = False
+    app.worker.engine.settings.temp = 0.9
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*"Write a haiku about the sea.", "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.activity == "generating")
@@ -347,7 +347,7 @@ async def paths_tree(model: Model) -> None:
         for _ in range(2):
             await pilot.press("right")
         await wait_for(pilot, lambda: app.view.text.reply_tokens == n - 1)
-        app.controller.force(engine.vocab.tokenize(" purple")[0])  # the sampler's pick: a branch
+        app.worker.force(engine.vocab.tokenize(" purple")[0])  # the sampler's pick: a branch
         await wait_for(pilot, lambda: app.view.action == "force")
         await pilot.press("F")  # a fork: its continuation is a branch when rewound
         await wait_for(pilot, lambda: app.view.text.fork_at is not None)

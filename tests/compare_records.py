@@ -11,7 +11,7 @@ import io
 
 from rich.console import Console
 
-from tui.compare.records import Candidate, Position, Result, Side, Summary
+from tui.compare.records import Position, Result, Side, Summary, TopEntry
 from tui.compare.screen import CompareApp
 
 PIECES = (
@@ -55,9 +55,9 @@ def ranked(first: str, token: str, rank: int, j: int) -> list[str]:
     return out[:10]
 
 
-def top(pieces: list[str], logit0: float) -> tuple[Candidate, ...]:
+def top(pieces: list[str], logit0: float) -> tuple[TopEntry, ...]:
     return tuple(
-        Candidate(id=ID[w], piece=w, logit=logit0 - 0.25 * i, p=round(0.30 / (i + 1), 4))
+        TopEntry(id=ID[w], piece=w, logit=logit0 - 0.25 * i, p=round(0.30 / (i + 1), 4))
         for i, w in enumerate(pieces)
     )
 

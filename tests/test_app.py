@@ -19,7 +19,7 @@ from llama_cpp import Llama
 
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.model.chat import Message, chat_tokens
+from tui.engine.model.chat_template import Message, chat_tokens
 from tui.widgets.batch import BatchPane
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.logits import LogitsPane

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from tui.args import build_parsers
-from tui.commands import engine_from_args
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.observe.attention_capture import AttentionCapture, find_capture
+from tui.trace_cli import engine_from_args
 from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
 from tui.worker.session_store import read_session
 
@@ -37,11 +37,11 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
         await pilot.press(*SENTENCE, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
         pane = app.query_one(AttentionTab)
-        fa = app.controller.engine.flash_attn_resolved
+        fa = app.worker.engine.flash_attn_resolved
         await pilot.press("a")  # an observer context of its own replays the run
         await wait_for(pilot, lambda: pane.att is not None, "the attention matrix")
-        assert app.controller.observers.engine.flash_attn_resolved == "off"
-        assert app.view.header.flash_attn == app.controller.engine.flash_attn_resolved == fa
+        assert app.worker.observers.engine.flash_attn_resolved == "off"
+        assert app.view.header.flash_attn == app.worker.engine.flash_attn_resolved == fa
         tokens = list(app.view.text.tokens)
         att = pane.att
         assert att is not None and att.layer == 0 and pane.head is None
@@ -73,9 +73,9 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
         assert [k for k, _, _ in ranked] == [int(i) for i in order]
         assert ranked[0][2] == float(w1[0, it, order[0]])
 
-        await wait_for(pilot, lambda: app.controller.attention.head == 0, "head sent")
+        await wait_for(pilot, lambda: app.worker.attention.head == 0, "head sent")
         path = tmp_path / "s.jsonl"
-        app.controller.save(str(path))
+        app.worker.save(str(path))
         await wait_for(pilot, lambda: path.exists(), "the save")
     header, _ = read_session(path)
     assert header["attention"] == {"on": True, "layer": 1, "head": 0}
@@ -93,19 +93,19 @@ async def test_attention_tab_shows_real_rows_and_follows_layer_and_head(
     resumed = TokenstepApp(engine, raw=args.raw, autoplay=False, autosave_dir=None)
     try:
         start_observers(resumed, engine, args)
-        restore(resumed.controller, saved, path)
-        a = resumed.controller.attention
+        restore(resumed.worker, saved, path)
+        a = resumed.worker.attention
         assert (a.on, a.layer, a.head) == (True, 1, 0)
         assert engine.flash_attn_resolved == fa and not engine.observers
-        obs = resumed.controller.observers
+        obs = resumed.worker.observers
         assert find_capture(obs.engine).layers == [1]  # type: ignore[arg-type,union-attr]
         obs.ready()  # what a pane reading it does: the resumed prefill is replayed there
-        view = resumed.controller.attention.view()
+        view = resumed.worker.attention.view()
         assert "attention" in obs.engine.records[-1].extras
         assert "attention" not in engine.records[-1].extras
         assert view.on and view.installed
     finally:
-        resumed.controller.stop()
+        resumed.worker.stop()
 
 
 @run_async
@@ -120,27 +120,27 @@ async def test_toggle_off_keeps_the_callback_idle_and_is_saved(make_engine, tmp_
         await wait_for(pilot, lambda: not app.view.attention.on, "attention off")
         assert not app.view.attention.installed  # nothing else looks: its context is freed
         assert "off" in app.view.notice
-        assert find_capture(app.controller.engine) is None
-        assert app.controller.observers.ctx is None
-        n = len(app.controller.engine.records)
+        assert find_capture(app.worker.engine) is None
+        assert app.worker.observers.ctx is None
+        n = len(app.worker.engine.records)
         await pilot.press("n")  # one step (→ is "next head" in this tab) with nothing looking
-        await wait_for(pilot, lambda: len(app.controller.engine.records) > n, "a step")
-        assert "attention" not in app.controller.engine.records[-1].extras
+        await wait_for(pilot, lambda: len(app.worker.engine.records) > n, "a step")
+        assert "attention" not in app.worker.engine.records[-1].extras
         # Tab 7 turns the graph census on, in an observer context with the run's kernel: the
         # newest step's graph is counted and named there.
         await pilot.press("7", "n")
         anatomy = app.query_one(AnatomyTab)
         await wait_for(pilot, lambda: anatomy.census is not None, "the census")
-        obs = app.controller.observers.engine
+        obs = app.worker.observers.engine
         last = next(r.extras["graph"] for r in reversed(obs.records) if "graph" in r.extras)
         assert anatomy.census == last and last["n_nodes"] > 0
-        assert obs.flash_attn_resolved == app.controller.engine.flash_attn_resolved
+        assert obs.flash_attn_resolved == app.worker.engine.flash_attn_resolved
         fa_off = obs.flash_attn_resolved == "off"
         assert ("kq_soft_max" in last["layer_chain"]) == fa_off  # the run's own kernel
-        assert last["n_layers"] == app.controller.engine.info.n_layer
-        assert "graph" not in app.controller.engine.records[-1].extras
+        assert last["n_layers"] == app.worker.engine.info.n_layer
+        assert "graph" not in app.worker.engine.records[-1].extras
         path = tmp_path / "off.jsonl"
-        app.controller.save(str(path))
+        app.worker.save(str(path))
         await wait_for(pilot, lambda: path.exists(), "the save")
     header, _ = read_session(path)
     assert header["attention"]["on"] is False
@@ -154,10 +154,10 @@ async def test_attention_flag_starts_with_capture_on(tmp_path):
     from tui.app import TokenstepApp
 
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
-    app.controller.attention.start([13])  # what start-up does with --attention 13
-    cap = find_capture(app.controller.observers.engine)
+    app.worker.attention.start([13])  # what start-up does with --attention 13
+    cap = find_capture(app.worker.observers.engine)
     assert cap is not None and cap.layers == [13]
-    assert app.controller.observers.engine.flash_attn_resolved == "off"
+    assert app.worker.observers.engine.flash_attn_resolved == "off"
     assert engine.flash_attn_resolved != "off" or engine.config.flash_attn == "off"
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.view is not None, "the first view")
@@ -178,7 +178,7 @@ async def test_autoplay_runs_with_attention_on(model, tmp_path):
 
     engine = Engine(model, EngineConfig(n_ctx=512), SamplerSettings(temp=0.0))
     app = TokenstepApp(engine, autoplay=True, autosave_dir=None, close_engine=False)
-    app.controller.attention.start([13])
+    app.worker.attention.start([13])
     try:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("escape", "6", "i")  # tab 6 first: a short reply can end fast

@@ -41,7 +41,7 @@ def cache_text(app: TokenstepApp) -> str:
 @run_async
 async def test_memory_tab_shows_the_engines_bytes(make_engine, model, tmp_path):
     app = make_app(make_engine, tmp_path)
-    eng = app.controller.engine
+    eng = app.worker.engine
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
         await pilot.press("9")
@@ -161,13 +161,13 @@ async def play_to_first_shift(pilot, app: TokenstepApp) -> None:
     stays in autoplay: "timed out waiting for the pause". Pause sets step mode either way."""
     await pilot.press(*SHIFT_TEXT, "enter")
     await wait_for(pilot, lambda: app.view is not None and app.view.cache.shifts, "a shift")
-    app.controller.pause()
+    app.worker.pause()
 
 
 @run_async
 async def test_context_shift_shows_what_was_forgotten(make_engine, model, tmp_path):
     app = shift_app(make_engine, tmp_path)
-    engine = app.controller.engine
+    engine = app.worker.engine
     async with app.run_test(size=SIZE) as pilot:
         await play_to_first_shift(pilot, app)
         ev = app.view.cache.shifts[0]

@@ -22,7 +22,7 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*CAPITAL, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0, "prefill")
-        assert find_lens(app.controller.engine) is None  # not showing: no capture installed
+        assert find_lens(app.worker.engine) is None  # not showing: no capture installed
         await pilot.press("8")
 
         def step():
@@ -32,9 +32,9 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         await wait_for(pilot, lambda: step() is not None, "the lens")
         s = step()
         assert s.mark_piece == " Paris" and s.mark_what == "llama.cpp's top-1"
-        eng = app.controller.engine
+        eng = app.worker.engine
         rec = eng.records[s.record]
-        seen = app.controller.observers.ctx.record_for(s.record)  # its own context's replay
+        seen = app.worker.observers.ctx.record_for(s.record)  # its own context's replay
         assert "lens" not in rec.extras  # the run's record never carries it
         assert s.layers == seen.extras["lens"] and len(s.layers) == eng.info.n_layer
         assert s.layers[-1]["top"][0]["id"] == rec.top[0].id  # llama.cpp's own top-1
@@ -55,12 +55,12 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert last.mark_what == "the token sampled"
 
         await pilot.press("1")  # another tab: nothing looks, the observer context is freed
-        await wait_for(pilot, lambda: app.controller.observers.ctx is None, "lens off")
-        assert find_lens(app.controller.engine) is None
+        await wait_for(pilot, lambda: app.worker.observers.ctx is None, "lens off")
+        assert find_lens(app.worker.engine) is None
         n = app.view.header.n_records
         await pilot.press("right")
         await wait_for(pilot, lambda: app.view.header.n_records > n, "a step")
-        assert "lens" not in app.controller.engine.records[-1].extras
+        assert "lens" not in app.worker.engine.records[-1].extras
 
 
 async def _to_controls(pilot, app) -> None:
@@ -127,10 +127,10 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
             lens = app.view.lens if app.view is not None else None
             return lens.grid if lens is not None else None
 
-        n = len(app.controller.engine.tokens)
+        n = len(app.worker.engine.tokens)
         await wait_for(pilot, lambda: grid() is not None and len(grid().columns) == n, "the grid")
         g = grid()
-        eng = app.controller.engine
+        eng = app.worker.engine
         assert [c.pos for c in g.columns] == list(range(n)) and g.missing == 0
         last = g.columns[-1]
         assert (
@@ -139,7 +139,7 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
         )
         assert all(c.max_abs_diff is not None and c.max_abs_diff <= 0.35 for c in g.columns)
         assert not eng.score_prompt  # the run's prompt: as it was (one logits row)
-        assert app.controller.observers.wants.grid  # every row had logits in its own context
+        assert app.worker.observers.wants.grid  # every row had logits in its own context
         await pilot.pause()
         head = _text(app.query_one("#lens-summary"))
         assert f"grid · positions 0–{n - 1} of {n}" in head
@@ -151,4 +151,4 @@ async def test_lens_grid_key_shows_every_position(make_engine, tmp_path):
         await wait_for(pilot, lambda: grid() is not None and len(grid().columns) == n + 1, "a step")
         await pilot.press("G")
         await wait_for(pilot, lambda: app.view.lens.grid is None, "one step again")
-        assert not eng.score_prompt and not app.controller.observers.wants.grid
+        assert not eng.score_prompt and not app.worker.observers.wants.grid

@@ -36,7 +36,7 @@ def mash_keys() -> list[str]:
 
 async def probe(pilot, app: TokenstepApp) -> dict[str, Any]:
     """Run the checks on the worker thread (as a queued command) and wait for the answer."""
-    ctl = app.controller
+    ctl = app.worker
     out: dict[str, Any] = {}
     done = threading.Event()
 
@@ -101,26 +101,26 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
             await pilot.press(key)
             if i % 25 == 0:
                 await pilot.pause(0.05)  # let the worker decode between bursts
-        assert app.is_running and app.controller.error is None
+        assert app.is_running and app.worker.error is None
         # Stop: close any help screen, leave the chat box, step mode.
         while isinstance(app.screen, HelpScreen):
             app.screen.dismiss(None)
             await pilot.pause()
-        app.controller.pause()
+        app.worker.pause()
         await wait_for(
             pilot,
             lambda: (
                 app.view is not None
                 and (app.view.mode == "step" or app.view.activity != "generating")
-                and app.controller.queue_empty()
+                and app.worker.queue_empty()
             ),
             "the worker to go idle",
         )
         if app.view.text.reply_start is None or app.view.text.reply_tokens == 0:
             # The keys ended on a fresh chat or a rewound reply: give it one more turn.
-            app.controller.send(MESSAGE)
-            app.controller.step()
-            app.controller.step()
+            app.worker.send(MESSAGE)
+            app.worker.step()
+            app.worker.step()
             await wait_for(pilot, lambda: app.view.text.reply_tokens >= 2, "two reply tokens")
         got = await probe(pilot, app)
         pane = app.query_one(ConversationPane)
@@ -129,15 +129,15 @@ async def test_500_random_keys_while_a_reply_plays(make_engine, tmp_path):
         await wait_for(
             pilot,
             lambda: (
-                app.controller.latest is not None
-                and app.view.seq == app.controller.latest.seq
+                app.worker.latest is not None
+                and app.view.seq == app.worker.latest.seq
                 and app._heavy_timer is None
             ),
             "the last view to be drawn",
         )
         app._draw_heavy()
         view = app.view
-        assert app.controller.error is None, app.controller.error
+        assert app.worker.error is None, app.worker.error
         assert got["problems"] == []
         assert got["llama_pos_max"] == got["mirror_pos_max"] == len(got["tokens"]) - 1
         assert list(view.text.tokens) == got["tokens"]
@@ -171,7 +171,7 @@ async def test_a_100_kb_paste_is_refused_with_a_reason_and_kept(make_engine, tmp
             "the refusal",
         )
         await pilot.pause(0.1)
-        assert app.is_running and app.controller.error is None
+        assert app.is_running and app.worker.error is None
         assert app.view.text.n_past == 0  # nothing was decoded
         assert "512" in app.view.notice  # the reason names the context size
         assert chat.value == pasted.replace("\n", " ")  # the text came back to the box
@@ -209,4 +209,4 @@ async def test_resize_to_40x12_and_back_while_a_reply_plays(make_engine, tmp_pat
         app._draw_heavy()
         assert app.query_one(ConversationPane).plain.count("model ▸") == 1
         assert app.query_one(ConversationPane).size.width > 40
-        assert app.controller.error is None
+        assert app.worker.error is None

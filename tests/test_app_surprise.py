@@ -108,8 +108,8 @@ async def test_a_new_chat_keeps_the_map_it_scores_for(make_engine, tmp_path):
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: app.view.action == "new", "the new chat")
         assert app.view.text.surprise.scale == "p"
-        assert app.controller.observers.wants.score  # its own context scores prompts
-        assert not app.controller.engine.score_prompt  # the run's: one logits row, as always
+        assert app.worker.observers.wants.score  # its own context scores prompts
+        assert not app.worker.engine.score_prompt  # the run's: one logits row, as always
         assert "surprise map stays on (p)" in app.view.notice
         await send(pilot, app, "Name a fruit.")
         await pilot.press("right")

@@ -20,7 +20,7 @@ async def test_a_with_a_fork_in_place_captures_in_its_own_context(make_engine, t
         await send(pilot, app, MESSAGE)
         await pilot.press("right", "right")
         await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "2 steps")
-        eng = app.controller.engine
+        eng = app.worker.engine
         fa = eng.flash_attn_resolved
         assert app.view.header.flash_attn == fa and find_capture(eng) is None
         await pilot.press("escape", "F")
@@ -31,27 +31,27 @@ async def test_a_with_a_fork_in_place_captures_in_its_own_context(make_engine, t
         before = app.view.attention
         assert not before.on and not before.installed
         for press in range(2):
-            n = app.controller.commands
+            n = app.worker.commands
             await pilot.press("a")
             await wait_for(pilot, lambda n=n: app.view.commands > n, f"a #{press + 1}")
             v = app.view
             assert v.notice_level != "error", v.notice
             assert v.attention.on == (press == 0)
-            assert app.controller.engine is eng and find_capture(eng) is None
+            assert app.worker.engine is eng and find_capture(eng) is None
             assert v.header.flash_attn == eng.flash_attn_resolved == fa
             assert eng.branches  # the fork is still there
-        n = app.controller.commands
+        n = app.worker.commands
         await pilot.press("a")
         await wait_for(pilot, lambda: app.view.attention.on, "attention on")
         assert "observer context" in app.view.notice
-        obs = app.controller.observers.engine
+        obs = app.worker.observers.engine
         assert obs is not None and obs.flash_attn_resolved == "off"
-        n = app.controller.commands
+        n = app.worker.commands
         await pilot.press("right_square_bracket")  # layer 1: a new replay, not refused
         await wait_for(pilot, lambda: app.view.commands > n, "layer 1")
         v = app.view
         assert v.attention.layer == 1 and v.attention.on, v.notice
         assert "replayed" in v.notice and v.notice_level != "error"
-        cap = find_capture(app.controller.observers.engine)
+        cap = find_capture(app.worker.observers.engine)
         assert cap is not None and cap.layers == [1]
         assert v.header.flash_attn == eng.flash_attn_resolved == fa and eng.branches

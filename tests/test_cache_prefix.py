@@ -6,7 +6,7 @@ import numpy as np
 
 from tui.engine import SamplerSettings
 from tui.engine.batch import BatchToken, DecodeCall
-from tui.engine.model import chat as chat_mod
+from tui.engine.model import chat_template as chat_mod
 
 USER1 = "Name three rivers in Europe."
 USER2 = "Which of them is the longest?"

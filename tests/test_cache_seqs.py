@@ -18,7 +18,7 @@ def single(make_engine, seed, fa, n):
     logits = [eng.logits.copy()]
     picks = []
     for _ in range(n):
-        tok = eng.sample_next()
+        tok = eng.sample().token
         picks.append(tok)
         if eng.vocab.is_eog(tok):
             break

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui.engine.model.chat import Message, TemplateError, render_template
+from tui.engine.model.chat_template import Message, TemplateError, render_template
 
 from .test_caps import run_measured
 
@@ -15,7 +15,7 @@ LOOP = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% 
 LONG = "{% for c in 'x' * 100000 %}{% for d in 'y' * 100000 %}ab{% endfor %}{% endfor %}"
 RENDER = """
 import sys
-from tui.engine.model.chat import Message, TemplateError, render_template
+from tui.engine.model.chat_template import Message, TemplateError, render_template
 try:
     render_template(sys.argv[1], [Message("user", "hi")])
 except TemplateError as e:

@@ -106,7 +106,7 @@ async def test_chain_key_notice_says_whether_xtc_fired(make_engine, tmp_path):
         assert st.removed  # at probability 1 it fires (two or more above the threshold)
         # the top candidates XTC removed keep their rows, marked as its cut
         rows = {c.id: c for c in app.view.logits.candidates}
-        top = np.argsort(-app.controller.engine.logits, kind="stable")[:8].tolist()
+        top = np.argsort(-app.worker.engine.logits, kind="stable")[:8].tolist()
         for t in st.removed:
             if t in top:
                 assert t in rows and rows[t].cut_by == "xtc"

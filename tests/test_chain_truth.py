@@ -65,7 +65,7 @@ async def test_logit_handed_on_is_llama_cpps_penalties(make_engine, tmp_path):
         moved = 0
         for _ in range(4):
             v = app.view
-            eng = app.controller.engine
+            eng = app.worker.engine
             want = _oracle_penalties(eng, v.settings)
             rows = v.logits.candidates
             assert all(c.logit_moved is not None for c in rows)
@@ -90,7 +90,7 @@ async def test_grammar_preview_names_the_next_pick(make_engine, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, "Is the sea salty? Answer yes or no.")
         pane = app.query_one(LogitsPane)
-        eng = app.controller.engine
+        eng = app.worker.engine
         if app.focused is not None and app.focused.id == "chat":
             await pilot.press("escape")
         row = pane.highlighted  # the top raw candidate: the grammar forbids it

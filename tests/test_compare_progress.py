@@ -122,9 +122,9 @@ def test_json_lines_on_a_terminal_get_no_progress_line_between_them(tmp_path):
 
 def counted(argv: list[str]) -> tuple[list[int], int]:
     """The totals ``run_compare`` announced and the positions it then compared."""
-    from tui.commands import config_from_args, settings_from_args
     from tui.compare.cli import parse_sides
     from tui.compare.run import run_compare
+    from tui.trace_cli import config_from_args, settings_from_args
 
     a, b, differs = parse_sides(argv)
     totals: list[int] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from tui.commands import config_from_args, settings_from_args
 from tui.compare.candidates import fine_dp, fine_p
 from tui.compare.cli import parse_sides
 from tui.compare.records import Result
@@ -17,6 +16,7 @@ from tui.compare.run import run_compare
 from tui.compare.screen import CompareApp
 from tui.compare.strip import CURSOR, FLIP, TokenStrip, kl_band
 from tui.compare.summary import nats
+from tui.trace_cli import config_from_args, settings_from_args
 from tui.widgets.common import fmt_p
 
 from .compare_records import drive, run, screen_text

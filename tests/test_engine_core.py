@@ -214,7 +214,7 @@ def test_info_reads_the_header_and_matches_the_engine(make_engine):
 
 
 def test_chat_template_wraps_the_prompt(make_engine):
-    from tui.engine.model.chat import Message, chat_tokens
+    from tui.engine.model.chat_template import Message, chat_tokens
 
     eng = make_engine()
     cp = chat_tokens(eng.vocab, eng.info.chat_template, [Message("user", "Hi <|im_end|>")])

@@ -84,14 +84,14 @@ async def test_layer_presses_during_a_capture_add_up_and_show_progress(make_engi
     busy: list[str] = []
     async with app.run_test(size=SIZE) as pilot:
         await capture_on(pilot, app)
-        on_view = app.controller.on_view
+        on_view = app.worker.on_view
 
         def record(view) -> None:
             if view.busy:
                 busy.append(view.busy)
             on_view(view)
 
-        app.controller.on_view = record
+        app.worker.on_view = record
         for _ in range(5):  # faster than a re-prefill: all five wait in the queue
             post_key(app, "right_square_bracket", "]")
         await wait_for(
@@ -110,9 +110,9 @@ def test_info_describes_the_caches_the_app_creates_on_a_sliding_window_model(tmp
     import json
 
     from tui.args import parse
-    from tui.commands import config_from_args
     from tui.engine import Engine, Model
     from tui.engine.observe import memory as mem
+    from tui.trace_cli import config_from_args
 
     from .conftest import run_cli
     from .swa_model import write_swa_model
@@ -189,7 +189,7 @@ def test_the_next_prompt_keeps_the_models_own_tokens_live_and_after_resume(
 
 def test_a_cut_cache_says_where_and_why(make_engine):
     """A prompt that differs from the cache (an old session's retokenized reply) says so."""
-    from tui.engine.model.chat import Message
+    from tui.engine.model.chat_template import Message
     from tui.worker import Worker
     from tui.worker.commands import Force, Send
 

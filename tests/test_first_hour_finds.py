@@ -4,9 +4,9 @@ and in the app), --version; driven on real models."""
 from __future__ import annotations
 
 from tui.args import parse
-from tui.commands import engine_from_args
-from tui.engine.model.chat import CHATML, Message, chat_tokens
+from tui.engine.model.chat_template import CHATML, Message, chat_tokens
 from tui.startup import build_app
+from tui.trace_cli import engine_from_args
 
 from .conftest import run_cli
 from .test_app import SIZE, run_async, wait_for
@@ -34,7 +34,7 @@ async def test_a_model_without_a_template_says_so_at_start_and_chats_in_chatml(t
             rendered = b"".join(app.view.text.pieces).decode("utf-8", "replace")
             assert "<|im_start|>user" in rendered and rendered.endswith("<|im_start|>assistant\n")
     finally:
-        app.controller.stop()
+        app.worker.stop()
         engine.close()
 
 
@@ -71,7 +71,7 @@ async def test_system_prompt_from_the_flag_and_from_the_chat_box(model, tmp_path
             assert app.view.text.messages[0] == Message("system", "Answer in French.")
             assert "Answer in French." in b"".join(app.view.text.pieces).decode("utf-8", "replace")
     finally:
-        app.controller.stop()
+        app.worker.stop()
         engine.close()
 
 
@@ -146,13 +146,13 @@ async def test_quitting_shows_the_autosave_under_way_and_then_writes_it(make_eng
             lambda: app.view is not None and app.view.activity in ("generating", "done"),
             "a reply",
         )
-        real_stop = app.controller.stop
+        real_stop = app.worker.stop
 
         def held_stop(timeout: float | None = 60.0) -> bool:
             gate.wait(60)  # the real stop, once the test has looked at the screen
             return real_stop(timeout)
 
-        app.controller.stop = held_stop  # type: ignore[method-assign]
+        app.worker.stop = held_stop  # type: ignore[method-assign]
         from textual import events
 
         app.post_message(events.Key("ctrl+q", None))  # as the terminal sends it, mid-reply
@@ -160,7 +160,7 @@ async def test_quitting_shows_the_autosave_under_way_and_then_writes_it(make_eng
         await wait_for(pilot, lambda: bar.display and bar.what is not None, "the quit's progress")
         assert "Quitting" in bar.what and "autosaving to" in bar.what
         assert not app.query_one("#notice").display
-        path = app.controller.autosave_path
+        path = app.worker.autosave_path
         gate.set()
         import asyncio
 

@@ -62,7 +62,7 @@ async def forked_app(pilot, app: TokenstepApp) -> None:
 @run_async
 async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, model_path, tmp_path):
     app = make_app(make_engine, tmp_path, SamplerSettings(temp=1.0, seed=4))
-    eng = app.controller.engine
+    eng = app.worker.engine
     async with app.run_test(size=SIZE) as pilot:
         await forked_app(pilot, app)
         pane = app.query_one(ConversationPane)
@@ -107,7 +107,7 @@ async def test_text_pane_shows_each_sequence_in_its_own_column(make_engine, mode
 @run_async
 async def test_mask_is_per_sequence_after_a_fork(make_engine, tmp_path):
     app = make_app(make_engine, tmp_path, SamplerSettings(temp=1.0, seed=4))
-    eng = app.controller.engine
+    eng = app.worker.engine
     async with app.run_test(size=SIZE) as pilot:
         await forked_app(pilot, app)
         await open_tab(pilot, app, "5")

@@ -22,7 +22,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from tui.engine import ModelError
 from tui.engine.model import gguf_header
-from tui.engine.model.chat import Message, TemplateError, render_template
+from tui.engine.model.chat_template import Message, TemplateError, render_template
 
 from .conftest import ROOT, run_cli
 from .test_cli_errors import one_sentence
@@ -343,7 +343,7 @@ def test_broken_template_one_sentence(template: str, needle: str) -> None:
 
 
 def test_template_that_drops_the_message(model) -> None:
-    from tui.engine.model.chat import chat_tokens
+    from tui.engine.model.chat_template import chat_tokens
     from tui.engine.model.tokens import Vocab
 
     vocab = Vocab(model.vocab, model.info.n_vocab)

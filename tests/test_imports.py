@@ -19,20 +19,20 @@ UI_LIBRARIES = ("textual", "rich")
 
 
 def headless_modules() -> list[str]:
-    """tui.engine.* and tui.worker.* (if present), tui.args, tui.commands."""
+    """tui.engine.* and tui.worker.* (if present), tui.args, tui.trace_cli."""
     found = []
     for info in pkgutil.walk_packages(tui.__path__, prefix="tui."):
         name = info.name
         if any(name == ui or name.startswith(ui + ".") for ui in UI_MODULES):
             continue
-        if name.startswith(("tui.engine", "tui.worker")) or name in ("tui.args", "tui.commands"):
+        if name.startswith(("tui.engine", "tui.worker")) or name in ("tui.args", "tui.trace_cli"):
             found.append(name)
     return sorted(found)
 
 
 def test_the_walk_finds_the_engine_and_the_arguments():
     mods = headless_modules()
-    assert "tui.engine.session" in mods and "tui.args" in mods and "tui.commands" in mods
+    assert "tui.engine.session" in mods and "tui.args" in mods and "tui.trace_cli" in mods
     assert not any(m.startswith("tui.widgets") or m == "tui.app" for m in mods)
 
 

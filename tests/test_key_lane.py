@@ -11,7 +11,7 @@ from tests.serve_server import wait_for
 from tests.test_app_controller import wait
 from tui.engine import SamplerSettings
 from tui.worker import Worker
-from tui.worker.commands import Adjust, Rewind
+from tui.worker.commands import Adjust, RewindTokens
 
 
 def playing_worker(make_engine) -> Worker:
@@ -64,10 +64,10 @@ def test_a_sampler_key_is_answered_while_the_decode_is_in_flight(make_engine):
 
 def test_the_lane_takes_only_a_sampler_key_at_the_head_of_the_queue(make_engine):
     w = Worker(make_engine(), autoplay=False)  # not started: nothing takes from the queue
-    w.commands_queue.put(Rewind(1))
+    w.commands_queue.put(RewindTokens(1))
     w.commands_queue.put(Adjust("temp", 1))
     assert w.lane._take() is None  # a key pressed after a rewind waits for the rewind
-    assert w.commands_queue.get() == Rewind(1)
+    assert w.commands_queue.get() == RewindTokens(1)
     assert w.lane._take() == Adjust("temp", 1)
     assert w.commands_queue.empty()
 
@@ -90,5 +90,5 @@ def test_no_lending_while_an_observer_runs_in_the_graph(make_engine):
     eng.prefill(eng.vocab.tokenize("Hello", add_special=True))
     assert opened == [True]
     eng.observers.append(Watcher())
-    eng.feed(eng.sample_next())
+    eng.feed(eng.sample().token)
     assert opened == [True]  # not opened again

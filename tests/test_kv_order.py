@@ -13,7 +13,7 @@ from tui.engine.batch import BatchToken, DecodeCall
 from tui.engine.decode import decode
 from tui.engine.model import kv_order
 from tui.engine.surprise import along
-from tui.worker.commands import PathsShown, Rewind, Send, Step
+from tui.worker.commands import PathsShown, RewindTokens, Send, Step
 from tui.worker.thread import Worker
 
 PROMPT = "The capital of France is"
@@ -84,7 +84,7 @@ def test_llama_fills_a_hole_out_of_order_and_the_numbers_change(make_engine):
     eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=4)
     holes_under_sequence_0(eng)
     pos = eng.kv.last_pos(0) + 1
-    token = eng.sample_next()
+    token = eng.sample().token
     decode(eng, DecodeCall([BatchToken(token, pos, (0,), True)], [(0, 1)]))  # no keeping
     got = kv_order.read_positions(eng.ctx, 0)
     assert got is not None and got != sorted(got)  # llama.cpp put it in the lowest hole
@@ -122,7 +122,7 @@ def test_a_new_message_after_a_dropped_path_lands_in_order(make_engine, tmp_path
     w.handle(Send("Name a colour."))
     for _ in range(6):
         w.handle(Step())
-    w.handle(Rewind(4))  # the four tokens are parked
+    w.handle(RewindTokens(4))  # the four tokens are parked
     w.handle(Step())
     w.handle(Step())
     w.handle(Send("And another one?"))  # a new turn drops the parked path: its cells free

@@ -53,7 +53,7 @@ async def test_the_pane_says_the_head_is_loading(make_engine, tmp_path, monkeypa
         await pilot.press("escape")
         await pilot.press("8")
         pane = app.query_one(LensPane)
-        info = app.controller.engine.info
+        info = app.worker.engine.info
         want = f"loading the lens's output head ({info.n_vocab:,} x {info.n_embd:,} from the GGUF"
         try:
             await wait_for(pilot, lambda: want in _text(pane), "the loading sentence")
@@ -73,11 +73,11 @@ async def test_spec_fork_attention_then_lens_never_bare(make_engine, tmp_path):
     """--spec-type ngram-simple, a round, F, a, 8: the pane shows the lens or says why, never
     the bare sentence, from the key on."""
     app = make_app(make_engine, tmp_path, raw=True)
-    app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    app.worker.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, LIST)
         await pilot.press("escape")
-        n = len(app.controller.engine.records)
+        n = len(app.worker.engine.records)
         await pilot.press("right")
         await wait_for(
             pilot,

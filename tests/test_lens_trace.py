@@ -9,9 +9,9 @@ import llama_cpp
 import pytest
 
 from tui.args import parse
-from tui.commands import trace_main
 from tui.engine.model import lens
 from tui.engine.observe import lens_capture
+from tui.trace_cli import trace_main
 
 from .test_lens import _forget_heads  # noqa: F401 (the cached GGUF head, freed after this module)
 

@@ -8,7 +8,7 @@ from tui.engine import SamplerSettings
 from tui.engine.observe.attention_capture import find_capture
 from tui.engine.observe.lens_capture import find_lens
 from tui.worker import Worker
-from tui.worker.commands import AttentionToggle, LensMode, LensTab, Send, Step
+from tui.worker.commands import AttentionToggle, LensMode, LensShown, Send, Step
 
 
 def _worker(make_engine) -> Worker:
@@ -28,7 +28,7 @@ def test_lens_tab_turns_capture_on_and_off(make_engine) -> None:
         w.handle(Send("The capital of France is"))
         assert find_lens(w.engine) is None
         assert w.lens.view().step is None  # not showing: nothing computed
-        w.handle(LensTab(True))  # an observer context with the callback replays the prompt
+        w.handle(LensShown(True))  # an observer context with the callback replays the prompt
         assert find_lens(w.engine) is None  # the run's own context: untouched
         obs = w.observers.engine
         cap = find_lens(obs)
@@ -48,13 +48,13 @@ def test_lens_tab_turns_capture_on_and_off(make_engine) -> None:
         assert last.step.record == step.record and last.step.mark_piece == " Paris"
         assert last.step.mark_what == "the token sampled"
 
-        w.handle(LensTab(False))
+        w.handle(LensShown(False))
         assert w.observers.ctx is None  # nothing else looks: its context is freed
         w.handle(Step())
         rec = w.engine.records[-1]
         assert "lens" not in rec.extras  # the run's records never carry it
         w.handle(LensMode())
-        w.handle(LensTab(True))  # a new observer context replays the run, the lens at its end
+        w.handle(LensShown(True))  # a new observer context replays the run, the lens at its end
         again = w.lens.view().step
         assert again is not None and again.record == w.engine.logits_record == rec.index
     finally:
@@ -65,7 +65,7 @@ def test_attention_and_lens_share_the_callback(make_engine) -> None:
     w = _worker(make_engine)
     try:
         w.handle(Send("Hello"))
-        w.handle(LensTab(True))
+        w.handle(LensShown(True))
         fa = w.engine.flash_attn_resolved
         w.handle(AttentionToggle())  # a new observer context, flash attention off: lens stays
         obs = w.observers.engine

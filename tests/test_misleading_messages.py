@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_app_controller import controller, wait  # noqa: F401  (the fixture)
-from tui.engine.model.chat import template_from
+from tui.engine.model.chat_template import template_from
 from tui.worker import Worker
 
 SYSTEM = "Answer in French and never in English. " * 7_700  # 300,300 characters
@@ -69,7 +69,7 @@ def test_a_users_chat_template_is_called_by_its_file(make_engine, tmp_path: Path
     path = tmp_path / "mine.jinja"
     path.write_text(template)
     engine = make_engine()
-    # As ``tokenstep --chat-template FILE`` does (tui.commands.engine_from_args).
+    # As ``tokenstep --chat-template FILE`` does (tui.trace_cli.engine_from_args).
     engine.info = dataclasses.replace(engine.info, chat_template=template_from(str(path)))
     c = Worker(engine, autosave_dir=tmp_path / "autosave", close_engine=False)
     c.start()

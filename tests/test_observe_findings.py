@@ -19,7 +19,7 @@ from .test_spec_worker import LIST
 LOOKS = [
     c.AttentionTabs(True, False),
     c.AttentionToggle(),
-    c.LensTab(True),
+    c.LensShown(True),
     "grid",
     c.SurpriseScale(),
 ]

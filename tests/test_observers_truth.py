@@ -26,11 +26,11 @@ from .llama_server import llama_server  # noqa: F401
 SCRIPT: list[Any] = [
     c.Send("Name three colors."),
     *[c.Step()] * 6,
-    c.Rewind(2),
+    c.RewindTokens(2),
     *[c.Step()] * 3,
     c.Force(28),  # a forced token: the run goes on from it
     *[c.Step()] * 3,
-    c.Fork(),
+    c.ForkSeq(),
     *[c.Step()] * 2,
     c.Send("And two more?"),
     *[c.Step()] * 5,
@@ -42,10 +42,10 @@ def _observer_cmds(w: Worker) -> list[Any]:
         c.AttentionTabs(True, False),
         c.AttentionToggle(),
         c.AttentionLayer(3),
-        c.LensTab(True),
+        c.LensShown(True),
         c.Call(w.lens.toggle_grid),
         c.SurpriseScale(),
-        c.LensTab(False),
+        c.LensShown(False),
         c.AttentionToggle(),
         c.AttentionTabs(False, True),
     ]
@@ -126,8 +126,8 @@ def test_the_observer_replays_the_run_bit_for_bit(make_engine):
         w.run_now(c.Send("Name three colors."))
         for _ in range(4):
             w.run_now(c.Step())
-        w.run_now(c.Rewind(1))
-        w.run_now(c.LensTab(True))
+        w.run_now(c.RewindTokens(1))
+        w.run_now(c.LensShown(True))
         v = w.build_view()
         ctx = w.observers.ctx
         assert ctx is not None and ctx.engine.flash_attn_resolved == eng.flash_attn_resolved
@@ -177,10 +177,10 @@ def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_serve
             w.run_now(c.Send("Say hello."))
             for i in range(4):
                 if look:
-                    cmd = [c.AttentionToggle(), c.LensTab(True), c.SurpriseScale(), c.Fork()][i]
+                    cmd = [c.AttentionToggle(), c.LensShown(True), c.SurpriseScale(), c.ForkSeq()][i]
                     w.run_now(cmd)
                     notice = w.state.notice
-                    if isinstance(cmd, c.LensTab):  # the tab's own line says it
+                    if isinstance(cmd, c.LensShown):  # the tab's own line says it
                         notice = w.build_view().lens.status  # type: ignore[union-attr]
                     assert "needs a local model" in notice or "Over llama-server" in notice, notice
                     assert notice.count(". ") <= 2 and "Traceback" not in notice

@@ -318,7 +318,7 @@ def test_no_module_of_tui_writes_into_a_handed_engine_or_worker():
 # record the function exists to fill, or a third-party object wrapped where it offers no hook.
 TUI_LEFT = {
     # argparse namespaces: what a flag implies (--lens-grid turns --lens on; -t's default)
-    ("commands.py", "args.lens"),
+    ("trace_cli.py", "args.lens"),
     ("startup.py", "args.threads"),
     # logging.LogRecord: serve's log filter strips the bytes of a request from the record
     *{("serve_input.py", f"record.{a}") for a in ("msg", "args", "exc_info", "exc_text")},

@@ -31,14 +31,14 @@ async def _force(pilot, app) -> None:
 async def _on_worker(pilot, app, fn):
     """Run ``fn`` on the worker thread (the only one that touches the context)."""
     box: list[object] = []
-    app.controller.call_soon(lambda: box.append(fn()))
+    app.worker.call_soon(lambda: box.append(fn()))
     await wait_for(pilot, lambda: bool(box), "the worker")
     return box[0]
 
 
 async def _jump(pilot, app, tree: PathsPane, branch: int) -> int:
     """Jump to ``branch`` from the tree; the number of decode records the jump added."""
-    eng = app.controller.engine
+    eng = app.worker.engine
     before = await _on_worker(pilot, app, lambda: len(eng.records))
     tree.cursor = next(i for i, r in enumerate(app.view.paths.rows) if r.id == branch)
     note = app.view.paths.note
@@ -68,7 +68,7 @@ async def test_the_issue_key_sequence_keeps_the_tree_true(make_engine, tmp_path)
         await pilot.press("w")
         await wait_for(pilot, lambda: tree.has_focus, "the tree pane again")
         await _on_worker(pilot, app, lambda: None)  # every command before is done
-        eng = app.controller.engine
+        eng = app.worker.engine
         start = app.view.text.reply_start
         seen: set[int] = set()
         cached_jumps = 0

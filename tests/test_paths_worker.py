@@ -12,10 +12,10 @@ from tui.engine.model import kv_order
 from tui.engine.surprise import along
 from tui.worker.commands import (
     Force,
-    Fork,
+    ForkSeq,
     JumpPath,
     PathsShown,
-    Rewind,
+    RewindTokens,
     Save,
     Send,
     Step,
@@ -43,13 +43,13 @@ def _steps(w: Worker, n: int) -> None:
 def _three_branches(w: Worker) -> None:
     w.handle(Send(MESSAGE))
     _steps(w, 4)
-    w.handle(Rewind(2))  # a branch: the four tokens
+    w.handle(RewindTokens(2))  # a branch: the four tokens
     _steps(w, 2)
     w.handle(Force(w.engine.vocab.tokenize(" zebra")[0]))  # a branch: the sampler's own pick
     _steps(w, 1)
-    w.handle(Fork())
+    w.handle(ForkSeq())
     _steps(w, 2)
-    w.handle(Rewind(1))  # a branch: the fork; and the live reply before the rewind
+    w.handle(RewindTokens(1))  # a branch: the fork; and the live reply before the rewind
     assert w.error is None, w.error
 
 
@@ -151,7 +151,7 @@ def test_without_the_tree_pane_a_rewind_frees_its_cells(make_engine, tmp_path):
     w.handle(Send(MESSAGE))
     _steps(w, 3)
     used = w.engine.kv.used
-    w.handle(Rewind(1))
+    w.handle(RewindTokens(1))
     assert w.engine.kv.used == used - 1 and not w.engine.parked
     (b,) = w.state.paths
     assert b.seq is None and b.how == "rewind"

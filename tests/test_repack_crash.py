@@ -233,7 +233,7 @@ def test_trace_says_where_a_native_crash_happened() -> None:
     end with exit code 139 and nothing said)."""
     code = (
         "import sys\n"
-        "import tui.commands as c\n"
+        "import tui.trace_cli as c\n"
         "from tui.engine.model.model import _meta_str\n"
         "c.trace_main = lambda args: _meta_str(None, 'general.name')\n"
         "from tui.cli import main\n"

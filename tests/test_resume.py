@@ -12,8 +12,8 @@ import numpy as np
 
 from tui.app import TokenstepApp
 from tui.args import parse
-from tui.commands import engine_from_args
 from tui.engine import SamplerSettings
+from tui.trace_cli import engine_from_args
 from tui.widgets.text import ConversationPane
 from tui.worker.resume import apply_to_args, load_header, restore
 from tui.worker.session_store import read_session
@@ -27,7 +27,7 @@ SETTINGS = SamplerSettings(temp=0.0, top_k=7, top_p=0.9, min_p=0.02, seed=1234)
 
 async def on_worker(pilot, app: TokenstepApp, fn):
     """Run ``fn(engine)`` on the controller's worker thread, as a queued command."""
-    ctl, out, done = app.controller, {}, threading.Event()
+    ctl, out, done = app.worker, {}, threading.Event()
 
     def run() -> None:
         out["v"] = fn(ctl.engine)
@@ -79,7 +79,7 @@ async def test_resume_restores_messages_settings_and_the_cache(make_engine, mode
             autosave_dir=tmp_path / "autosave2",
             close_engine=False,
         )
-        restore(app.controller, hdr, saved)
+        restore(app.worker, hdr, saved)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.view is not None, "the first view")
             v = app.view

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from tui.args import parse
-from tui.commands import settings_from_args
 from tui.engine import SamplerSettings
 from tui.engine.sampler.sampler_settings import parse_sampling_seq
+from tui.trace_cli import settings_from_args
 from tui.worker.resume import apply_to_args, load_header
 
 from .resume_files import write_resume

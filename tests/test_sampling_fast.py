@@ -25,7 +25,7 @@ def test_real_logits_rows(make_engine):
     assert eng.logits is not None
     _check(eng.logits)
     for _ in range(3):
-        eng.feed(eng.sample_next())
+        eng.feed(eng.sample().token)
         _check(eng.logits)
         rec = eng.records[-1]
         assert [c.id for c in rec.top] == list(np.argsort(-eng.logits, kind="stable")[:10])

@@ -12,10 +12,10 @@ import pytest
 
 from tui.args import build_parsers
 from tui.backend_flags import ignored_over_server
-from tui.commands import engine_from_args
 from tui.engine import SamplerSettings
 from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.engine.remote.remote import RemoteBackend
+from tui.trace_cli import engine_from_args
 from tui.worker import Worker
 from tui.worker.commands import Save, Send, Step
 from tui.worker.resume import apply_to_args, load_header, restore

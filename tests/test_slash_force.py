@@ -68,12 +68,12 @@ def test_parse_takes_the_text_after_one_space():
 
 
 async def _chat(pilot, app, text: str) -> None:
-    n = app.controller.commands
+    n = app.worker.commands
     await pilot.press("i")
     app.query_one("#chat").value = text
     await pilot.press("enter")
-    await wait_for(pilot, lambda: app.view.commands > n and app.controller.queue_empty(), text)
-    await wait_for(pilot, lambda: app.view.commands == app.controller.commands, "its view")
+    await wait_for(pilot, lambda: app.view.commands > n and app.worker.queue_empty(), text)
+    await wait_for(pilot, lambda: app.view.commands == app.worker.commands, "its view")
 
 
 @run_async
@@ -83,7 +83,7 @@ async def test_force_and_lookup_from_the_chat_box(make_engine, tmp_path):
         await send(pilot, app, "What is the capital of France?")
         await pilot.press("right")
         await wait_for(pilot, lambda: app.view.text.reply_tokens == 1, "a step")
-        eng = app.controller.engine
+        eng = app.worker.engine
         paris = eng.vocab.tokenize(" Paris", add_special=False)[0]
         logits = eng.logits.copy()
         want = int(np.count_nonzero(logits > logits[paris])) + 1

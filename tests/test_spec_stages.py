@@ -156,13 +156,13 @@ async def test_the_app_replays_a_round_and_marks_the_cut_cells(make_engine, tmp_
     from .test_app import SIZE, make_app, send, wait_for
 
     app = make_app(make_engine, tmp_path, raw=True)
-    app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    app.worker.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, LIST)
         await pilot.press("4")
         grid = app.query_one(KVCachePane)
         for _ in range(16):
-            n = len(app.controller.engine.records)
+            n = len(app.worker.engine.records)
             await pilot.press("right")
             await wait_for(
                 pilot,
@@ -195,12 +195,12 @@ async def test_the_app_replays_a_round_and_marks_the_cut_cells(make_engine, tmp_
         await pilot.press("full_stop")
         await wait_for(
             pilot,
-            lambda: app.controller.state.notice.startswith("Round stage 1/4 · draft"),
+            lambda: app.worker.state.notice.startswith("Round stage 1/4 · draft"),
             "stage 1 in the notice",
         )
         await pilot.press("full_stop")
         await wait_for(
             pilot,
-            lambda: app.controller.state.notice.startswith("Round stage 2/4 · verify batch"),
+            lambda: app.worker.state.notice.startswith("Round stage 2/4 · verify batch"),
             "stage 2 in the notice",
         )

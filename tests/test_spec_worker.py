@@ -88,7 +88,7 @@ def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(wor
     w.handle(c.Step())
     assert w.spec.pending is not None
     n = w.engine.n_past
-    w.handle(c.Rewind(1))
+    w.handle(c.RewindTokens(1))
     assert w.spec.pending is None and w.engine.n_past == n - 1
 
 
@@ -127,12 +127,12 @@ async def test_the_app_draws_a_round(make_engine, tmp_path):
     from .test_text_pane import _check
 
     app = make_app(make_engine, tmp_path, raw=True)
-    app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    app.worker.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, LIST)
         pane = app.query_one(ConversationPane)
         for _ in range(4):
-            n = len(app.controller.engine.records)
+            n = len(app.worker.engine.records)
             await pilot.press("right")
             await wait_for(
                 pilot,
@@ -206,7 +206,7 @@ def test_the_logits_pane_moves_across_the_verify_rows(worker):
     sp = rec.spec
     n = len(sp.rows)
     current = w.build_view().logits
-    w.handle(c.SpecRow(-1))  # from the current row back to the batch's last row
+    w.handle(c.SpecRowMove(-1))  # from the current row back to the batch's last row
     v = w.build_view().logits
     assert v.spec_row == f"logits → sampler · verify row {n} of {n}"  # 1-based, as "of n"
     assert [r.id for r in v.candidates] == [t.id for t in sp.rows[n - 1].top]
@@ -214,18 +214,18 @@ def test_the_logits_pane_moves_across_the_verify_rows(worker):
     # so no p′: the pane draws "–" for a cut row, as everywhere else (not "0")
     assert all(r.cut_by == "never sampled" for r in v.candidates)
     for i in range(n - 2, -1, -1):
-        w.handle(c.SpecRow(-1))
+        w.handle(c.SpecRowMove(-1))
         v = w.build_view().logits
         assert v.spec_row == f"logits → sampler · verify row {i + 1} of {n}"
         assert v.next_pick == sp.rows[i].pick
         assert v.candidates[0].logit == sp.rows[i].top[0].logit
     row = sp.accepted  # the mismatch row: the chain's pick there, with its cuts
     for _ in range(row):  # from row 0
-        w.handle(c.SpecRow(1))
+        w.handle(c.SpecRowMove(1))
     assert w.spec.row == row and "not the draft's" in w.state.notice
     v = w.build_view().logits
     assert v.next_pick == sp.picks[-1] and v.chain is sp.rows[row].chain
-    w.handle(c.SpecRow(n))  # past the end: the current row again
+    w.handle(c.SpecRowMove(n))  # past the end: the current row again
     assert w.build_view().logits.spec_row is None
     assert w.build_view().logits.candidates == current.candidates
     assert w.spec.pending == sp.picks[-1]  # moving across the rows kept the pick waiting

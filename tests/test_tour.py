@@ -15,7 +15,7 @@ from rich.cells import cell_len
 
 from tui.engine import EngineConfig
 from tui.engine.model import gguf_header
-from tui.engine.model.chat import CHATML, Message, chat_tokens
+from tui.engine.model.chat_template import CHATML, Message, chat_tokens
 from tui.engine.model.info import facts as header_facts
 from tui.tokenize_cli import tokenize_main
 from tui.tour import lab_kv
@@ -251,7 +251,7 @@ def test_the_lens_layer_is_the_one_trace_lens_reports(smol, gemma, capsys):
     import json
 
     from tui.args import parse
-    from tui.commands import trace_main
+    from tui.trace_cli import trace_main
 
     f = smol["inside"].lens
     assert f is not None and smol["inside"].lens_skip == ""

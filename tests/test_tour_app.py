@@ -121,14 +121,14 @@ async def test_l_opens_the_tour_over_the_app_and_leaves_the_chat_alone(make_engi
         await wait_for(pilot, lambda: isinstance(app.screen, TourScreen))
         tour = app.screen
         assert isinstance(tour, TourScreen)
-        mode = app.controller.state.mode
+        mode = app.worker.state.mode
         await pilot.press("space", "t")  # the app's keys do nothing under the tour
         await wait_for(pilot, lambda: "loop" in tour.tour.pages)
         assert tour.tour.pages["loop"][0].body.count("The capital of France is") == 1
         await pilot.press("escape")
         await wait_for(pilot, lambda: not isinstance(app.screen, TourScreen))
         assert engine.n_past == 0 and engine.settings.temp == 0.0  # nothing sent, nothing set
-        assert app.controller.state.mode == mode
+        assert app.worker.state.mode == mode
 
 
 def test_bad_tour_flags_are_one_sentence() -> None:

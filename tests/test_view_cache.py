@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tui.engine import Engine, SamplerSettings
 from tui.worker import View, Worker
-from tui.worker.commands import Fork, NewChat, Rewind, Send, Step
+from tui.worker.commands import ForkSeq, NewChat, RewindTokens, Send, Step
 
 
 def _check(c: Worker) -> View:
@@ -33,14 +33,14 @@ def test_incremental_view_equals_fresh_view(make_engine):
     for _ in range(10):
         c.handle(Step())
         _check(c)
-    c.handle(Rewind(3))  # the context shrinks at the end
+    c.handle(RewindTokens(3))  # the context shrinks at the end
     _check(c)
     for _ in range(60):  # past the end of the 64-token context: shifts move positions
         c.handle(Step())
     v = _check(c)
     assert eng.shifts, "the context should have shifted"
     assert v.kv.kv_used <= 64
-    c.handle(Fork())  # cells gain a second sequence in place
+    c.handle(ForkSeq())  # cells gain a second sequence in place
     _check(c)
     for _ in range(3):
         c.handle(Step())

@@ -133,7 +133,7 @@ class WorkerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.plain.engine.n_past > 1)
     @rule(n=st.integers(1, 3))
     def rewind(self, n: int) -> None:
-        self.both(c.Rewind(n))
+        self.both(c.RewindTokens(n))
 
     @precondition(lambda self: self.plain.engine.n_past > 0)
     @rule(token=st.sampled_from([28, 29, 30, 260, 1345]))
@@ -143,7 +143,7 @@ class WorkerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.plain.engine.n_past > 0)
     @rule()
     def fork(self) -> None:
-        self.both(c.Fork())
+        self.both(c.ForkSeq())
 
     @rule()
     def autoplay_toggle(self) -> None:
@@ -227,8 +227,8 @@ class WorkerStates(RuleBasedStateMachine):
                 c.AttentionTabs(False, True),
                 c.AttentionTabs(False, False),
                 c.AttentionLayer(5),
-                c.LensTab(True),
-                c.LensTab(False),
+                c.LensShown(True),
+                c.LensShown(False),
                 c.LensMode(),
                 c.SurpriseScale(),
                 "grid",
@@ -359,7 +359,7 @@ def test_a_jump_to_a_path_the_live_reply_now_contains(model):
     try:
         w.run_now(c.Send("The cat"))
         w.run_now(c.Step())
-        w.run_now(c.Rewind(1))
+        w.run_now(c.RewindTokens(1))
         w.run_now(c.Step())
         assert w.error is None, w.error
         start = w.state.reply_start
@@ -384,7 +384,7 @@ def test_cells_put_back_in_order_keep_the_pending_picks_p(model):
     w = _worker(model, True, SamplerSettings(temp=0.0), False)
     try:
         text = "Colors: red, green, blue, red, green"
-        for cmd in (c.Send(text), c.Send(text), c.Fork(), *[c.Step()] * 4, c.Rewind(2)):
+        for cmd in (c.Send(text), c.Send(text), c.ForkSeq(), *[c.Step()] * 4, c.RewindTokens(2)):
             w.run_now(cmd)
         before = len(w.engine.records)
         for _ in range(4):

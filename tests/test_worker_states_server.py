@@ -80,7 +80,7 @@ class ServerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 1)
     @rule(n=st.integers(1, 2))
     def rewind(self, n: int) -> None:
-        self.run(c.Rewind(n))
+        self.run(c.RewindTokens(n))
         assert self.w is not None
         self.picked = min(self.picked, self.w.engine.n_past)
 
@@ -92,7 +92,7 @@ class ServerStates(RuleBasedStateMachine):
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 0)
     @rule()
     def fork(self) -> None:
-        self.run(c.Fork())  # refused in one sentence: forks need a local model
+        self.run(c.ForkSeq())  # refused in one sentence: forks need a local model
 
     @rule()
     def surprise(self) -> None:

@@ -49,8 +49,7 @@ from .widgets.run_chart import RunChart
 from .widgets.text import ConversationPane
 from .widgets.timeline import TimelinePane
 from .widgets.tokens import TokensPane
-from .worker import View, slash
-from .worker import Worker as Controller
+from .worker import View, Worker, slash
 
 MIN_W, MIN_H = 80, 24
 COMPACT_W, COMPACT_H = 110, 34
@@ -84,7 +83,7 @@ class TokenstepApp(AppActions):
         self.engine_name = engine.info.name
         self.show_timings = show_timings
         self.prefill_text = prefill
-        self.controller = Controller(
+        self.worker = Worker(
             engine,
             raw=raw,
             prefix_cache=prefix_cache,
@@ -138,7 +137,7 @@ class TokenstepApp(AppActions):
             self.prefill_text,
             placeholder=(
                 "Type text for the model to continue and press Enter"
-                if self.controller.raw
+                if self.worker.raw
                 else "Type a message and press Enter"
             ),
             id="chat",
@@ -166,7 +165,7 @@ class TokenstepApp(AppActions):
         self.main.query_one("#pipeline").border_title = "pipeline · the loop"
         self.main.query_one("#logits").border_title = "logits → sampler"
         self.main.query_one("#conversation").border_title = "text"
-        self.main.query_one("#chat").border_title = "chat" if not self.controller.raw else "prompt"
+        self.main.query_one("#chat").border_title = "chat" if not self.worker.raw else "prompt"
         self.main.query_one("#tokens").border_title = "tokens"
         self.main.query_one("#batch").border_title = "batch · last llama_decode"
         self.main.query_one("#timeline").border_title = "timeline · measured llama_decode time"
@@ -179,10 +178,10 @@ class TokenstepApp(AppActions):
         self._size_classes()
         self.main.query_one("#chat", Input).focus()
         self._gate_keys()  # a flood of key presses cannot bury Ctrl+Q
-        self.controller.start()
+        self.worker.start()
 
     def on_unmount(self) -> None:
-        self.controller.stop(timeout=0.2 if self.quit_now else 60.0)
+        self.worker.stop(timeout=0.2 if self.quit_now else 60.0)
         sys.setswitchinterval(self._switch_interval)
 
     def on_resize(self, event: events.Resize) -> None:
@@ -225,7 +224,7 @@ class TokenstepApp(AppActions):
     def on_view_ready(self, message: ViewReady) -> None:
         """While a reply plays, take views at most ``LIGHT_HZ`` times a second (the worker
         builds the next one only after this one is taken); otherwise draw at once."""
-        latest = self.controller.latest
+        latest = self.worker.latest
         answers = (
             latest is not None and self.view is not None and latest.commands > self.view.commands
         )
@@ -246,7 +245,7 @@ class TokenstepApp(AppActions):
         self._apply_timer = None
         if not self.is_running or not self.screen_stack or not self.main.query("#chat"):
             return  # the app is closing (its widgets go one by one: a view could find half)
-        view = self.controller.take()
+        view = self.worker.take()
         if view is None or (self.view is not None and view.seq <= self.view.seq):
             return
         self._next_apply = time.monotonic() + 1.0 / LIGHT_HZ
@@ -380,16 +379,16 @@ class TokenstepApp(AppActions):
         event.input.value = ""
         self._controls_used = False  # a new message: its reply's end returns to typing
         if text.startswith("/tokenize") and text[9:10] in ("", " "):
-            self.controller.tokenize_text(text[10:])  # its tokens in the notice, not sent
+            self.worker.tokenize_text(text[10:])  # its tokens in the notice, not sent
             return
         if text.startswith("/system") and text[7:8] in ("", " "):
-            self.controller.set_system_prompt(text[8:])  # /system TEXT (empty: none)
+            self.worker.set_system_prompt(text[8:])  # /system TEXT (empty: none)
             return
         if slash.parse(text) is not None:  # /force TEXT, /p TEXT: the next step's token
-            worker = self.controller
+            worker = self.worker
             worker.call_soon(lambda: slash.run(worker, text))
             return
-        self.controller.send(text)
+        self.worker.send(text)
         if view is None or view.activity != "generating" or view.mode == "step":
             self.controls().focus()
 

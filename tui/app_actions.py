@@ -2,7 +2,7 @@
 (:mod:`tui.widgets.keys`, which also feeds the key bar and the help screen), the tab strip, and
 every ``action_*``.
 
-Each action only queues a command for the worker (``self.controller``) or changes what the UI
+Each action only queues a command for the worker (``self.worker``) or changes what the UI
 shows; the view that answers a command is drawn by :class:`tui.app.TokenstepApp`."""
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from .widgets.run_chart import RunChart
 from .widgets.save_dialog import SaveScreen, default_save_path
 from .widgets.text import ConversationPane
 from .widgets.tokens import TokensPane
-from .worker.commands import SpecRow, SpecStage
+from .worker.commands import SpecRowMove, SpecStage
 
 if TYPE_CHECKING:
-    from .worker import View
-    from .worker import Worker as Controller
+    from .worker import View, Worker
 
 def _bindings() -> list[BindingType]:
     out: list[BindingType] = []
@@ -50,7 +49,7 @@ class AppActions(KeyRouting):
     BINDINGS = _bindings()
 
     # set by TokenstepApp.__init__
-    controller: Controller
+    worker: Worker
     view: View | None
     _tab: str
     _notice_key: tuple[object, ...] | None
@@ -87,13 +86,13 @@ class AppActions(KeyRouting):
 
     # -- the loop --------------------------------------------------------------------------------
     def action_toggle_play(self) -> None:
-        self.controller.toggle_play()
+        self.worker.toggle_play()
 
     def action_step(self) -> None:
-        self.controller.step()
+        self.worker.step()
 
     def action_rewind(self) -> None:
-        self.controller.rewind(1)
+        self.worker.rewind(1)
 
     def action_cursor(self, delta: int) -> None:
         logits = self.main.query_one(LogitsPane)
@@ -102,21 +101,21 @@ class AppActions(KeyRouting):
             and self.view.mode == "autoplay"
             and self.view.activity == "generating"
         ):
-            self.controller.pause()
+            self.worker.pause()
         logits.move(delta)
 
     def action_spec_row(self, delta: int) -> None:  # --spec-type: across the verify rows
-        self.controller.put(SpecRow(delta))
+        self.worker.put(SpecRowMove(delta))
 
     def action_spec_stage(self) -> None:  # --spec-type: the last round's stages, in order
-        self.controller.put(SpecStage())
+        self.worker.put(SpecStage())
 
     def action_force(self) -> None:
         row = self.main.query_one(LogitsPane).highlighted
         if row is None:
             self._say("No candidates yet: send a message first.", "bright_yellow")
             return
-        self.controller.force(row.id)
+        self.worker.force(row.id)
 
     def on_logits_pane_clicked(self, event: LogitsPane.Clicked) -> None:
         self.action_force()  # the clicked row is the cursor now
@@ -135,25 +134,25 @@ class AppActions(KeyRouting):
         )
 
     def action_adjust(self, name: str, direction: int) -> None:
-        self.controller.adjust(name, direction)
+        self.worker.adjust(name, direction)
 
     def action_chain(self, op: str, arg: str = "") -> None:
-        self.controller.chain_edit(op, arg)
+        self.worker.chain_edit(op, arg)
 
     def action_chain_set(self) -> None:
         from .widgets.chain_dialog import ChainScreen
 
         def done(line: str | None) -> None:
             if line:
-                self.controller.chain_edit("set", line)
+                self.worker.chain_edit("set", line)
 
         self.push_screen(ChainScreen(), done)
 
     def action_greedy(self) -> None:
-        self.controller.toggle_greedy()
+        self.worker.toggle_greedy()
 
     def action_seed(self) -> None:
-        self.controller.next_seed(1)
+        self.worker.next_seed(1)
 
     # -- the tabs --------------------------------------------------------------------------------
     def action_tab(self, name: str) -> None:
@@ -163,26 +162,26 @@ class AppActions(KeyRouting):
         if self.view is not None:
             self.main.query_one(f"#{name}").show(self.view)  # type: ignore[attr-defined]
         # The worker builds the whole-context attention matrix only while tab 6 or 7 shows it.
-        self.controller.attention_cmd("tabs", name == "attention", name == "anatomy")
-        self.controller.lens_cmd("tab", name == "lens")  # the lens is computed only on tab 8
+        self.worker.attention_cmd("tabs", name == "attention", name == "anatomy")
+        self.worker.lens_cmd("tab", name == "lens")  # the lens is computed only on tab 8
         if name in ("attention", "anatomy", "run", "paths"):
             self.main.query_one(f"#{name}").focus()
         elif self.focused is not None and self.focused.id in ("run", "paths"):
             self.main.query_one(LogitsPane).focus()  # the pane that had the keys is hidden
         if (name == "paths") != self._paths_shown:
             self._paths_shown = name == "paths"  # while it shows, rewinds park their cells
-            self.controller.paths_shown(self._paths_shown)
+            self.worker.paths_shown(self._paths_shown)
         if name != "run":
             self.main.query_one(ConversationPane).set_mark(None)
 
     def action_surprise(self) -> None:
-        self.controller.surprise_scale()
+        self.worker.surprise_scale()
 
     def on_run_chart_moved(self, event: RunChart.Moved) -> None:
         self.main.query_one(ConversationPane).set_mark(event.index)
 
     def on_paths_pane_jump(self, event: PathsPane.Jump) -> None:
-        self.controller.jump_path(event.branch)
+        self.worker.jump_path(event.branch)
 
     def action_scroll_tab(self, direction: int) -> None:
         """PgUp/PgDn (±1) and Home/End (±2): a tab that scrolls inside (tab 8's layers under
@@ -209,38 +208,38 @@ class AppActions(KeyRouting):
         )
 
     def action_verify(self, mode: str = "batched") -> None:
-        self.controller.verify(mode)
+        self.worker.verify(mode)
         self.action_tab("cache")
 
     def action_fork(self) -> None:
-        self.controller.fork()
+        self.worker.fork()
         self.action_tab("cache")
 
     def action_attention(self) -> None:
-        self.controller.attention_cmd("toggle")
+        self.worker.attention_cmd("toggle")
         if self._tab not in ("attention", "anatomy"):
             self.action_tab("attention")
 
     def action_lens_mode(self) -> None:
-        self.controller.lens_cmd("mode")
+        self.worker.lens_cmd("mode")
         if self._tab != "lens":
             self.action_tab("lens")
 
     def action_lens_grid(self) -> None:
         if self._tab != "lens":
             self.action_tab("lens")  # the lens goes on first, then the grid
-        self.controller.lens_cmd("grid")
+        self.worker.lens_cmd("grid")
 
     def action_attention_all(self) -> None:
-        self.controller.attention_cmd("all")
+        self.worker.attention_cmd("all")
         if self._tab not in ("attention", "anatomy"):
             self.action_tab("attention")
 
     def on_attention_pane_layer_requested(self, event: AttentionPane.LayerRequested) -> None:
-        self.controller.attention_cmd("layer", event.layer)
+        self.worker.attention_cmd("layer", event.layer)
 
     def on_attention_pane_selection_changed(self, event: AttentionPane.SelectionChanged) -> None:
-        self.controller.attention_cmd("head", event.head)
+        self.worker.attention_cmd("head", event.head)
 
     def action_boundaries(self) -> None:
         self.main.query_one(ConversationPane).toggle_boundaries()
@@ -279,7 +278,7 @@ class AppActions(KeyRouting):
             self._say("Esc: the step/sampler keys already have the focus; i or any letter types.")
 
     def action_new_chat(self) -> None:
-        self.controller.new_chat()
+        self.worker.new_chat()
         self.main.query_one("#chat", Input).focus()
 
     def action_save(self) -> None:
@@ -287,19 +286,19 @@ class AppActions(KeyRouting):
 
         def done(path: str | None) -> None:
             if path:
-                self.controller.save(path)
+                self.worker.save(path)
             else:
                 self._say("Not saved.")
             target = before if before is not None and before.is_attached else self.controls()
             self.main.set_focus(target)
 
-        self.push_screen(SaveScreen(default_save_path(self.controller.autosave_dir)), done)
+        self.push_screen(SaveScreen(default_save_path(self.worker.autosave_dir)), done)
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             self.screen.dismiss(None)
             return
-        path = self.controller.autosave_path
+        path = self.worker.autosave_path
         self.push_screen(HelpScreen(str(path) if path else None))
 
     _quitting = False
@@ -313,7 +312,7 @@ class AppActions(KeyRouting):
             self.exit(0)
             return
         self._quitting = True
-        path = self.controller.autosave_path
+        path = self.worker.autosave_path
         where = f", autosaving to {path}" if path else ""
         self.show_busy(
             f"Quitting: finishing the decode under way{where}",
@@ -323,8 +322,8 @@ class AppActions(KeyRouting):
 
     def _stop_now(self) -> None:
         """On the driver's input thread, at a served tab's quit: ask, without waiting."""
-        self.controller.stop(timeout=0)
+        self.worker.stop(timeout=0)
 
     async def _stop_then_exit(self) -> None:
-        await asyncio.to_thread(self.controller.stop)
+        await asyncio.to_thread(self.worker.stop)
         self.exit(0)

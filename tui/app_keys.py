@@ -1,19 +1,13 @@
 """Keys on their way in: the key gate's floods (:mod:`tui.widgets.key_flood`) and where a
 typed character goes.
 
-Textual sends a key where it goes when the app first takes it from its queue: into the focused
-widget's own queue. A key on the controls that no binding takes bubbles up, widget by widget
-(a queue each), to the app, which typed it into the chat box there and moved the focus there
-for the keys after it (at its next message). Keys taken meanwhile had already gone to the
-controls: typed fast, they ran as commands or were dropped ("Hello there" typed on the controls
-became "Hllo"), and a flood's paste, posted straight to the chat box, could overtake keys still
-on their way there (a burst typed during a reply read "w16  w18 … w30w17").
-
-Here a character is told from a command when the app first takes the key, from what the
-bindings would do (the bindings from the focused widget up, the stage keys, the attention
-pane's own): a character goes straight to the chat box, and the focus with it at once, so every
-character typed and every flood's paste enter the chat box's one queue in the order they were
-typed. A burst typed on the controls lands as it does typed one key at a time.
+Textual sends a key into the focused widget's queue; one no binding takes bubbles up widget
+by widget to the app, and keys typed meanwhile reach the controls first (typed fast on the
+controls, "Hello there" becomes "Hllo"; a flood's paste overtakes keys still on their way).
+So a character is told from a command when the app first takes the key, from what the
+bindings would do (from the focused widget up, the stage keys, the attention pane's own): a
+character goes straight to the chat box, the focus with it, and every character and every
+flood's paste enter the chat box's one queue in the order they were typed.
 """
 
 from __future__ import annotations

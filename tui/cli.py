@@ -41,13 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return tokenize_main(argv[1:])
         if argv[:1] == ["tour"]:  # the guided tour: the model and context flags only
-            from .commands import config_from_args
             from .tour.cli import tour_main
+            from .trace_cli import config_from_args
 
             return tour_main(argv[1:], config_from_args)
         if argv[:1] == ["compare"]:  # two configurations in lockstep: A-flags --vs B-flags
-            from .commands import config_from_args, settings_from_args
             from .compare.cli import compare_main
+            from .trace_cli import config_from_args, settings_from_args
 
             return compare_main(argv[1:], config_from_args, settings_from_args)
         cmd, args = parse(argv)
@@ -60,11 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             # ending with exit code 139 and nothing said; the app writes it to a file instead.
             faulthandler.enable(all_threads=True)
         if cmd == "trace":
-            from .commands import trace_main
+            from .trace_cli import trace_main
 
             return trace_main(args)
         if cmd == "info":
-            from .commands import info_main
+            from .trace_cli import info_main
 
             return info_main(args)
         if cmd == "verify":
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .serve import serve_main  # aiohttp and textual-serve load only to serve
 
             return serve_main(args)
-        from .commands import preflight
+        from .trace_cli import preflight
 
         preflight(args)  # a bad flag or model file fails here, before the UI takes the screen
         from .startup import run_app  # textual loads only for the app

@@ -1,22 +1,15 @@
 """A native crash (a segfault inside llama.cpp) leaves a clue and a usable terminal.
 
-Python cannot run code after a SIGSEGV: the process dies in the signal handler. Two things are
-set up before the app takes the screen, so the crash is still explained:
-
-- :class:`CrashLog`: Python's ``faulthandler`` writes every thread's Python stack to
-  ``<autosave dir>/crash-<date>-<pid>.log`` when the process gets a fatal signal (SIGSEGV,
-  SIGBUS, SIGILL, SIGFPE, SIGABRT). A clean exit deletes the file. The next start finds a file
-  that holds "Fatal Python error" and whose process is gone, says so in one line
-  (:func:`previous_crash`) and appends a "told" line to it, so it is said once.
-- :class:`TerminalGuard`: a small watchdog process (``python -I -S``, about 10 MB) holds the read
-  end of a pipe. The app writes one byte before it exits normally; if the app dies first, the
-  pipe closes with no byte and the watchdog puts the terminal back the way it found it: the
-  termios mode read before the model loaded, and (once the app had taken the screen) the escape
-  codes that leave the alternate screen, turn mouse reporting, bracketed paste and focus events
-  off and show the cursor. It starts before the model loads: 0.5 to 1.5 ms then, 13 to 16 ms
-  once the model's pages are mapped (the fork copies the page tables). Your
-  shell may print its prompt a moment before that; press Enter if the prompt is not shown.
-  Only when standard input and output are a terminal (a browser tab's app has none).
+Python runs nothing after a SIGSEGV, so two things are set up before the app takes the screen.
+:class:`CrashLog`: ``faulthandler`` writes every thread's stack to ``<autosave
+dir>/crash-<date>-<pid>.log`` on a fatal signal; a clean exit deletes it, and the next start
+says once that the previous run crashed (:func:`previous_crash`). :class:`TerminalGuard`: a
+watchdog process (``python -I -S``, about 10 MB) holds a pipe's read end; if the app dies
+before writing its byte, the watchdog restores the termios mode and, once the screen was
+taken, leaves the alternate screen, turns mouse, bracketed paste and focus reporting off and
+shows the cursor. It starts before the model loads (0.5 to 1.5 ms; 13 to 16 ms once the
+model's pages are mapped, as the fork copies page tables), only on a terminal; the shell may
+print its prompt a moment early (press Enter).
 """
 
 from __future__ import annotations

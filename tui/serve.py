@@ -30,13 +30,13 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 from .args import build_parsers
-from .commands import preflight
 from .engine.model import gguf_header
 from .engine.model.errors import TokenstepError
 from .engine.model.info import facts
 from .engine.model.model import default_model_path
 from .serve_input import MAX_FRAME, Relay, RequestErrors, clamp_size, pace, read_frame
 from .serve_remote import remote_api, without_api_key
+from .trace_cli import preflight
 from .worker import session_store
 
 log = logging.getLogger("tokenstep.serve")

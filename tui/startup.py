@@ -1,6 +1,6 @@
 """From parsed flags to a running app: decode threads, ``--resume``, the engine, the app.
 
-:func:`tui.cli.main` calls :func:`run_app` after :func:`tui.commands.preflight` has checked the
+:func:`tui.cli.main` calls :func:`run_app` after :func:`tui.trace_cli.preflight` has checked the
 flags and the model file, so a mistake is one sentence before the UI takes the screen."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
-from .commands import engine_from_args
-from .engine.model.chat import CHATML
+from .engine.model.chat_template import CHATML
 from .engine.model.errors import TokenstepError
 from .engine.model.model import system_info
 from .engine.session import Engine
 from .spec_flags import speculator_from_args
+from .trace_cli import engine_from_args
 from .worker import session_store
 from .worker.resume import apply_to_args, load_header, restore
 from .worker.spec_run import SpecRun
@@ -47,9 +47,9 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
     )
     system = getattr(args, "system_prompt", None)
     if system:
-        app.controller.system_prompt = system
+        app.worker.system_prompt = system
     if fallback:
-        app.controller.state.note(
+        app.worker.state.note(
             "This model has no chat template: using ChatML, llama.cpp's fallback (as "
             "llama-server does). Start with --chat-template NAME|FILE for another, or --raw.",
             "warn",
@@ -60,11 +60,11 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
 def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace) -> None:
     """``--attention`` (or a resumed session that had it on): the capture starts on, in an
     observer context of its own; the run's context is made as if nobody looked."""
-    spec = getattr(args, "attention", None)
-    if spec is not None and engine.capabilities.attention:
+    layers = getattr(args, "attention", None)
+    if layers is not None and engine.capabilities.attention:
         from .engine.observe.attention_capture import parse_layers
 
-        app.controller.attention.start(parse_layers(spec, engine.info.n_layer))
+        app.worker.attention.start(parse_layers(layers, engine.info.n_layer))
 
 
 def start_notes(
@@ -82,7 +82,7 @@ def start_notes(
         notes.append(choice.reason[0].upper() + choice.reason[1:] + ".")
     if not notes:
         return
-    state = app.controller.state
+    state = app.worker.state
     warn = crashed is not None or bool(ignored or choice and choice.amx and choice.use_extra_bufts)
     level = "warn" if warn or state.notice_level == "warn" else state.notice_level
     state.note(" ".join([*notes, state.notice] if state.notice else notes), level)
@@ -132,10 +132,10 @@ def _run(
         engine.close()
         raise
     if spec is not None:
-        app.controller.spec = SpecRun(spec)
+        app.worker.spec = SpecRun(spec)
     if header is not None:
         try:
-            restore(app.controller, header, args.resume)
+            restore(app.worker, header, args.resume)
         except BaseException:
             engine.close()
             raise
@@ -147,7 +147,7 @@ def _run(
         pass
     finally:
         guard.release()  # the app gave the terminal back (a crash never gets here)
-        stopped = app.controller.stop(timeout=0.2 if app.quit_now else 60.0)
+        stopped = app.worker.stop(timeout=0.2 if app.quit_now else 60.0)
         if spec is not None and stopped:  # not under a decode still running
             spec.close()
     return 0

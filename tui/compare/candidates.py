@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..widgets.common import HEX_STYLE, fmt_p, literal
-from .records import Candidate, Position, Side
+from .records import Position, Side, TopEntry
 from .summary import DIMMED, LABEL, VALUE, nats
 
 PICK = Style(color="bright_yellow", bold=True)
@@ -93,7 +93,7 @@ def head_lines(p: Position, a: Side, b: Side, bound: bool) -> Text:
 
 
 def side_table(
-    title: str, rows: tuple[Candidate, ...], p: Position, mine: int, other: int, remote: bool
+    title: str, rows: tuple[TopEntry, ...], p: Position, mine: int, other: int, remote: bool
 ) -> Table:
     """One side's top-K: rank (from 1, the top-1 is 1), piece, logit (log p for a server, which sends no logits), p,
     and the marks."""

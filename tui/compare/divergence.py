@@ -1,18 +1,11 @@
 """The arithmetic of a comparison, NumPy only: two logits rows in, the figures out.
 
-KL(A‖B) = Σ_v p_A(v) (log p_A(v) − log p_B(v)), in nats, from full-vocabulary log-softmaxes
-computed in float64 (a float32 log-softmax over SmolLM2's 49,152 logits loses about 1e-7 per
-term, which is the size of the whole KL between two ubatch sizes). Identical rows give 0.0
-exactly: every term is p·0.
-
-``llama-perplexity --kl-divergence`` stores the base's log-probabilities as 16-bit integers
-over the range [max − 16, max] (a step of 16/65535 ≈ 2.4e-4 nats) and leaves out the ids whose
-base log-probability is under −16; this module uses every id and no rounding, so its KL is the
-exact one the tool approximates.
-
-A remote B gives only its top-K log-probabilities: :func:`kl_bound` takes the ids both sides
-have, puts B's missing mass on the ids B did not list (at most the smallest listed p each), and
-so gives a lower bound of the full KL (see its docstring).
+KL(A‖B) = Σ_v p_A(v) (log p_A(v) − log p_B(v)) in nats, from float64 log-softmaxes (float32
+over SmolLM2's 49,152 logits loses about 1e-7 per term, the size of the KL between two ubatch
+sizes); identical rows give exactly 0.0. ``llama-perplexity --kl-divergence`` stores the base
+as 16-bit integers over [max − 16, max] (steps of ≈ 2.4e-4 nats) and drops ids under −16; this
+uses every id unrounded. A remote B lists only its top K: :func:`kl_bound` puts B's missing
+mass on the unlisted ids (at most the smallest listed p each), a lower bound of the full KL.
 """
 
 from __future__ import annotations

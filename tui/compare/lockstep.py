@@ -1,17 +1,13 @@
 """Two llama.cpp contexts fed the same tokens in lockstep, compared position by position.
 
-Each side is the engine's own building blocks: a :class:`~tui.engine.model.model.Model`, a
-:class:`~tui.engine.model.context.Context` made from an :class:`EngineConfig` (the app's flags), a
-:class:`~tui.engine.batch.LlamaBatch`. One thread drives both contexts, one decode at a time.
-A window of tokens is decoded by A (in calls of A's ``-b``), its logits rows copied out, then
-by B (in calls of B's ``-b``); the rows are compared and dropped before the next window, so at
-most one window of rows per side is held.
-
-Teacher-forced: both sides are fed A's tokens. With ``chunks`` the text is scored as
-``llama-perplexity --kl-divergence`` scores it: cut into chunks of ``n_ctx`` tokens, each
-chunk's first token replaced by BOS (when the model adds one), each chunk decoded from an
-empty cache, and only the rows from ``n_ctx/2`` to ``n_ctx − 2`` compared (each predicts the
-next token of the chunk). Positions are indices in the whole token list.
+Each side is the engine's building blocks (a :class:`~tui.engine.model.model.Model`, a
+:class:`~tui.engine.model.context.Context` from an :class:`EngineConfig`, a
+:class:`~tui.engine.batch.LlamaBatch`), driven by one thread. A window is decoded by A (in
+A's ``-b``), its rows copied, then by B; the rows are compared and dropped, so one window per
+side is held. Teacher-forced: both sides get A's tokens. With ``chunks`` the text is scored as
+``llama-perplexity --kl-divergence`` does: chunks of ``n_ctx`` tokens, each starting with BOS
+(when the model adds one) from an empty cache, only rows ``n_ctx/2`` to ``n_ctx − 2``
+compared. Positions are indices in the whole token list.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from ..engine.model.errors import TokenstepError
 from ..engine.model.kvcache import KVLayout
 from ..engine.model.tokens import Vocab, display_bytes
 from . import divergence
-from .records import Candidate, Position, Result, Side, Summary
+from .records import Position, Result, Side, Summary, TopEntry
 
 TOP_K = 10
 
@@ -127,7 +123,7 @@ def same_vocab(a: Vocab, b: Vocab) -> str | None:
 
 
 @dataclass(frozen=True)
-class Span:
+class DecodeSpan:
     """One decode from an empty cache: ``tokens`` at positions 0..; rows from ``first`` to
     ``len(tokens) − 2`` are compared; ``offset`` maps a row to its index in the whole text."""
 
@@ -138,7 +134,7 @@ class Span:
 
 def spans(
     tokens: Sequence[int], n_ctx: int, *, chunks: bool, bos: int | None, score_from: int = 0
-) -> list[Span]:
+) -> list[DecodeSpan]:
     """The decodes a run makes. With ``chunks``, llama-perplexity's: ``len(tokens) // n_ctx``
     chunks, each with its first token replaced by ``bos`` (when the model adds one), scoring
     from ``n_ctx // 2``. Without, one decode of the whole text (it must fit in ``n_ctx``),
@@ -154,7 +150,7 @@ def spans(
             chunk = list(tokens[i * n_ctx : (i + 1) * n_ctx])
             if bos is not None:
                 chunk[0] = bos
-            out.append(Span(tuple(chunk), n_ctx // 2, i * n_ctx))
+            out.append(DecodeSpan(tuple(chunk), n_ctx // 2, i * n_ctx))
         return out
     if len(tokens) > n_ctx:
         raise TokenstepError(
@@ -163,17 +159,17 @@ def spans(
         )
     if len(tokens) < 2:
         raise TokenstepError("the text must be at least 2 tokens: one to predict from, one next.")
-    return [Span(tuple(tokens), min(max(0, score_from), len(tokens) - 2), 0)]
+    return [DecodeSpan(tuple(tokens), min(max(0, score_from), len(tokens) - 2), 0)]
 
 
-def n_compared(run: Sequence[Span]) -> int:
+def n_compared(run: Sequence[DecodeSpan]) -> int:
     """How many positions ``run``'s spans compare: rows ``first`` to ``len − 2`` of each."""
     return sum(len(s.tokens) - 1 - s.first for s in run)
 
 
 def candidates(ids: np.ndarray, logits: np.ndarray, logp: np.ndarray, vocab: Vocab) -> tuple:
     return tuple(
-        Candidate(
+        TopEntry(
             int(t), display_bytes(vocab.piece(int(t))), float(logits[t]), float(np.exp(logp[t]))
         )
         for t in ids
@@ -203,12 +199,12 @@ class Lockstep:
     on_position: Callable[[Position], None] | None = None
     positions: list[Position] = field(default_factory=list)
 
-    def windows(self, span: Span) -> Iterator[tuple[int, int]]:
+    def windows(self, span: DecodeSpan) -> Iterator[tuple[int, int]]:
         w = max(self.a.config.n_batch, self.b.config.n_batch if self.b else 0)
         for s in range(0, len(span.tokens), w):
             yield s, min(s + w, len(span.tokens))
 
-    def run_span(self, span: Span) -> None:
+    def run_span(self, span: DecodeSpan) -> None:
         a, b = self.a, self.b
         a.clear()
         if b is not None:

@@ -1,17 +1,13 @@
 """What a terminal sees while ``tokenstep compare`` runs: one progress line on stderr, and no
 echo of the keys typed meanwhile.
 
-A run can take minutes (1,229 positions with B at ``-ub 1`` took 3.5 on two cores), and its
-output comes only at the end: a table, the screen or JSON lines. :class:`Progress` writes
-"compare: 340 of 1,229 positions, 12 s" to a terminal's stderr, overwritten in place with ``\\r``
-at most every ``every`` seconds, and erases it at the end, so the table starts on a clean line.
-Nothing is written where stderr is not a terminal (scripts reading the JSON lines).
-
-While the run holds no screen the terminal is still in cooked mode, so a key typed then (PgDn,
-an arrow) is echoed raw as ``^[[6~`` over the line and waits in the input queue for whatever
-reads next. :func:`quiet_keys` turns echo off for the run and throws the typed bytes away at
-the end, restoring the terminal's settings always (an exception, Ctrl-C). Ctrl-C itself still
-interrupts: ``ISIG`` is left as it was.
+A run can take minutes (1,229 positions with B at ``-ub 1``: 3.5 on two cores) and prints only
+at the end, so :class:`Progress` writes "compare: 340 of 1,229 positions, 12 s" to a terminal's
+stderr, overwritten with ``\\r`` at most every ``every`` seconds and erased at the end (nothing
+where stderr is not a terminal). The terminal is in cooked mode meanwhile, so a typed key
+echoes raw (``^[[6~``) and waits for whatever reads next: :func:`quiet_keys` turns echo off
+for the run, throws the typed bytes away and always restores the settings; Ctrl-C still
+interrupts (``ISIG`` stays).
 """
 
 from __future__ import annotations

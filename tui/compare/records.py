@@ -34,7 +34,7 @@ def to_json(obj: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class Candidate:
+class TopEntry:
     """One entry of a side's top-K at a position: llama.cpp's logit and its softmax p over
     the full vocabulary (over the K entries a server returned, for a remote side)."""
 
@@ -95,8 +95,8 @@ class Position:
     p_b: float
     dp: float
     max_abs_dlogit: float
-    top_a: tuple[Candidate, ...]
-    top_b: tuple[Candidate, ...]
+    top_a: tuple[TopEntry, ...]
+    top_b: tuple[TopEntry, ...]
     token_b: int | None = None
     piece_b: str | None = None
 

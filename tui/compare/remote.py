@@ -22,8 +22,8 @@ from ..engine.model.tokens import display_bytes
 from ..engine.wire.remote_http import ServerClient, ServerError
 from ..engine.wire.remote_reply import read_completion
 from . import divergence
-from .lockstep import LocalSide, Lockstep, Span, candidates
-from .records import Candidate, Position, Side
+from .lockstep import DecodeSpan, LocalSide, Lockstep, candidates
+from .records import Position, Side, TopEntry
 
 DEFAULT_N_PROBS = 100
 
@@ -87,7 +87,7 @@ class RemoteSide:
         self.client.close()
 
 
-def run_remote_span(run: Lockstep, a: LocalSide, remote: RemoteSide, span: Span) -> None:
+def run_remote_span(run: Lockstep, a: LocalSide, remote: RemoteSide, span: DecodeSpan) -> None:
     """A decodes the span (its rows copied out as in lockstep); B is asked each position."""
     a.clear()
     n = len(span.tokens)
@@ -101,7 +101,7 @@ def run_remote_span(run: Lockstep, a: LocalSide, remote: RemoteSide, span: Span)
 
 
 def _position(
-    a: LocalSide, span: Span, j: int, la: np.ndarray, listed: list[tuple[int, float, bytes]], k: int
+    a: LocalSide, span: DecodeSpan, j: int, la: np.ndarray, listed: list[tuple[int, float, bytes]], k: int
 ) -> Position:
     token = span.tokens[j + 1]
     lpa = divergence.log_softmax(la)
@@ -111,7 +111,7 @@ def _position(
     p_a = float(np.exp(lpa[token]))
     p_b = math.exp(lb[token]) if token in lb else 0.0
     top_b = tuple(
-        Candidate(t, display_bytes(piece), lp, math.exp(lp)) for t, lp, piece in listed[:k]
+        TopEntry(t, display_bytes(piece), lp, math.exp(lp)) for t, lp, piece in listed[:k]
     )
     return Position(
         position=span.offset + j,

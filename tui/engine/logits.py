@@ -72,7 +72,7 @@ class LogitsMemory:
             self.logits, self.record = None, None
 
     def shifted(self, n_past: int) -> None:
-        """After a context shift: remembered logits belonged to contexts that no longer exist;
+        """After a context shift: remembered logits belonged to contexts that are gone;
         the current row stays valid for the pick it is used for (llama.cpp also samples before
         it shifts)."""
         self._by_len.clear()

@@ -33,14 +33,14 @@ class Advance:
         return self.sampled.token
 
 
-def sample_step(engine: Backend, force: int | None = None) -> Advance:
+def sample(engine: Backend, force: int | None = None) -> Advance:
     """Stages 5 and 6: sample (or take ``force``), note the pick on the record that produced
     the logits; an end-of-generation token stops the turn here."""
     sampled = engine.sample(force)
     return Advance(sampled, stop=engine.stop_reason if sampled.eog else None)
 
 
-def feed_step(engine: Backend, turn: Advance) -> Advance:
+def feed(engine: Backend, turn: Advance) -> Advance:
     """Stage 7 for a turn that did not stop: decode its token (None with ``stop`` when the
     context is full and cannot shift)."""
     if turn.stop is None:
@@ -52,7 +52,7 @@ def feed_step(engine: Backend, turn: Advance) -> Advance:
 
 def advance(engine: Backend, force: int | None = None) -> Advance:
     """One turn: sample (or force), stop on end of generation, feed."""
-    return feed_step(engine, sample_step(engine, force))
+    return feed(engine, sample(engine, force))
 
 
 def generate(
@@ -68,12 +68,12 @@ def generate(
     needed only for a token after it), unless ``decode_last``."""
     pending = engine.prefill(prompt) if prompt is not None else []
     for i in range(max(n_predict, 0)):
-        turn = sample_step(engine)
+        turn = sample(engine)
         yield from pending
         pending = []
         if i == n_predict - 1 and not decode_last:
             break
-        rec = feed_step(engine, turn).record
+        rec = feed(engine, turn).record
         if rec is None:
             break
         pending = [rec]

@@ -1,17 +1,13 @@
 """Everything the engine does to its ``llama_context``'s memory, in order, so another context
 can do the same (an observer's own context, :mod:`tui.engine.observe.observer_context`).
 
-Every ``llama_decode`` (:func:`tui.engine.decode.decode`) and every ``llama_memory_*`` edit
-(``seq_rm``, ``seq_cp``, ``seq_add``, ``clear``) of the engine goes through here and is noted
-in the engine's :class:`ReplayLog`. A context made from the same model with the same ``n_ctx``,
-``n_batch``, ``n_ubatch`` and ``n_seq_max`` that runs the same operations from the same empty
-cache puts every token in the same cell and splits every batch into the same ubatches, so its
-rows are computed by the same kernels on the same data: bit for bit the engine's (``verify``'s
-final replay shows it), unless its own parameters differ (flash attention off for attention).
-
-The log starts again at every ``llama_memory_clear``: what came before cannot matter to a
-context that is cleared. Noting costs a list append; nothing is copied (the calls are the
-records' own objects).
+Every ``llama_decode`` (:func:`tui.engine.decode.decode`) and ``llama_memory_*`` edit
+(``seq_rm``, ``seq_cp``, ``seq_add``, ``clear``) is noted in the :class:`ReplayLog`. A context
+with the same model, ``n_ctx``, ``n_batch``, ``n_ubatch`` and ``n_seq_max`` running the same
+operations from an empty cache puts every token in the same cell and splits every batch the
+same way, so its rows are the engine's bit for bit (``verify``'s replay shows it) unless its
+own parameters differ (flash attention off for attention). The log restarts at every
+``llama_memory_clear``; noting is a list append of the records' own objects.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """One record of the run: every ``llama_decode`` of the run's context, every pick with what it
 had when it was sampled, every turn, fork, rewind, context shift, path taken back and new chat, in order.
 
-The engine writes it at the single place each act happens (:func:`tui.engine.decode.decode`,
-``sample_seq``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
-speculative round's end in ``spec_verify``; the llama-server backend's request). Panes read
-figures that are functions of it: the timeline's calls and totals, tab 0's prefix reuse per
-turn, the run chart's p and p′ of each pick (and the surprise map's, for picked tokens), the
-header's context length. An observer's context (its own replay) and
-``verify``'s second context write nothing here: looking is not part of the run.
-
-Memory is bounded: the newest :data:`KEEP` events are kept as objects (measured: a pick with
-the default chain's four stages 0.9 kB, a decode 0.26 kB, so about 4 MB at most), sequence
-0's picks by context index (at most ``n_ctx``), and totals are running sums over the chat, so
-a session that plays for hours costs O(1) per event. Every event is frozen and every read
-returns tuples, so a view built on the key lane while the engine thread appends sees a
-consistent copy (appends and reads take one lock).
+The engine writes it where each act happens (:func:`tui.engine.decode.decode`,
+``sequences.sample``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``,
+``spec_verify``'s round, the llama-server backend's request); the timeline, tab 0 and the run
+chart (its p and p′), the surprise map and the header's context length read it. Observer and ``verify`` contexts write nothing: looking is not part of the run.
+The newest :data:`KEEP` events stay as objects (a pick with four stages 0.9 kB, a decode
+0.26 kB: about 4 MB at most), sequence 0's picks by context index, and totals as running
+sums, so hours of play cost O(1) per event. Events are frozen and reads return tuples under
+one lock, so a view built on the key lane sees a consistent copy.
 """
 
 from __future__ import annotations

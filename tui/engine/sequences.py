@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .parts import EngineParts
 
 
-def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampled:
+def sample(engine: EngineParts, seq: int, force: int | None = None) -> Sampled:
     """Stages 5 and 6 for one sequence: sample (or take ``force``) from its logits row with its
     own chain, note the pick on the record that produced the row, and check for an
     end-of-generation token (which stops that sequence)."""
@@ -43,10 +43,10 @@ def sample_seq(engine: EngineParts, seq: int, force: int | None = None) -> Sampl
             raise TokenstepError(f"sequence {seq} has no logits.")
         logits, record = br.logits, br.record
     assert logits is not None
-    return pick_from(engine, seq, logits, record, engine.kv.tokens(seq), force)
+    return sample_row(engine, seq, logits, record, engine.kv.tokens(seq), force)
 
 
-def pick_from(
+def sample_row(
     engine: EngineParts,
     seq: int,
     logits: np.ndarray,
@@ -161,7 +161,7 @@ def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepR
     for seq in engine.seq_ids:
         if _stopped(engine, seq):
             continue
-        sampled = sample_seq(engine, seq, force.get(seq))
+        sampled = sample(engine, seq, force.get(seq))
         if not sampled.eog:
             picks.append((seq, sampled.token))
     if not picks:

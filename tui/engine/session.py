@@ -234,23 +234,11 @@ class Engine:
             generated=self.generated,
         )
 
-    def pick(self) -> tuple[int, ChainResult]:
-        """Sample the next token with the current settings (advances the seeded RNG)."""
-        if self.logits is None:
-            raise TokenstepError("there are no logits yet: send a prompt first.")
-        res = self.chain.run(
-            self.logits, self.settings, commit=True, history=self.tokens, generated=self.generated
-        )
-        return res.selected, res
-
     def sample(self, force: int | None = None) -> Sampled:
-        """Stages 5 and 6 for sequence 0 (see :func:`sequences.sample_seq`)."""
-        return sequences.sample_seq(self, 0, force)
-
-    def sample_next(self, force: int | None = None) -> int:
-        """Stages 5 and 6: sample (or take ``force``) from the current logits, note the pick on
-        the record that produced them, and check for an end-of-generation token."""
-        return self.sample(force).token
+        """Stages 5 and 6 for sequence 0: sample (or take ``force``) from the current logits,
+        note the pick on the record that produced them, check for an end-of-generation token
+        (see :func:`sequences.sample`)."""
+        return sequences.sample(self, 0, force)
 
     def ensure_logits(self) -> None:
         """After a rewind past the kept logits, decode the last token again to get them back."""

@@ -5,7 +5,7 @@ index i - 1 (softmax at temperature 1 over the whole vocabulary), ``p_final`` it
 after the sampler chain (a sampled or forced token only: no chain runs for a prompt token) and
 ``entropy`` the entropy in bits of that row. A reply token's values are its pick in the run's
 record (:class:`tui.engine.run_record.Pick`, written by
-:func:`tui.engine.sequences.sample_seq`); a prompt token's are kept here (:class:`SurpriseLog`)
+:func:`tui.engine.sequences.sample`); a prompt token's are kept here (:class:`SurpriseLog`)
 only when the prompt was decoded with logits on every row, as llama.cpp's perplexity tool does
 (``Engine.score_prompt``, or an observer's own context). :func:`along` joins the two: what the
 surprise map and the run chart draw.
@@ -57,7 +57,7 @@ class SurpriseLog:
         return [self.get(i, t) for i, t in enumerate(tokens)]
 
     def truncate(self, n_keep: int) -> None:
-        """The context now holds ``n_keep`` tokens: later indices no longer exist."""
+        """The context now holds ``n_keep`` tokens: later indices are gone."""
         for k in [k for k in self._at if k >= n_keep]:
             del self._at[k]
 

@@ -1,22 +1,13 @@
 """Is the KV cache exact? Recompute from scratch and compare.
 
-The :class:`Verifier` owns a second ``llama_context`` on the same model with the same settings
-(cache types, flash attention as llama.cpp resolved it, batch sizes, threads). It shares no
-cells with the engine's context and is cleared before every check, so nothing cached is
-re-used. Two ways to recompute:
-
-- ``batched``: the whole context in as few ``llama_decode`` calls as ``-b`` allows: what a
-  loop without a cache would do for this step;
-- ``replay``: the same decode calls the engine made (the prompt as one batch, then one token
-  per call...), read from which call computed each KV cell.
-
-How far a batched recomputation lands from the cached logits depends on the kernels the CPU's
-build has. Measured on an AVX2 build (no AVX-512) with SmolLM2 Q4_1, a 19-token context: with
-flash attention on, the batched call and the one-token steps were bit-identical (the fused
-kernel takes each query row alone); with it off, the attention's plain matrix products changed
-with the batch shape and the logits moved by up to 0.6 (mean 0.07), enough to swap two leading
-tokens 0.3 apart. So a batched top-1 flip is rounding at a near tie, never proof of a bad cache.
-``replay`` takes the engine's own path and must be bit-identical: that is the cache's check.
+:class:`Verifier` owns a second ``llama_context`` with the engine's settings, sharing no cells
+and cleared before every check. ``batched`` recomputes the context in as few decodes as
+``-b`` allows (a loop without a cache); ``replay`` makes the engine's own decode calls again.
+Measured on an AVX2 build with SmolLM2 Q4_1, 19 tokens: with flash attention on, batched and
+one-token steps are bit-identical (the fused kernel takes each query row alone); off, the
+plain matrix products change with the batch shape and the logits move by up to 0.6 (mean
+0.07), enough to swap two leading tokens 0.3 apart. So a batched top-1 flip is rounding at a
+near tie; ``replay`` must be bit-identical, and that is the cache's check.
 """
 
 from __future__ import annotations

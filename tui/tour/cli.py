@@ -63,7 +63,7 @@ def open_tour(app: object) -> None:
     from .screen import TourScreen, locale_lang
 
     assert isinstance(app, App)
-    engine = app.controller.engine  # type: ignore[attr-defined]
+    engine = app.worker.engine  # type: ignore[attr-defined]
     model = getattr(engine, "model", None)
     local = engine.capabilities.attention and model is not None
     path = getattr(model, "path", None) if local else None

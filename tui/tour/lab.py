@@ -319,7 +319,7 @@ MESSAGES = {"en": "Hi", "zh": "你好"}
 def token_facts(vocab: Vocab, template: str | None, message: str = "Hi") -> TokenFacts:
     """Subword pieces, a character in byte pieces, and what the chat template adds (ChatML,
     llama.cpp's fallback, for a model without a template)."""
-    from ..engine.model.chat import CHATML, Message, chat_tokens
+    from ..engine.model.chat_template import CHATML, Message, chat_tokens
 
     word = vocab.tokenize(WORD, add_special=False)
     hanzi = vocab.tokenize(HANZI, add_special=False)

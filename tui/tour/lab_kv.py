@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import Engine, EngineConfig, Model, SamplerSettings
-from ..engine.model.chat import CHATML, Message, chat_tokens
+from ..engine.model.chat_template import CHATML, Message, chat_tokens
 from ..engine.model.tokens import display_bytes
 from ..engine.observe.memory import KVBreakdown, allocations, breakdown_for
 

@@ -1,20 +1,11 @@
 """Decode anatomy pane: what one ``llama_decode`` computes, for the model that is loaded.
 
-embedding -> n_layer × (attention + feed-forward) -> final norm -> lm_head -> logits, drawn with
-the model's real sizes (from llama.cpp's model info), the graph's node count and each layer's
-chain of named operations as the graph names them (the census of
-:mod:`tui.engine.observe.census`), and, in profile mode, the measured time of every part.
-
-API for the app (the pane never touches the engine):
-
-- ``update_from(info, census=None, profile=None, status="")``: ``info`` is the engine's
-  :class:`~tui.engine.model.model.ModelInfo`; ``census`` and ``profile`` are what a step record
-  carries in ``extras["graph"]`` / ``extras["profile"]`` (dicts), or the
-  :class:`~tui.engine.observe.census.GraphCensus` / :class:`~tui.engine.observe.profile.GraphProfile` objects.
-  ``status`` is an optional note shown in the subtitle (e.g. how to turn the census on).
-- ``show_unavailable(sentence)``: the backend cannot give the graph; forget what was drawn
-  and show only ``sentence``.
-- The pane scrolls (↑/↓, PgUp/PgDn) when the per-layer profile is taller than the screen.
+embedding -> n_layer × (attention + feed-forward) -> final norm -> lm_head -> logits, with the
+model's real sizes, the graph's node count and each layer's named operations (the census of
+:mod:`tui.engine.observe.census`) and, in profile mode, the measured time of every part. The
+app calls ``update_from(info, census=None, profile=None, status="")`` (the census and profile
+as a record's ``extras`` dicts or as their objects) or ``show_unavailable(sentence)`` when the
+backend cannot give the graph. The pane scrolls when the profile is taller than the screen.
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """Attention pane: the model's own attention weights as a heatmap, and what one token looks at.
 
-Rows are query tokens of the context (top to bottom, oldest first), columns are key tokens
-(left to right), each labelled with its piece. A cell's colour is the weight the query gave to
-that key in the selected layer and head (or the mean over heads), taken from the
-``kq_soft_max`` node of llama.cpp's graph (see :mod:`tui.engine.observe.attention_capture`). Future
-keys are drawn as ``·``: the causal mask left exactly 0 there. The drawing pieces are in
-:mod:`tui.widgets.heatmap`, the title and footer text in :mod:`tui.widgets.attention_text`.
-
-The cursor selects a query token; the footer ranks the keys it attends to most, with their
-weights. Rows scroll; when the keys do not fit the width they are aggregated (one cell sums
-the weight of several neighbouring keys) and the subtitle says so.
-
-A frame costs what it draws: only the rows on screen (and the cursor's) are laid out over the
-keys (``ContextAttention.row``), and those rows, their cell sums and their lines are kept (in
-small LRU caches) until the data, the head or the size changes.
-
-API for the app (the pane never touches the engine):
-
-- ``update_from(att, pieces, n_layer=..., status=...)``: ``att`` is a
-  :class:`~tui.engine.observe.attention_map.ContextAttention` (``context_attention(engine, layer)``,
-  built on the decode thread) or None; ``pieces`` are the context's token pieces (bytes), one
-  per row/column; ``status`` is an optional note (e.g. "attention off: press a").
-- ``att_layer``, ``head`` (None = mean over heads), ``cursor`` (query row), ``scale`` ("row" or
-  "abs"): plain attributes, also changed by the key bindings below. ``ranked(k)`` returns what the
-  cursor token attends to most.
-- Messages: ``AttentionPane.LayerRequested(layer)`` when the user asks for another layer
-  (the app must capture it and call ``update_from`` again); ``AttentionPane.SelectionChanged
-  (layer, head)`` whenever layer or head change (for the saved session).
-- Keys when focused: ↑/↓ (k/j), PgUp/PgDn, Home/End move the cursor; ←/→ head (through
-  "mean"); m mean; [ / ] layer; s colour scale (row max / absolute). Clicking a row selects it.
+Rows are query tokens, columns key tokens; a cell's colour is the weight from llama.cpp's
+``kq_soft_max`` node for the layer and head (or the mean over heads; see
+:mod:`tui.engine.observe.attention_capture`). Future keys are ``·`` (the causal mask's exact 0).
+Keys that do not fit the width are summed in groups, and the subtitle says so. A frame lays
+out only the rows on screen (and the cursor's), kept in small LRU caches until the data, head
+or size changes; the pieces are in :mod:`tui.widgets.heatmap` and
+:mod:`tui.widgets.attention_text`. The app calls ``update_from(att, pieces, n_layer=...,
+status=...)``; the pane posts ``LayerRequested(layer)`` and ``SelectionChanged(layer, head)``.
+Keys: ↑/↓ (k/j), PgUp/PgDn, Home/End move the cursor; ←/→ head; m mean; [ / ] layer; s scale
+(row max or absolute); a click selects a row.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The chat box: a one-line Input that keeps every line of a paste, and does not swallow a
 control key pressed just before the app moved the focus into it.
 
-Textual's Input keeps only the first line of a pasted text and drops the rest without a word.
-Here the line breaks become spaces, so a pasted text arrives whole, and the app is told how many
-lines were joined (it says so in the notice line).
-
-When the app moves the focus here on its own (:meth:`ChatInput.take_focus`), a key the user
-pressed before that moment was aimed at the controls, where the focus was, but it can reach the
-box after the move (it waited in the queue behind what caused the move). Such a key is not
-typed: the focus goes back to the controls and the key is handed to them, so it does what it
-would have done a moment earlier (``0`` opens the cache tab). Keys pressed after the move are
-typed as usual. A reply's end does not move the focus here (the next control key, ``k`` for
-top-k, belongs to the controls); ``i`` types. A paste moves it, with plain ``set_focus``: the
-keys after a paste, its Enter, belong to the box. A paste larger than the context can hold
-(:mod:`~tui.engine.model.text_size`) is refused in one sentence, before the box takes it."""
+Textual's Input keeps a paste's first line only; here line breaks become spaces and the app
+says how many lines were joined. When the app moves the focus here (:meth:`ChatInput.take_focus`),
+a key pressed before that moment, still queued, goes back to the controls and does what it
+would have done (``0`` opens the cache tab). A reply's end does not move the focus (``k`` is
+still top-k); ``i`` types; a paste moves it with plain ``set_focus``. A paste larger than the
+context can hold (:mod:`~tui.engine.model.text_size`) is refused in one sentence.
+"""
 
 from __future__ import annotations
 

@@ -1,20 +1,13 @@
 """Key floods: a paste the terminal did not bracket arrives as one key press per character.
 
-212 kB pasted that way (with raw ESC bytes in it) became about 200,000 Key events in the app's
-queue: each one typed into the chat box or moved the focus, the screen was stuck for minutes,
-memory grew to 1.4 GB, and Ctrl+Q waited behind all of them. The :class:`KeyGate` sits
-between the terminal driver's parser and the app's queue (it runs on the driver's input
-thread). While the app keeps up, every key passes. Once :data:`FLOOD` keys wait unhandled, the
-gate keeps the rest instead: characters (and line breaks) are gathered into one text, other
-keys (ESC, arrows, function keys) are dropped and counted. When the app has handled the keys in
-its queue, it takes the gathered text (:meth:`KeyGate.taken`) and pastes it into the chat box
-in one go. Quit keys always pass, so a quit waits behind at most :data:`FLOOD` keys.
-
-Those few keys can still be slow: each one typed into a chat box that already holds a 200 kB
-paste costs Textual's Input a pass over the whole value (over 100 ms on a loaded 2-core
-machine), so 64 of them held a closed browser tab's quit past the server's grace and its
-autosave was lost to SIGKILL. Once a quit is asked for (:meth:`KeyGate.quit`, from the web
-driver's quit packet), the gate keeps no more keys and the app skips those still queued.
+212 kB pasted that way is about 200,000 Key events: one by one they stall the screen for
+minutes, grow memory to 1.4 GB and queue Ctrl+Q behind them. :class:`KeyGate` sits between the
+terminal driver's parser and the app's queue (on the driver's input thread). Once
+:data:`FLOOD` keys wait unhandled it gathers characters into one text, drops and counts other
+keys, and the app pastes the text into the chat box in one go (:meth:`KeyGate.taken`). Quit
+keys always pass. Each key typed into a box holding 200 kB costs Textual's Input a pass over
+the value (over 100 ms on a loaded 2-core machine), so once a quit is asked for
+(:meth:`KeyGate.quit`) the gate keeps no more keys and the app skips those still queued.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ free.
 Used cells are coloured by the sequence they belong to; the cells the last ``llama_decode``
 wrote are lit, so a prefill lights a block and a decode step one cell. After a context shift,
 lines above the grid say what each shift forgot, and the seam is marked in the grid: the cell
-right after the ``n_keep`` kept ones, where the forgotten tokens used to follow. Sizes come from the
+right after the ``n_keep`` kept ones, where the forgotten tokens stood. Sizes come from the
 engine: bytes per token from the model's layer shapes and the cache types, checked against
 the size llama.cpp logged when it allocated the cache. Right after a draft-verify round
 (``--spec-type``) the cells the verify wrote for the rejected rows, which
@@ -83,7 +83,7 @@ class KVCachePane(LinePane):
     @property
     def seam(self) -> int | None:
         """The position right after the kept tokens: every shift cut there, so the cell that
-        now holds it is where the forgotten tokens used to be."""
+        now holds it is where the forgotten tokens stood."""
         v = self.view
         return v.cache.shifts[-1].n_keep if v is not None and v.cache.shifts else None
 

@@ -1,18 +1,12 @@
 """The logit lens pane (tab 8): what each layer would predict if the model stopped there.
 
-Layers down, the top 5 tokens of each with p (the layer's ``l_out`` projected through the
-model's own head, :mod:`tui.engine.model.lens`); the marked token (llama.cpp's top-1 for the
-preview, the token sampled for the last step) in bold wherever it appears, and the layers
-where it first enters the top 5 and the top 1 flagged. The header shows the check of the whole
-method: the last layer's max |Δ| against llama.cpp's own logits. Draws a
-:class:`~tui.worker.lens.LensView` built on the decode thread; a backend without the lens gets
-the sentence ``Capabilities.missing`` gives.
-
-The layers scroll with PgUp/PgDn (Home/End for the first and the last layer), and each new
-step opens where the marked token first enters the top 5: on SmolLM2 that is layer 20 to 28
-of 30, below what a 10-row pane shows. Pieces are drawn by the logits pane's rules
-(:func:`tui.widgets.common.visible`: ``␣`` for a space, U+00A0 spelled ``\\xa0``), and a ``│``
-ends each piece's p.
+Layers down, each layer's top 5 with p (``l_out`` through the model's own head,
+:mod:`tui.engine.model.lens`); the marked token (llama.cpp's top-1 for the preview, the sampled
+one for the last step) bold wherever it appears, and the layers where it enters the top 5 and
+the top 1 flagged. The header checks the method: the last layer's max |Δ| against llama.cpp's
+logits. PgUp/PgDn and Home/End scroll; a new step opens where the marked token enters the top
+5 (layer 20 to 28 of 30 on SmolLM2, below a 10-row pane). Pieces follow
+:func:`tui.widgets.common.visible`. A backend without the lens gets ``Capabilities.missing``.
 """
 
 from __future__ import annotations
@@ -90,7 +84,7 @@ class LensRows:
             yield t
 
 
-class Summary:
+class LensHeader:
     """The header: what is shown, the marked token's first layers, the check against
     llama.cpp; on two lines, or one short line below :data:`NARROW` columns."""
 
@@ -136,7 +130,7 @@ class Summary:
 
 
 def summary(step: LensStep, mode: str) -> RenderableType:
-    return Summary(step, mode)
+    return LensHeader(step, mode)
 
 
 NO_VIEW = "the lens waits for the worker's first view (it is busy with the command before)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 
-from ..engine.sampler.chain_stages import chain_specs
+from ..engine.sampler.chain_stages import chain_defs
 from ..worker.views import View
 from .common import DIM
 
@@ -56,12 +56,12 @@ def settings_lines(v: View, width: int, most: int = 2) -> list[Text]:
     chunks = []
     if s.is_greedy:
         chunks.append(_chunk(("greedy", NEXT), (" (argmax)", DIM)))
-    for spec in chain_specs(s):
-        if s.is_greedy and spec.name == "temperature":
+    for sdef in chain_defs(s):
+        if s.is_greedy and sdef.name == "temperature":
             continue
-        value = _SHORT[spec.name](s) if spec.name in _SHORT else spec.param(s)
+        value = _SHORT[sdef.name](s) if sdef.name in _SHORT else sdef.param(s)
         chunks.append(
-            _chunk(("  " if chunks else "", None), (f"{spec.label} ", DIM), (value, VALUE))
+            _chunk(("  " if chunks else "", None), (f"{sdef.label} ", DIM), (value, VALUE))
         )
     if not s.is_greedy and s.mirostat:
         chunks.append(

@@ -1,19 +1,11 @@
 """Attention and graph census for the app, on the decode worker's side.
 
-The :class:`~tui.worker.thread.Worker` owns one :class:`AttentionControl`; every method here
-runs on the worker thread (the only one that touches the engine). The app sends commands
-(attention on/off, layer, head, whether the Attention/Anatomy tab is showing) through the
-worker's queue and draws the :class:`AttentionView` the worker puts in each view.
-
-llama.cpp fixes the eval callback and the attention kernel when a context is created, and
-looking must never change the run: so the weights come from the worker's observer context
-(:mod:`tui.worker.observers`), a context of its own with flash attention off and the callback,
-which replays the run's decode calls (the same batches, so every row is the one the run's
-batch computed, through the other kernel). The run's context is never rebuilt. Attention off
-copies nothing more; a layer that was not being captured means a new observer context that
-replays the run again, so every row of the new layer is real.
-
-Nothing here imports Textual or Rich.
+The :class:`~tui.worker.thread.Worker` owns one :class:`AttentionControl`, used on the worker
+thread only; the app sends its commands through the queue and draws the
+:class:`AttentionView` of each view. The weights come from the observer context
+(:mod:`tui.worker.observers`: flash attention off and the callback, replaying the run's decode
+calls), never from a rebuilt run context. A layer not being captured means a new observer
+context that replays the run again, so every row of it is real. No Textual or Rich here.
 """
 
 from __future__ import annotations
@@ -50,7 +42,7 @@ class AttentionView:
 
 
 class AttentionControl:
-    """Attention state of one controller (worker thread only)."""
+    """Attention state of one worker (worker thread only)."""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..engine.model import text_size
-from ..engine.model.chat import Message, chat_tokens
+from ..engine.model.chat_template import Message, chat_tokens
 from ..engine.model.errors import ContextFullError, TokenstepError
 from . import paths
 from .remote_view import lost_cache_note, prefill_note
@@ -165,7 +165,7 @@ def set_system(w: WorkerParts, text: str) -> None:
 
 
 def send_queued(w: WorkerParts) -> None:
-    """The reply ended: send the queued message; one that no longer fits (the reply grew)
+    """The reply ended: send the queued message; one that does not fit any longer (the reply grew)
     goes back to the chat box."""
     s = w.state
     text = s.take_queued()

@@ -38,7 +38,7 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class Rewind:
+class RewindTokens:
     n: int = 1
 
 
@@ -96,7 +96,7 @@ class AttentionTabs:
 
 
 @dataclass(frozen=True)
-class LensTab:
+class LensShown:
     visible: bool  # the Lens tab is showing: capture and project each step
 
 
@@ -111,7 +111,7 @@ class Verify:
 
 
 @dataclass(frozen=True)
-class Fork:
+class ForkSeq:
     pass
 
 
@@ -131,7 +131,7 @@ class SurpriseScale:
 
 
 @dataclass(frozen=True)
-class SpecRow:
+class SpecRowMove:
     """--spec-type: move the logits pane across the last verify batch's rows (0: back to the
     current row)."""
 
@@ -170,7 +170,7 @@ Command = (
     | Force
     | TogglePlay
     | Pause
-    | Rewind
+    | RewindTokens
     | Adjust
     | Greedy
     | Seed
@@ -180,14 +180,14 @@ Command = (
     | AttentionLayer
     | AttentionHead
     | AttentionTabs
-    | LensTab
+    | LensShown
     | LensMode
     | Verify
-    | Fork
+    | ForkSeq
     | JumpPath
     | PathsShown
     | SurpriseScale
-    | SpecRow
+    | SpecRowMove
     | SpecStage
     | Call
     | Look
@@ -215,7 +215,7 @@ def lens_command(name: str, args: tuple[Any, ...], toggle_grid: Callable[[], Non
     """The lens's commands by name: "tab" visible (the Lens tab showing or not), "mode" (the
     preview or the last step), "grid" (G: the position x layer grid)."""
     if name == "tab":
-        return LensTab(bool(args[0]))
+        return LensShown(bool(args[0]))
     if name == "mode":
         return LensMode()
     if name == "grid":

@@ -1,32 +1,15 @@
 """The key lane: a sampler key answered while a step's ``llama_decode`` is in flight.
 
-A sampler key (temperature, top-k, top-p, min-p, greedy, seed, the chain keys) only re-runs
-the sampler chain on logits the session already holds, so it need not wait for the
-``llama_decode`` in flight (13 ms a token on one decode thread here, the most of a key's
-latency once measured). What such a key touches, and why that is safe beside a decode:
-
-- the sampler settings, the worker's state and the views (plain Python);
-- llama.cpp's sampler objects: ``llama_sampler_apply``, ``llama_sampler_clone``,
-  ``llama_sampler_accept``, ``llama_sampler_reset`` and ``llama_sampler_free`` on the engine's
-  chain (a preview runs on clones, so the RNG the next pick uses does not advance), and a
-  ``llama_sampler_init_*`` for a stage the new settings build (``llama_sampler_init_grammar``
-  when a grammar is set);
-- the vocabulary: ``llama_token_to_piece``, ``llama_vocab_is_eog``.
-
-None of these takes the ``llama_context``: a sampler works on a ``llama_token_data_array`` the
-chain owns, the vocabulary is read-only model data. The context itself is touched by one
-thread only: the decode thread.
-
-Three rules make the lane safe for the state too. The decode thread holds the state lock for
-every command and step it runs (:meth:`KeyLane.working`; it waits for the queue holding
-nothing) and lends it only inside a window it opens itself
-(:meth:`KeyLane.lendable`) around the ``llama_decode`` of a single-token step, where the token
-is picked and noted and the rest of the state is whole; never during a prompt's prefill,
-a context shift or a re-decode (a view built there would show a message half sent). The lane
-runs only while the lock is lent, and only the sampler keys at the head of the queue: every
-command pressed before a key was taken by the decode thread before it lent, so press order is
-kept. And a failure while answering a key is caught here, noted, and the lane waits for the
-next key (its view says what went wrong).
+A sampler key only re-runs the chain on logits the session holds, so it need not wait for the
+decode (13 ms a token here, most of a key's latency when measured). It touches plain Python
+state, llama.cpp's sampler objects (``llama_sampler_apply``/``clone``/``accept``/``reset``/
+``free``, ``llama_sampler_init_*``; a preview runs on clones so the RNG does not advance) and
+the read-only vocabulary, never the ``llama_context``, which only the decode thread touches.
+The decode thread holds the state lock for every command (:meth:`KeyLane.working`) and lends
+it only around a single-token step's ``llama_decode`` (:meth:`KeyLane.lendable`), never during
+a prefill, a context shift or a re-decode. The lane runs only while the lock is lent, and only
+the sampler keys at the head of the queue, so press order is kept; a failure is noted and the
+lane waits for the next key.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The logit lens for the app, on the decode worker's side.
 
-The lens is computed only while its tab is showing: the app says which tabs show
-(:class:`~tui.worker.commands.LensTab`), and the worker turns the capture on or off. The
-capture runs in the worker's observer context (:mod:`tui.worker.observers`), never in the
-run's: a context of its own with the eval callback (flash attention as the run's), which
-replays the run's decode calls with the same batches, so its last layer is the run's logits
-bit for bit. The lens is projected for the newest decodes it replays; a step replayed without
-it (shown after a rewind) makes the observer context anew with the lens from that step on.
-
-Two lenses can be shown (a key switches): the *preview*, the position being predicted now
-(from the decode whose logits the preview samples from), marking llama.cpp's top-1; and the
-*last step*, the decode the newest token was sampled from, marking that token.
-
-Nothing here imports Textual or Rich.
+The lens is computed only while its tab shows (:class:`~tui.worker.commands.LensShown`). It is
+captured in the observer context (:mod:`tui.worker.observers`; flash attention as the run's),
+which replays the run's decode calls with the same batches, so its last layer is the run's
+logits bit for bit; a step replayed without the lens (shown after a rewind) makes that context
+anew. Two lenses, switched by a key: the *preview* (the position being predicted, marking
+llama.cpp's top-1) and the *last step* (the decode the newest token was sampled from, marking
+it). No Textual or Rich here.
 """
 
 from __future__ import annotations

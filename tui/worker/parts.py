@@ -114,7 +114,7 @@ class WorkerParts(Protocol):
     @property
     def autosave_path(self) -> Path | None: ...
 
-    def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
+    def note_pick(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
         """A token was picked (the RNG advanced); ``ended``: the chain that picked an end."""
 
     def keep_system_prompt(self, text: str | None) -> None:

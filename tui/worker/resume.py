@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine.model import checks, text_size
-from ..engine.model.chat import Message, chat_tokens
+from ..engine.model.chat_template import Message, chat_tokens
 from ..engine.model.context import EngineConfig
 from ..engine.model.errors import TokenstepError
 from ..engine.sampler.sampler_settings import SamplerSettings

@@ -115,6 +115,6 @@ class SamplerDesk:
         self.use(trial)
 
     # -- picks -----------------------------------------------------------------------------------
-    def picked(self, ended: Ended | None) -> None:
+    def note_pick(self, ended: Ended | None) -> None:
         """A token was picked: ``ended`` is the chain that picked an end token (None: not one)."""
         self.ended = ended

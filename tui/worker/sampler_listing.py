@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.model.tokens import quoted, visible
 from ..engine.sampler.chain_result import MOVES
-from ..engine.sampler.chain_stages import chain_specs
+from ..engine.sampler.chain_stages import chain_defs
 from ..engine.sampler.sampler_settings import LETTERS, SamplerSettings
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def value_of(s: SamplerSettings, flag: str) -> str:
 
 def chain_order(s: SamplerSettings) -> str:
     """The chain as it runs now, in llama.cpp's names: ``logit_bias → top_k → ... → dist``."""
-    names = [spec.name for spec in chain_specs(s)]
+    names = [sdef.name for sdef in chain_defs(s)]
     if s.is_greedy:
         names = [n for n in names if n != "temperature"] + ["greedy"]
     else:
@@ -131,7 +131,7 @@ def chain_order(s: SamplerSettings) -> str:
 
 def stages_used(s: SamplerSettings) -> set[str]:
     """The chain's stages at these settings (llama.cpp's names), and the picker."""
-    used = {spec.name for spec in chain_specs(s)}
+    used = {sdef.name for sdef in chain_defs(s)}
     if s.is_greedy:  # greedy takes the highest logit: no temperature, no RNG
         used.discard("temperature")
         return used | {"greedy"} | ({"order"} if not s.mirostat else set())

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.model import secret
-from ..engine.model.chat import Message
+from ..engine.model.chat_template import Message
 from ..engine.model.errors import TokenstepError
 from ..engine.session import Engine
 from ..engine.step import StepRecord

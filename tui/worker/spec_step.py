@@ -25,7 +25,7 @@ from . import commands as cmd_types
 from . import spec_stages
 from .spec_run import SpecMarks, SpecRun
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
-from .state import Pick
+from .state import LastPick
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,9 +41,9 @@ def step(w: WorkerParts, run: SpecRun, ended: Callable[[WorkerParts], None]) -> 
     before = eng.kv.used
     s.ran("step", unsaved=True)
     if run.pending is None:  # the reply's first pick, from the prompt's logits
-        turn = loop.sample_step(eng)
+        turn = loop.sample(eng)
         sp = turn.sampled
-        w.picked((eng.logits_record, repr(eng.settings.to_dict()), sp.chain) if sp.eog else None)
+        w.note_pick((eng.logits_record, repr(eng.settings.to_dict()), sp.chain) if sp.eog else None)
         if turn.stop is not None:
             ended(w)
             return
@@ -68,20 +68,20 @@ KEEPS_PENDING = (
     cmd_types.Step,
     cmd_types.TogglePlay,
     cmd_types.Pause,
-    cmd_types.Rewind,
+    cmd_types.RewindTokens,
     cmd_types.Adjust,
     cmd_types.Greedy,
     cmd_types.Seed,
     cmd_types.ChainEdit,
     cmd_types.PathsShown,
     cmd_types.SurpriseScale,
-    cmd_types.LensTab,
+    cmd_types.LensShown,
     cmd_types.LensMode,
     cmd_types.AttentionTabs,
     cmd_types.AttentionToggle,
     cmd_types.AttentionLayer,
     cmd_types.AttentionHead,
-    cmd_types.SpecRow,
+    cmd_types.SpecRowMove,
     cmd_types.SpecStage,
     cmd_types.Look,
 )
@@ -90,7 +90,7 @@ KEEPS_PENDING = (
 def spec_commands(w: WorkerParts) -> dict[type, Callable[[Any], None]]:
     """The worker's handlers for the speculative-decoding keys (< > rows, . stages)."""
     return {
-        cmd_types.SpecRow: lambda c: spec_row(w, c.delta),
+        cmd_types.SpecRowMove: lambda c: spec_row(w, c.delta),
         cmd_types.SpecStage: lambda c: spec_stages.next_stage(w),
     }
 
@@ -100,7 +100,7 @@ def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
     context decodes it first (:func:`settle`), the rest leave it waiting."""
     if run.pending is None:
         return
-    if isinstance(cmd, (cmd_types.Rewind, cmd_types.NewChat)):
+    if isinstance(cmd, (cmd_types.RewindTokens, cmd_types.NewChat)):
         drop(run)
     elif not isinstance(cmd, KEEPS_PENDING):
         settle(w, run)  # looking (attention, the lens, its grid) never decodes the pick
@@ -118,7 +118,7 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     start = n - a if k else n
     pick = sp.picks[-1]
     run.verified(rec, SpecMarks(start, n, rejected, piece(pick), run.summary()))
-    s.picked(round_pick(w, rec))  # stages 5 and 6 say what the round's last pick was
+    s.note_pick(round_pick(w, rec))  # stages 5 and 6 say what the round's last pick was
     s.light((SAMPLE, DETOKENIZE, FEED_BACK, BATCH, DECODE, LOGITS))
     # the cells the round kept, and the rejected rows' cells that left right after the verify
     s.note_records((rec,), (before, eng.kv.used), (eng.kv.used, eng.kv.used + sp.removed))
@@ -141,7 +141,7 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     )
 
 
-def round_pick(w: WorkerParts, rec: StepRecord) -> Pick | None:
+def round_pick(w: WorkerParts, rec: StepRecord) -> LastPick | None:
     """The round's last pick (the one that waits for the next batch), as stage 5 shows a
     pick: p from the row it was sampled from (the context's current logits), p′ from that
     row's chain."""
@@ -152,7 +152,7 @@ def round_pick(w: WorkerParts, rec: StepRecord) -> Pick | None:
     row = sp.rows[len(sp.picks) - 1] if len(sp.rows) >= len(sp.picks) else None
     chain = row.chain if row is not None and row.chain is not None else rec.chain
     st = eng.settings
-    return Pick(
+    return LastPick(
         t,
         eng.vocab.piece(t),
         float(softmax(eng.logits)[t]),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..engine.model import secret
-from ..engine.model.chat import Message
+from ..engine.model.chat_template import Message
 from ..engine.run_record import Pick as RecordPick
 from ..engine.step import StepRecord
 from ..engine.verify import VerifyResult
@@ -37,7 +37,7 @@ class PathBranch:
 
 
 @dataclass(frozen=True)
-class Pick:
+class LastPick:
     """The token the last step sampled (or was forced to take)."""
 
     id: int
@@ -70,7 +70,7 @@ class State:
     last_records: tuple[StepRecord, ...] = ()  # the llama_decode calls of the last command
     new_cells: tuple[int, int] = (0, 0)  # [start, end) of the KV cells those calls wrote
     cut_cells: tuple[int, int] = (0, 0)  # [start, end) of cells a verify wrote, then cut
-    last_pick: Pick | None = None
+    last_pick: LastPick | None = None
     tokenized: Tokenized | None = None
     queued: str | None = None
     notice: str = ""
@@ -182,7 +182,7 @@ class State:
         """The context ends earlier (a rewind, a jump): ``spans`` are the ones left."""
         self.spans = spans
 
-    def picked(self, pick: Pick | None) -> None:
+    def note_pick(self, pick: LastPick | None) -> None:
         """The token the last step took (None: a forked step's sequence 0 gave no row)."""
         self.last_pick = pick
 
@@ -231,7 +231,7 @@ class State:
         self.paths_shown = shown
 
     def forget_step(self, cells: tuple[int, int] | None = None) -> None:
-        """The last pick and its decode calls no longer describe the context (a rewind, a
+        """The last pick and its decode calls do not describe the context (a rewind, a
         jump); ``cells``: the new-cells range the KV grid lights from now (None: kept)."""
         self.last_pick, self.last_records = None, ()
         if cells is not None:

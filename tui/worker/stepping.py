@@ -19,7 +19,7 @@ from . import chat, paths, saving, spec_step
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
-from .state import Pick
+from .state import LastPick
 
 if TYPE_CHECKING:
     from .parts import WorkerParts
@@ -84,18 +84,18 @@ def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
     None when generation stopped (end token or a full context)."""
     eng = w.engine
     greedy, seed = eng.settings.is_greedy, eng.settings.seed
-    turn = loop.sample_step(eng, forced)  # may decode the last token again after a deep rewind
+    turn = loop.sample(eng, forced)  # may decode the last token again after a deep rewind
     p, p_final = pick_probabilities(turn.sampled)
     sp = turn.sampled
     mirostat = eng.settings.mirostat
     piece = eng.vocab.piece(sp.token)
-    w.state.picked(Pick(sp.token, piece, p, p_final, sp.forced, sp.eog, greedy, seed, mirostat))
+    w.state.note_pick(LastPick(sp.token, piece, p, p_final, sp.forced, sp.eog, greedy, seed, mirostat))
     settings = repr(eng.settings.to_dict())
-    w.picked((eng.logits_record, settings, sp.chain) if sp.eog else None)
+    w.note_pick((eng.logits_record, settings, sp.chain) if sp.eog else None)
     if eng.n_past >= eng.n_ctx:  # a context shift (or a stop) comes first: not lent
-        return loop.feed_step(eng, turn).record
+        return loop.feed(eng, turn).record
     with w.lane.lendable():  # the pick is noted: a key may be answered during the decode
-        return loop.feed_step(eng, turn).record
+        return loop.feed(eng, turn).record
 
 
 def stepped(w: WorkerParts, rec: StepRecord, before: int) -> bool:
@@ -137,13 +137,13 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
     with w.lane.lendable():  # forks never shift: the decode may be lent
         rec = eng.step_seqs({0: forced} if forced is not None else None)
     s.ran("force" if forced is not None else "step", unsaved=True)
-    s.picked(None)
+    s.note_pick(None)
     seq0 = rec.rows.get(0) if rec is not None else None
     if seq0 is not None and row0 is not None:
         logits0, chain0 = row0
         t = seq0.token
-        s.picked(
-            Pick(
+        s.note_pick(
+            LastPick(
                 t,
                 eng.vocab.piece(t),
                 float(softmax(logits0)[t]),

@@ -97,7 +97,7 @@ class Worker:
             cmd_types.Force: lambda c: stepping.force(self, c.token),
             cmd_types.TogglePlay: lambda c: stepping.toggle_play(self),
             cmd_types.Pause: lambda c: stepping.pause(self),
-            cmd_types.Rewind: lambda c: stepping.rewind(self, c.n),
+            cmd_types.RewindTokens: lambda c: stepping.rewind(self, c.n),
             cmd_types.Adjust: lambda c: sampler_keys.adjust(self, c.name, c.direction),
             cmd_types.Greedy: lambda c: sampler_keys.toggle_greedy(self),
             cmd_types.ChainEdit: lambda c: chain_edit.run(self, c.op, c.arg),
@@ -108,10 +108,10 @@ class Worker:
             cmd_types.AttentionLayer: lambda c: self.attention.set_layer(c.layer),
             cmd_types.AttentionHead: lambda c: self.attention.set_head(c.head),
             cmd_types.AttentionTabs: lambda c: self.attention.set_tabs(c.matrix, c.census),
-            cmd_types.LensTab: lambda c: self.lens.set_visible(c.visible),
+            cmd_types.LensShown: lambda c: self.lens.set_visible(c.visible),
             cmd_types.LensMode: lambda c: self.lens.toggle_mode(),
             cmd_types.Verify: lambda c: verify.verify(self, c.mode),
-            cmd_types.Fork: lambda c: stepping.fork(self),
+            cmd_types.ForkSeq: lambda c: stepping.fork(self),
             cmd_types.JumpPath: lambda c: stepping.jump(self, c.branch),
             cmd_types.SurpriseScale: lambda c: surprise.cycle(self),
             cmd_types.PathsShown: lambda c: self.state.show_paths(c.shown),
@@ -186,7 +186,7 @@ class Worker:
         self.put(cmd_types.Pause())
 
     def rewind(self, n: int = 1) -> None:
-        self.put(cmd_types.Rewind(n))
+        self.put(cmd_types.RewindTokens(n))
 
     def adjust(self, name: str, direction: int) -> None:
         """Move ``name`` (temp, top_k, top_p, min_p) one rung up or down its ladder."""
@@ -224,7 +224,7 @@ class Worker:
 
     def fork(self) -> None:
         """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
-        self.put(cmd_types.Fork())
+        self.put(cmd_types.ForkSeq())
 
     def jump_path(self, branch: int) -> None:
         """Make a path not taken of this turn the live reply."""
@@ -256,10 +256,10 @@ class Worker:
         return self.autosave_dir / session_store.autosave_name(self._started, self.state.chat_no)
 
     # -- for the commands (worker thread) --------------------------------------------------------
-    def picked(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
+    def note_pick(self, ended: tuple[int | None, str, ChainResult] | None) -> None:
         """A token was picked (the RNG advanced); ``ended``: see ``SamplerDesk.ended``."""
         self.picks += 1
-        self.desk.picked(ended)
+        self.desk.note_pick(ended)
 
     def autosave_off(self) -> None:
         self.autosave_dir = None

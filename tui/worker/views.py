@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.backend import LOCAL, Capabilities
-from ..engine.model.chat import Message
+from ..engine.model.chat_template import Message
 from ..engine.model.kvcache import KVLogReport
 from ..engine.model.work import WorkSnapshot
 from ..engine.observe.memory import MemoryReport
@@ -24,7 +24,7 @@ from .lens import LensView
 from .paths import PathsView
 from .remote_view import RemoteView
 from .spec_run import SpecMarks
-from .state import Pick, Tokenized
+from .state import LastPick, Tokenized
 from .surprise import SurpriseView
 from .timeline import TimelineTotals
 
@@ -86,7 +86,7 @@ class TextView:
     n_ctx: int
     n_vocab: int
     messages: tuple[Message, ...]
-    last_pick: Pick | None
+    last_pick: LastPick | None
     tokenized: Tokenized | None
     fork_at: int | None = None  # sequence 0's length when it was forked
     seqs: tuple[SeqView, ...] = ()  # each live sequence's continuation since the fork

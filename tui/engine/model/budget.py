@@ -1,22 +1,15 @@
 """What a context will cost in memory, computed before llama.cpp allocates it.
 
-``llama_init_from_model`` allocates the whole KV cache at once and clears it, so every byte is
-touched: ``-c 1048576`` on SmolLM2-135M took 23.3 GB of RSS here before the first token. The
-sizes are known in advance:
-
-- the KV cache: llama.cpp rounds ``-c`` up to 256 cells, and each cell holds
-  n_layer x (K row + V row) bytes (23,040 B for SmolLM2 in f16);
-- the compute buffer: ggml's allocator reuses it node after node, so it is the larger of the
-  logits of one ubatch (n_ubatch x n_vocab floats) and, without flash attention, the attention
-  scores of one ubatch against every cell (n_ubatch x n_cells x (n_head + 1) floats: the
-  scores and the mask). Measured here for SmolLM2 with -ub 512: 99.38 / 326.38 / 1,286.38 MiB
-  at 4k / 16k / 64k cells with flash attention off (this estimate: 96 / 320 / 1,280), and
-  98.25 MiB at every size with it on (estimate: 96);
-- the output buffer (one logits row per sequence) and the model file itself (mapped, and read
-  in full by the first decode).
-
-The estimate is compared with the memory the system says is available (MemAvailable, or a
-cgroup's limit when it is lower), with a tenth kept back for everything else.
+``llama_init_from_model`` allocates and clears the whole KV cache, touching every byte:
+``-c 1048576`` on SmolLM2-135M took 23.3 GB of RSS before the first token. The sizes are known
+in advance. The KV cache: ``-c`` rounded up to 256 cells of n_layer x (K row + V row) bytes
+(23,040 B for SmolLM2 in f16). The compute buffer, reused node after node: the larger of one
+ubatch's logits (n_ubatch x n_vocab floats) and, without flash attention, its scores and mask
+against every cell (n_ubatch x n_cells x (n_head + 1) floats); measured for SmolLM2 at -ub 512:
+99.38 / 326.38 / 1,286.38 MiB at 4k / 16k / 64k cells with flash attention off (estimate 96 /
+320 / 1,280), 98.25 MiB at every size with it on (estimate 96). Then the output buffer and the
+mapped model file. The sum is held against MemAvailable (or a lower cgroup limit), less a
+tenth kept back.
 """
 
 from __future__ import annotations

@@ -1,35 +1,16 @@
 """Which llama.cpp cell each token's K and V went to, and keeping sequence 0's in order.
 
-llama.cpp's KV cache (``llama_kv_cache::find_slot``, one stream as tokenstep's unified cache
-has) puts a ubatch's tokens in the first free cells it meets from its ``head``: the cell after
-the last one written, moved back to the lowest cell a ``llama_memory_seq_rm`` freed, and to
-cell 0 after a ``llama_memory_seq_add`` or when more than 2 x n_tokens cells below it are free.
-While nothing was freed in the middle, cell i holds position i. Once a cell is freed under
-newer ones (a parked path or a fork dropped, a context shift) it is a *hole*, and the next
-decode fills it: a later position lands in an earlier cell.
-
-That changes the numbers, not only the picture. The attention kernels walk the cells in cell
-order: flash attention's online softmax adds each cell's V into an f16 accumulator one cell at
-a time, so the same keys and values in another order round differently, and the difference
-grows layer by layer. Measured with SmolLM2 Q4_1 on an AVX-512 build: a new message after a
-rewound path was dropped (its cells freed under the reply's) put 6 of the 53 cells of sequence
-0 elsewhere than position order, and its last logits row differed from a replay of the same
-decode calls (cells in position order) by up to 0.83; on an AVX2 build a jump between paths
-was seen to differ from the same tokens stepped fresh by up to 0.46.
-
-Order is what a one-token decode over fewer than 512 cells needs (its kernel walks them one
-by one, skipping masked cells). Over 512 cells or more llama.cpp splits the cells between its
-threads by index, and a prompt of 64 rows or more is tiled 64 cells at a time: there the
-cells' indices count too (a parked path's cells between sequence 0's move its split), so a
-replay can differ in the last bits without any cell being out of order.
-
-:class:`CellSlots` replays llama.cpp's choice on the mirror (every cell the mirror holds knows
-its llama.cpp cell), so the engine knows before a decode where its tokens will land;
-:func:`read_positions` asks llama.cpp itself (``llama_state_seq_get_data``), for tests and
-checks. :func:`keep_from` finds how far back sequence 0 must be decoded again so that its
-cells stay in position order; ``prompt.prefill`` and ``prompt.keep_in_order`` do it. After a
-context shift the order is llama.cpp's own (the moved cells stay, new tokens fill the gap) and
-is left as it is: decoding the window again would undo what a shift saves.
+llama.cpp's KV cache (``llama_kv_cache::find_slot``, one stream) puts a ubatch's tokens in the
+first free cells from its ``head``: after the last cell written, back to the lowest cell a
+``llama_memory_seq_rm`` freed, to 0 after ``llama_memory_seq_add`` or when over 2 x n_tokens
+cells below are free. A cell freed under newer ones (a dropped path or fork) is a *hole* the
+next decode fills. Attention walks cells in cell order (flash attention adds each V into an
+f16 accumulator), so another order rounds differently: with SmolLM2 Q4_1 on AVX-512, 6 of 53
+cells out of order moved the last logits by up to 0.83 against a replay in position order
+(0.46 on AVX2). Over 512 cells, or prompts of 64 rows and more, cell indices count too.
+:class:`CellSlots` replays llama.cpp's choice on the mirror, :func:`read_positions` asks
+llama.cpp, :func:`keep_from` finds how far back sequence 0 must be decoded again; after a
+context shift llama.cpp's own order stays (decoding the window again would undo the shift).
 """
 
 from __future__ import annotations

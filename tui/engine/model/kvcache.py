@@ -40,7 +40,7 @@ class KVCell:
 
 @dataclass(slots=True)
 class Forgotten:
-    """A token a context shift dropped from the cache (it can no longer be attended to)."""
+    """A token a context shift dropped from the cache (out of attention's reach)."""
 
     token: int
     pos: int  # its position before it was dropped

@@ -1,22 +1,16 @@
 """The logit lens: what each layer would predict if the model stopped there.
 
-The residual stream after layer N (the graph's node ``l_out-N``) is projected the way the
-model's own head projects the last one: the output norm (llama.cpp's ``result_norm``: RMS
-norm with ``output_norm.weight`` and the model's epsilon; a LayerNorm when the model's output
-norm has a bias), then the output matrix (``output.weight``, or ``token_embd.weight`` when
-the embeddings are tied), then what the architecture does to its final logits (Gemma's
-soft-capping, a logit scale). The last layer's lens is then llama.cpp's own logits up to
-rounding: the head's quantized weights are read here dequantized to float32, while llama.cpp
-multiplies them quantized, with its activations quantized too. For a Q8_0 head the normed
-hidden state is rounded to Q8_0 in blocks of 32, each element by at most half its block's
-scale, so logit t moves by at most the sum over blocks of that half-step times the block's
-sum of |w_t|: ``rounding_bound``. On SmolLM2's Q8_0 head, "The capital of France is": max |Δ|
-0.21 to 0.27 on an AVX2 build (up to 0.43 over the tests' prompts), under worst-case bounds of
-2.8 to 3.3 (every rounding in the same direction, which the lens never meets).
-
-The weights are read once per model file with the ``gguf`` package (``GGUFReader`` and
-``gguf.quants.dequantize``) and kept as a float32 matrix; projecting all layers costs
-n_layer × n_vocab × n_embd multiply-adds, so it runs only while the lens is on.
+The residual after layer N (``l_out-N``) is projected as the head projects the last one: the
+output norm (``result_norm``: RMS with ``output_norm.weight`` and the epsilon; LayerNorm when it
+has a bias), ``output.weight`` (or tied ``token_embd.weight``), then the final soft-cap or
+logit scale. The last layer then equals llama.cpp's logits up to rounding: the head is read
+dequantized to float32, while llama.cpp multiplies it quantized with quantized activations.
+For a Q8_0 head each element moves by at most half its block's scale, so logit t moves by at
+most the sum over blocks of that half-step times the block's sum of |w_t|
+(``rounding_bound``). SmolLM2's Q8_0 head, "The capital of France is": max |Δ| 0.21 to 0.27 on
+AVX2 (0.43 over the tests' prompts), under bounds of 2.8 to 3.3. The weights are read once per
+file with ``gguf`` and kept as float32; all layers cost n_layer × n_vocab × n_embd
+multiply-adds, so it runs only while the lens is on.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""Extra buffer types (``llama_model_params.use_extra_bufts``, llama.cpp's ``--repack`` /
-``--no-repack``): on or off, decided from what llama.cpp itself reports.
+"""Extra buffer types (``use_extra_bufts``, llama.cpp's ``--repack`` / ``--no-repack``), decided
+from what llama.cpp itself reports.
 
-With extra buffers on (llama.cpp's default), the CPU backend may move a weight into a buffer of
-its own, in a layout its matmul kernels read faster:
-
-- ``CPU_REPACK``: on x86 (AVX2 and up) only Q4_0, Q4_K, IQ4_NL, MXFP4 and Q2_K are repacked;
-  Q4_1 (the bundled SmolLM2) and Q8_0 never are: its load log says "cannot be used with
-  preferred buffer type CPU_REPACK, using CPU instead" for all 273 tensors, and the model sits in
-  one ``CPU_Mapped`` buffer of 92.10 MiB either way. On ARM (NEON, i8mm, SVE) and with KleidiAI
-  more types are repacked and the gain is larger.
-- ``AMX``: when ggml was compiled with ``__AMX_INT8__`` (pip builds llama-cpp-python with
-  ``-march=native``, so on every Xeon since Sapphire Rapids), Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K
-  and IQ4_XS weights go into an ``AMX`` buffer, and ``ggml_backend_amx_mul_mat`` faults at
-  ``ldtilecfg`` on the first decode (llama.cpp #20824: tile permission is asked on one thread
-  only, the OpenMP workers fault). llama.cpp's own workaround is ``--no-repack``.
-
-So the default here is off exactly when this llama.cpp has AMX kernels (``AMX_INT8 = 1`` in
-``llama_print_system_info()``, or an "AMX model buffer" in its load log), and llama.cpp's
-default (on) everywhere else. The decision is pure (strings in, a choice out) so it is tested
-on system-info strings and load logs recorded on other machines.
+With them on (llama.cpp's default) the CPU backend may move a weight into a layout its matmul
+reads faster. ``CPU_REPACK`` on x86 takes only Q4_0, Q4_K, IQ4_NL, MXFP4 and Q2_K: the bundled
+Q4_1 SmolLM2 logs "cannot be used with preferred buffer type CPU_REPACK" for all 273 tensors
+and sits in one 92.10 MiB ``CPU_Mapped`` buffer either way (ARM and KleidiAI repack more).
+``AMX`` (ggml built with ``__AMX_INT8__``, so ``-march=native`` on Sapphire Rapids and later)
+takes Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS, and ``ggml_backend_amx_mul_mat`` faults
+at ``ldtilecfg`` on the first decode (llama.cpp #20824: tile permission is asked on one thread
+only); llama.cpp's workaround is ``--no-repack``. So the default is off exactly when llama.cpp
+has AMX kernels (``AMX_INT8 = 1`` in its system info, or an "AMX model buffer" in its load
+log), on elsewhere; the decision is pure, tested on recorded system infos and load logs.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """The Jinja2 environment a model's chat template runs in.
 
-A chat template is code written by whoever made the GGUF file. Jinja2's immutable sandbox
-already stops it from reaching Python internals or mutating our objects; on top of that:
-
-- touching an unsafe attribute fails at once (the stock sandbox returns an undefined value
-  that only fails when called, so ``{{ ''.__class__ }}`` would render as nothing);
-- the operations that can blow up memory or CPU in one step (``'a' * 10**10``, ``9**9**9``,
-  a huge ``%``/``format`` width, a filter asked for a billion columns) are refused before
-  they run, and every value the template builds is kept under a size limit;
-- the whole render has a time budget, its output a size limit (``MAX_OUTPUT``: a
-  10^5 × 10^5 loop of literal text reached 955 MB within the time budget, as literal output
-  calls nothing that checks the clock), and the ``range`` items it may loop over a count.
-
-This is defence in depth for one process, not a jail: the real guarantee against code
-execution is the sandbox itself.
+A chat template is code written by whoever made the GGUF file. On top of Jinja2's immutable
+sandbox: an unsafe attribute fails at once (the stock sandbox renders ``{{ ''.__class__ }}``
+as nothing); operations that blow up memory or CPU in one step (``'a' * 10**10``, ``9**9**9``,
+a huge ``%``/``format`` width) are refused before they run, and built values stay under a
+size limit; the render has a time budget, its output a size limit (``MAX_OUTPUT``: a
+10^5 × 10^5 loop of literal text reached 955 MB within the budget, as literal output checks no
+clock), and ``range`` a count. Defence in depth for one process, not a jail.
 """
 
 from __future__ import annotations

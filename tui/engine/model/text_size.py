@@ -1,17 +1,14 @@
 """How much text tokenstep tokenizes at once: a context's worth of bytes, times a margin.
 
-Tokenizing costs memory in proportion to the text, far more than the text itself: llama.cpp's
-tokenizer and the Python lists around it took about 130 bytes per input byte (a 10 MB
-``tokenize --stdin`` peaked at 1.34 GB, a 20 MB resume message at 2.74 GB), before the result
-was found too long for the context anyway. Text averages a few bytes per token (this README:
-73,593 bytes, 23,173 SmolLM2 tokens, 3.2 bytes each), so a text over :data:`BYTES_PER_TOKEN`
-(32) bytes per context token, ten times that, is refused in one sentence before it is
-tokenized whole. It is a margin, not a proof: a text of B bytes is at least B / L tokens, L
-the vocabulary's longest piece, and SmolLM2 has 47 pieces over 32 bytes (runs of ``#`` or
-spaces, the longest 81). :data:`FLOOR_BYTES` keeps small contexts from refusing texts that
-cost little (1 MiB tokenizes within about 130 MB); below 12,945 tokens of context it is over
-81 bytes a token, so there even a text of SmolLM2's longest pieces that is refused could not
-have fit.
+Tokenizing costs about 130 bytes of memory per input byte (a 10 MB ``tokenize --stdin`` peaks
+at 1.34 GB, a 20 MB resume message at 2.74 GB), even when the result cannot fit the context.
+Text averages a few bytes per token (this README: 73,593 bytes, 23,173 SmolLM2 tokens), so a
+text over :data:`BYTES_PER_TOKEN` (32, ten times that) per context token is refused in one
+sentence before it is tokenized. A margin, not a proof: a text of B bytes is at least B / L
+tokens, L the longest piece, and SmolLM2 has 47 pieces over 32 bytes (the longest 81).
+:data:`FLOOR_BYTES` keeps small contexts from refusing cheap texts (1 MiB tokenizes within
+about 130 MB); below 12,945 tokens of context it is over 81 bytes a token, so there no refused
+text could have fit.
 """
 
 from __future__ import annotations

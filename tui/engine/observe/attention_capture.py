@@ -1,23 +1,14 @@
 """Attention weights copied out of the model's own graph during ``llama_decode``.
 
-For each chosen layer the graph has a node ``kq_soft_max-<layer>``: softmax(Q·Kᵀ·scale + mask),
-shape ne = [n_kv, n_tokens, n_head] (numpy: (n_head, n_tokens, n_kv)). Its columns are KV
-*cells*, not positions: cell i holds position i only while the cache has never had holes.
-After a rewind, a removed range, a context shift or a fork, llama.cpp puts new tokens in
-whatever cells are free. So we also copy ``attn_inp_k_idxs``, the cell index llama.cpp writes
-each token's K to (the index input of the first ``SET_ROWS`` into ``cache_k_l0``), and tie it
-to the engine's own record of that token, the :class:`~tui.engine.model.kvcache.KVCell` object the
-mirror appended for it (:mod:`tui.engine.observe.cell_map`). The mirror edits those objects in place
-when positions move (shift) or sequences are added (fork), so the tie survives both; each
-write also gets a ``kv_id`` that never repeats, so weights from different steps can be
-matched token for token.
-
-One decode gives ``(n_head, n_tokens_in_batch, n_keys)``, key j = the j-th token of the
-sequence by position, oldest first. A check keeps the mapping honest: every bit of weight must
-fall on mapped cells (masked cells are exactly 0 after softmax), else the decode gets an
-``attention_problems`` note instead of silently wrong columns. When one decode carries
-several sequences (forks stepped together), the key axis is the union of what they see and
-each row is exactly 0 on the other sequences' tokens.
+Per layer the node ``kq_soft_max-<layer>`` holds softmax(Q·Kᵀ·scale + mask), ne = [n_kv,
+n_tokens, n_head]. Its columns are KV *cells*, not positions: after a rewind, a shift or a
+fork llama.cpp puts new tokens in whatever cells are free. So ``attn_inp_k_idxs`` (the index
+input of the first ``SET_ROWS`` into ``cache_k_l0``) is copied too and tied to the mirror's
+:class:`~tui.engine.model.kvcache.KVCell` for that token (:mod:`tui.engine.observe.cell_map`),
+which moves with shifts and forks and carries a ``kv_id`` that never repeats. One decode gives
+``(n_head, n_tokens_in_batch, n_keys)``, keys by position. Every bit of weight must fall on
+mapped cells (masked cells are exactly 0), else the decode gets an ``attention_problems``
+note; with several sequences in one decode each row is exactly 0 on the others' tokens.
 """
 
 from __future__ import annotations
@@ -50,9 +41,9 @@ RowSource = tuple[np.ndarray | StoredArray, int, np.ndarray]
 HOT_DECODES = 8
 
 
-def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
+def parse_layers(arg: str, n_layer: int | None = None) -> list[int]:
     """``"3"``, ``"0,5,29"`` or ``"all"`` -> layer indices. With ``n_layer`` also check range."""
-    text = spec.strip().lower()
+    text = arg.strip().lower()
     if text == "all":
         if n_layer is None:
             return []
@@ -63,7 +54,7 @@ def parse_layers(spec: str, n_layer: int | None = None) -> list[int]:
             out.append(int(part))
         except ValueError:
             raise TokenstepError(
-                f"--attention takes a layer number, a comma list or 'all', not {spec!r}."
+                f"--attention takes a layer number, a comma list or 'all', not {arg!r}."
             ) from None
     if n_layer is not None:
         bad = [x for x in out if not 0 <= x < n_layer]

@@ -1,25 +1,14 @@
 """The compute graph of one decode, seen through llama.cpp's eval callback (``cb_eval``).
 
-``llama_decode`` builds a ggml graph for each ubatch and runs it on the backend. With
-``cb_eval`` set, the scheduler first *asks* the callback about every node in order (``ask`` is
-true); for a node we answer True to, it computes the graph up to that node, synchronizes, and
-calls again with ``ask`` false while the node's data is still in the (reused) compute buffer.
-
-:class:`GraphTap` owns that callback. It can
-
-- copy chosen nodes by name (``capture``), e.g. ``kq_soft_max-3`` or ``Qcur-3``;
-- record the node names and ops seen in the ask phase: the graph *census* (how many nodes a
-  decode runs and the chain of named operations in each layer, as the graph names them;
-  :mod:`tui.engine.observe.census`);
-- *profile*: answer True for every node so each one runs on its own, and time it. That breaks
-  the graph into ~1000 separate runs, so a profiled decode is much slower than a normal one
-  (:mod:`tui.engine.observe.profile`).
-
-The ask phase runs for every node of every decode, so it is the cost of capture: after the
-first decode of a graph, the tap only compares node addresses with the ones it recorded (see
-:mod:`tui.engine.observe.ask_plan`), and inputs it needs (the KV cell indices) are read in the ask
-phase, where they cost no graph split. Without a GraphTap the context has no callback at all,
-and decoding costs nothing extra.
+With ``cb_eval`` set, the scheduler first *asks* the callback about every node (``ask`` true);
+for a node answered True it computes the graph up to it, synchronizes, and calls again with
+``ask`` false while the data is in the (reused) compute buffer. :class:`GraphTap` owns that
+callback: it copies chosen nodes by name (``kq_soft_max-3``), records the ask phase's names
+and ops (the *census*, :mod:`tui.engine.observe.census`), or *profiles* by answering True for
+every node (~1000 separate runs, much slower; :mod:`tui.engine.observe.profile`). The ask
+phase is the cost of capture, so after a graph's first decode the tap only compares node
+addresses (:mod:`tui.engine.observe.ask_plan`) and reads the KV cell indices there, where they
+cost no graph split. Without a GraphTap the context has no callback and pays nothing.
 """
 
 from __future__ import annotations
@@ -44,23 +33,14 @@ if TYPE_CHECKING:
 class GraphTap:
     """A :class:`~tui.engine.session.DecodeObserver` that installs ``cb_eval``.
 
-    ``capture`` names nodes to copy (exact graph names, e.g. ``b"Qcur-3"``). Several nodes can
-    share a name (``Qcur-3`` is the matmul, then its reshape, then the RoPE); the last one in
-    graph order wins, which for ``Qcur``/``Kcur`` is the tensor after RoPE. Copies are kept per
-    graph (ubatch) in :attr:`captured`: ``{name: [array per ubatch]}``. ``flash_attn_off``
-    makes the context run without flash attention (needed to see ``kq_soft_max`` nodes); the
-    census and profile alone leave the graph as the engine's settings build it.
-
-    The scheduler asks about every node of every graph (~1000 per decode), so that path is kept
-    to a pointer comparison: the first decode of a graph reads each node's name and records
-    what it did (an :class:`~tui.engine.observe.ask_plan.AskPlan`); later decodes of the same graph
-    only check that the node addresses come in the same order. Census and profile read every
-    name each decode.
-
-    Each decode runs in one of three modes: ``"slow"`` (census or profile: every name read),
-    ``"learn"`` (names read, the plan recorded) or ``"replay"`` (the plan compared).
-
-    Only one thread may decode: the callback runs inside ``llama_decode`` on that thread."""
+    ``capture`` names nodes to copy (``b"Qcur-3"``); of several nodes with one name the last in
+    graph order wins (for ``Qcur``/``Kcur`` the tensor after RoPE), kept per ubatch in
+    :attr:`captured`. ``flash_attn_off`` runs the context without flash attention (to see
+    ``kq_soft_max``). The scheduler asks about ~1000 nodes a decode, so each decode runs in one
+    of three modes: ``"slow"`` (census or profile: every name read), ``"learn"`` (names read, an
+    :class:`~tui.engine.observe.ask_plan.AskPlan` recorded) or ``"replay"`` (node addresses
+    compared with the plan). Only one thread may decode: the callback runs inside
+    ``llama_decode``."""
 
     def __init__(
         self,

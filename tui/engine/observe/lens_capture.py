@@ -1,17 +1,12 @@
 """The logit lens's capture: the row being predicted, after every layer, from the graph.
 
-Each layer of the graph ends with a node ``l_out-N`` (ne = [n_embd, n_rows]): the residual
-stream after layer N. While the lens is on, :class:`LensCapture` answers True for those nodes
-and copies only their last row, which in the ubatch that holds the logits is the position
-being predicted (llama.cpp keeps only the output rows in the last layer, so its ``l_out`` is
-that row too). After the decode it projects all layers at once (:mod:`tui.engine.model.lens`) and
-puts the figures in the record: ``extras["lens"]`` (one entry per layer, in order) and
-``extras["lens_check"]`` (the pick's first layers in the top-1 and top-5, the last layer's
-max |Δ| against llama.cpp's logits, and the projection's ms).
-
-A context has one eval callback, so the lens rides on the same :class:`GraphTap`:
-:class:`LensCapture` for the lens alone (with census or profile if asked) and
-:class:`AttentionLensCapture` for the lens with attention capture.
+Each layer ends with ``l_out-N`` (ne = [n_embd, n_rows]), the residual after layer N. While
+the lens is on, :class:`LensCapture` copies its last row, the predicted position (llama.cpp
+keeps only output rows in the last layer). After the decode it projects all layers at once
+(:mod:`tui.engine.model.lens`) into ``extras["lens"]`` (per layer) and ``extras["lens_check"]``
+(the pick's first top-1 and top-5 layers, the last layer's max |Δ| against llama.cpp's logits,
+the projection's ms). A context has one eval callback, so the lens rides on the
+:class:`GraphTap`: :class:`LensCapture`, or :class:`AttentionLensCapture` with attention.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """The logit lens over every position of a decode: a position x layer grid of the top-1 and
 its p, as interpretability tools draw it.
 
-The per-step lens (:mod:`tui.engine.observe.lens_capture`) projects only the predicted row. With the
-grid on, the eval callback copies each ``l_out-N`` whole (n_embd x the ubatch's rows), so
-every position of a prefill has its residual stream after every layer. One caveat from
-llama.cpp's graph: before the last layer it keeps only the rows whose logits were asked
-for (``inp_out_ids``), so the last layer's ``l_out`` has those rows alone. ``trace
---lens-grid`` and the app's grid therefore decode prompts with logits on every row (as the
-surprise map does); a position without logits gets no last-layer cell (None).
-
-Each position costs one per-step lens (n_layer x n_vocab x n_embd multiply-adds: about
-0.85 G on SmolLM2, 100 to 200 ms here), so a decode's grid covers at most
-:data:`GRID_MAX` positions, its last ones, and says how many it left out.
+The per-step lens (:mod:`tui.engine.observe.lens_capture`) projects the predicted row only;
+the grid copies each ``l_out-N`` whole (n_embd x the ubatch's rows). Before the last layer
+llama.cpp keeps only the rows with logits (``inp_out_ids``), so ``trace --lens-grid`` and the
+app decode prompts with logits on every row (as the surprise map does); a position without
+logits gets no last-layer cell (None). Each position costs one per-step lens (n_layer x
+n_vocab x n_embd multiply-adds: about 0.85 G on SmolLM2, 100 to 200 ms here), so a decode's
+grid covers its last :data:`GRID_MAX` positions and says how many it left out.
 """
 
 from __future__ import annotations

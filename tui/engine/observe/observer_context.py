@@ -1,20 +1,14 @@
 """An observer's own ``llama_context``: looking never changes the run.
 
-Attention weights, the logit lens, the lens grid and the scored prompt (surprise map) need an
-eval callback, flash attention off, or logits on rows the run did not ask for. llama.cpp fixes
-the callback and the kernel when a context is created, so an observer never touches the
-engine's context: :class:`ObserverContext` makes a second context from the same model (same
-``n_ctx``, ``n_batch``, ``n_ubatch``, ``n_seq_max``, cache types; the eval callback, and flash
-attention off when attention is captured) and runs the engine's own ``llama_decode`` calls
-and memory edits again, in order, from its :class:`~tui.engine.replay.ReplayLog`. With the
-same kernel it computes every row bit for bit as the engine did; with flash attention off it
-is the same batches through the other kernel, and the pane says so.
-
-It catches up lazily (:meth:`ObserverContext.catch_up`), when a pane that reads it is drawn,
-on the thread that owns the engine: one thread per llama context. Its memory is one more KV
-cache of the engine's size plus its compute buffer (checked against the memory available
-before it is made, as the engine's is); the engine's context, its flash-attention setting,
-its logits and its picks stay exactly as they would have been.
+Attention, the logit lens, its grid and the scored prompt need an eval callback, flash
+attention off or logits on rows the run did not ask for, and llama.cpp fixes the callback and
+the kernel when a context is made. So :class:`ObserverContext` makes a second context from the
+same model (same sizes and cache types, its callback, flash attention off for attention) and
+runs the engine's ``llama_decode`` calls and memory edits again from its
+:class:`~tui.engine.replay.ReplayLog`: with the same kernel every row is bit for bit the
+engine's; through the other kernel the pane says so. It catches up lazily
+(:meth:`ObserverContext.catch_up`) on the engine's thread; its memory (one more KV cache and
+compute buffer) is checked before it is made.
 """
 
 from __future__ import annotations

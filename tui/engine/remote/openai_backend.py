@@ -1,22 +1,14 @@
 """An OpenAI-compatible server (vLLM, SGLang, Ollama, llama-server's ``/v1``, a gateway),
-stepped one ``POST /v1/completions`` per token like :class:`~tui.engine.remote.remote.RemoteBackend`
-steps llama-server's native ``/completion``.
+stepped one ``POST /v1/completions`` per token, as :class:`~tui.engine.remote.remote.RemoteBackend`
+steps llama-server's ``/completion`` (whose loop, rewinds and forced tokens it shares).
 
-Each request sends the context (as token ids where the server takes them, else as text),
-``max_tokens: 1`` and ``logprobs: K``; the top K of the next position come back and tokenstep's
-own chain runs on them exactly as over the native API (the loop, rewinds and forced tokens are
-RemoteBackend's). What differs is read here:
-
-* the ids: whether the server takes a list of ids as ``prompt`` is asked once, at connect, by
-  one request (llama-server, vLLM and SGLang do; llama-cpp-python's server answers 422). Over
-  text, the server tokenizes our text itself: every step compares its count
-  (``usage.prompt_tokens``) and our tokenizer's ids of that text with the ids tokenstep holds,
-  and says so when they differ (then the prefix the server saw is not the one the panes show);
-* the candidates: ids and bytes, or token texts mapped to ids (``openai_vocab``);
-* the timings: the server's own where it reports them (llama-server's ``timings``), else only
-  the round trip measured here, and no cache counts.
-
-The API key (``--api-key`` or ``$OPENAI_API_KEY``) lives only in the client's header.
+Each request sends the context, ``max_tokens: 1`` and ``logprobs: K``; tokenstep's chain runs
+on the top K. Ids go as ``prompt`` where the server takes them (asked once at connect:
+llama-server, vLLM and SGLang do, llama-cpp-python's server answers 422); over text, each step
+checks ``usage.prompt_tokens`` and our tokenizer's ids against the ids held, and says when
+they differ. Candidates come as ids and bytes or as texts mapped to ids (``openai_vocab``);
+timings are the server's where it reports them, else the round trip. The API key
+(``--api-key`` or ``$OPENAI_API_KEY``) lives only in the client's header.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """A model that lives elsewhere: the :class:`~tui.engine.backend.Backend` seam over llama-server.
 
-One token per request: ``POST /completion`` with the whole context as token ids, ``n_predict: 1``
-and ``n_probs: K`` (``--api-key`` goes as a bearer token with each); the server evaluates what
-its slot's cache lacks and answers with the top K of the next position (see ``remote_step``).
-The loop (``loop.advance``) runs on this backend as on the local Engine: sample from the last
-answer, then feed the token, which is the next request. A rewind or a forced token simply sends
-the shorter or forced prefix next time; the server reuses what its cache still holds and
-``timings.cache_n`` says how much that was.
-
-A prefill is the same request (``n_predict: 0`` still samples one token on this llama-server, and
-``n_predict: 1`` never decodes it): one request, one evaluation of what the slot lacks.
-
-Two picks: tokenstep's own chain and seeded RNG on the server's top K (the default), or the
-server's own pick from the same request (its RNG restarts at every request); both, and the
-state they read, are :mod:`remote_pick`'s. Here: the connection, the requests and the loop.
-
-Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
-:attr:`RemoteBackend.capabilities` and say why they are empty. DRY and grammars need the
-vocabulary's text, which the server never sends: ``-m PATH`` loads the same GGUF's vocabulary
-alone (``remote_chain``); without it they are refused in one sentence.
+One token per request: ``POST /completion`` with the context as token ids, ``n_predict: 1``,
+``n_probs: K`` (and ``--api-key`` as a bearer token); the server evaluates what its slot's cache
+lacks and answers with the next position's top K (``remote_step``). ``loop.advance`` runs here
+as on the local Engine; a rewind or a forced token sends the shorter or forced prefix next,
+and ``timings.cache_n`` says how much the server reused. A prefill is the same request
+(``n_predict: 0`` still samples on this llama-server). The pick (tokenstep's own chain and
+seeded RNG on the top K by default, or the server's own) is :mod:`remote_pick`'s. Panes
+that need a local context read :attr:`RemoteBackend.capabilities` and say why they are empty;
+DRY and grammars need the vocabulary's text, loaded with ``-m PATH`` (``remote_chain``) or
+refused in one sentence.
 """
 
 from __future__ import annotations

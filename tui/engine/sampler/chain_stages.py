@@ -1,18 +1,12 @@
 """The stages of llama.cpp's sampler chain as data, and the samplers that keep state.
 
-Every stage is llama.cpp's own ``llama_sampler`` (built as ``common_sampler_init`` builds it).
-Three kinds:
-
-- stateless (top-k, top-p, min-p, typical, top-n-sigma, temperature, logit bias): built for one
-  apply and freed;
-- history (penalties, DRY): they look at the tokens before. :class:`HistorySampler` keeps one
-  sampler in step with a token history (the context's tokens, as llama-server accepts the
-  prompt and then each generated token); when the history is not an extension of what it has
-  seen (a rewind, a new turn that rewrote the text), it is reset and fed the window again, so
-  the state equals a fresh run to that point;
-- random (XTC, mirostat): own seeded RNG, and mirostat's mu. :class:`RngSampler` keeps the state
-  before each pick by history length, so a rewind and re-step applies the state a fresh run
-  would have there.
+Every stage is llama.cpp's own ``llama_sampler``, built as ``common_sampler_init`` builds it.
+Stateless ones (top-k, top-p, min-p, typical, top-n-sigma, temperature, logit bias) are built
+for one apply. History ones (penalties, DRY): :class:`HistorySampler` follows the token
+history as llama-server accepts it, and resets and feeds the window again when the history is
+not an extension of what it saw. Random ones (XTC, mirostat): :class:`RngSampler` keeps the
+state before each pick by history length, so a rewind and re-step applies what a fresh run
+would have there.
 """
 
 from __future__ import annotations
@@ -41,7 +35,7 @@ class Env:
 
 
 @dataclass(frozen=True)
-class StageSpec:
+class StageDef:
     """One stage of the chain as data: llama.cpp's name, the label shown, the parameters
     (for the pane and the trace), how it builds its ``llama_sampler``, and whether it does
     anything at these settings (a neutral stage is left out, as it changes nothing)."""
@@ -112,10 +106,10 @@ def _penalties_on(s: SamplerSettings) -> bool:
 
 
 # llama.cpp's names (common_sampler_type), in the default order.
-STAGES: dict[str, StageSpec] = {
-    spec.name: spec
-    for spec in (
-        StageSpec(
+STAGES: dict[str, StageDef] = {
+    sdef.name: sdef
+    for sdef in (
+        StageDef(
             "penalties",
             "penalties",
             lambda s: (
@@ -132,7 +126,7 @@ STAGES: dict[str, StageSpec] = {
             _penalties_on,
             "history",
         ),
-        StageSpec(
+        StageDef(
             "dry",
             "dry",
             lambda s: f"×{s.dry_multiplier:g} b{s.dry_base:g} len{s.dry_allowed_length}",
@@ -148,7 +142,7 @@ STAGES: dict[str, StageSpec] = {
             "history",
             "DRY (--dry-multiplier)",
         ),
-        StageSpec(
+        StageDef(
             "top_n_sigma",
             "top-n-sigma",
             lambda s: f"{s.top_n_sigma:g}",
@@ -156,14 +150,14 @@ STAGES: dict[str, StageSpec] = {
             lambda s, _e: llama_cpp.llama_sampler_init_top_n_sigma(s.top_n_sigma),
             lambda s: s.top_n_sigma > 0,
         ),
-        StageSpec(
+        StageDef(
             "top_k",
             "top-k",
             lambda s: str(s.top_k),
             lambda s: {"top_k": s.top_k},
             lambda s, _e: llama_cpp.llama_sampler_init_top_k(s.top_k),
         ),
-        StageSpec(
+        StageDef(
             "typ_p",
             "typical",
             lambda s: f"{s.typical_p:.2f}",
@@ -171,21 +165,21 @@ STAGES: dict[str, StageSpec] = {
             lambda s, _e: llama_cpp.llama_sampler_init_typical(s.typical_p, 1),
             lambda s: s.typical_p < 1.0,
         ),
-        StageSpec(
+        StageDef(
             "top_p",
             "top-p",
             lambda s: f"{s.top_p:.2f}",
             lambda s: {"top_p": s.top_p},
             lambda s, _e: llama_cpp.llama_sampler_init_top_p(s.top_p, 1),
         ),
-        StageSpec(
+        StageDef(
             "min_p",
             "min-p",
             lambda s: f"{s.min_p:.2f}",
             lambda s: {"min_p": s.min_p},
             lambda s, _e: llama_cpp.llama_sampler_init_min_p(s.min_p, 1),
         ),
-        StageSpec(
+        StageDef(
             "xtc",
             "xtc",
             lambda s: f"p{s.xtc_probability:g} t{s.xtc_threshold:g}",
@@ -194,7 +188,7 @@ STAGES: dict[str, StageSpec] = {
             lambda s: s.xtc_probability > 0 and s.xtc_threshold <= 0.5,
             "rng",
         ),
-        StageSpec(
+        StageDef(
             "temperature",
             "temp",
             lambda s: (
@@ -213,7 +207,7 @@ STAGES: dict[str, StageSpec] = {
         ),
     )
 }
-LOGIT_BIAS = StageSpec(
+LOGIT_BIAS = StageDef(
     "logit_bias",
     "logit-bias",
     lambda s: f"{len(s.logit_bias)} token(s)",
@@ -221,7 +215,7 @@ LOGIT_BIAS = StageSpec(
     logit_bias_sampler,
     lambda s: bool(s.logit_bias),
 )
-MIRO_TEMP = StageSpec(  # mirostat's chain: temp (plain), then mirostat picks
+MIRO_TEMP = StageDef(  # mirostat's chain: temp (plain), then mirostat picks
     "temperature",
     "temp",
     lambda s: f"{s.temp:.2f}",
@@ -230,16 +224,16 @@ MIRO_TEMP = StageSpec(  # mirostat's chain: temp (plain), then mirostat picks
 )
 
 
-def chain_specs(s: SamplerSettings) -> list[StageSpec]:
+def chain_defs(s: SamplerSettings) -> list[StageDef]:
     """The stages this chain applies, in order, as ``common_sampler_init`` adds them: logit
     bias first, then ``samplers`` (or, with mirostat, temperature only)."""
     out = [LOGIT_BIAS] if LOGIT_BIAS.active(s) else []
     if s.mirostat:
         return out + [MIRO_TEMP]
     for name in s.samplers:
-        spec = STAGES[name]
-        if name not in s.off and spec.active(s):
-            out.append(spec)
+        sdef = STAGES[name]
+        if name not in s.off and sdef.active(s):
+            out.append(sdef)
     return out
 
 
@@ -253,9 +247,9 @@ def needs_vocab(s: SamplerSettings) -> str | None:
     breakers and reads every token's piece) and a grammar matches each candidate's piece
     against its rules (``llama_sampler_init_grammar`` asserts ``grammar.vocab != nullptr``).
     The other stages read only ids and logits, so they run on any backend's logits."""
-    for spec in chain_specs(s):
-        if spec.needs_vocab:
-            return spec.needs_vocab
+    for sdef in chain_defs(s):
+        if sdef.needs_vocab:
+            return sdef.needs_vocab
     return GRAMMAR_FLAGS if s.grammar else None
 
 
@@ -267,17 +261,17 @@ def vocab_refusal(what: str, where: str) -> str:
 class HistorySampler:
     """A penalties or DRY sampler kept in step with a token history."""
 
-    def __init__(self, spec: StageSpec) -> None:
-        self.spec = spec
+    def __init__(self, sdef: StageDef) -> None:
+        self.sdef = sdef
         self.smpl: Any = None
         self.key: Any = None
         self.seen: list[int] = []
 
     def sync(self, s: SamplerSettings, env: Env, history: list[int]) -> Any:
-        key = repr(sorted(self.spec.params(s).items()))
+        key = repr(sorted(self.sdef.params(s).items()))
         if key != self.key:
             self.free()
-            self.smpl, self.key, self.seen = self.spec.build(s, env), key, []
+            self.smpl, self.key, self.seen = self.sdef.build(s, env), key, []
         n = len(self.seen)
         if history[:n] == self.seen:
             tail = history[n:]

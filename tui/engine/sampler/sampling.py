@@ -1,18 +1,13 @@
 """Sample: llama.cpp's own samplers, run one stage at a time so each cut can be seen.
 
-The chain is llama-server's (``common_sampler_init``): logit bias, then the ``samplers`` in
-their order (default penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc,
-temperature), then ``dist`` picks with a seeded RNG; mirostat 1 or 2 replaces everything after
-the logit bias with temperature and mirostat; greedy takes the highest logit after the rest.
-The stages are data (:mod:`.chain_stages`). Each is a real ``llama_sampler`` applied with
-``llama_sampler_apply`` to a ``llama_token_data_array`` that lives in a NumPy buffer, so the
-survivors and final probabilities are exactly llama.cpp's. A grammar follows
-``common_sampler_sample``: the chain picks; if the pick breaks the grammar, the grammar is
-applied first, the chain again, and the pick is made again.
-
-Re-applying new settings to the *same* logits costs no decode. The preview runs on clones of
-the samplers with state (``dist``, XTC, mirostat), so it shows the very token the next step
-will pick without advancing the real RNGs.
+The chain is llama-server's (``common_sampler_init``): logit bias, the ``samplers`` in order
+(default penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature), then
+``dist`` with a seeded RNG; mirostat replaces all after the bias; greedy takes the highest
+logit. Each stage (:mod:`.chain_stages`) is a real ``llama_sampler`` applied to a
+``llama_token_data_array`` in a NumPy buffer, so survivors and probabilities are llama.cpp's.
+A grammar follows ``common_sampler_sample``: a pick that breaks it is made again after the
+grammar. New settings on the same logits cost no decode; the preview runs on clones of the
+stateful samplers, showing the next pick without advancing the real RNGs.
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ from .chain_stages import (
     Env,
     HistorySampler,
     RngSampler,
-    StageSpec,
-    chain_specs,
+    StageDef,
+    chain_defs,
     mirostat_mu,
     mirostat_sampler,
     needs_vocab,
@@ -41,7 +36,7 @@ from .grammar import GrammarState
 from .sampler_settings import DEFAULT_SEED, SamplerSettings
 from .stage_notes import MOVES, describe
 
-__all__ = ["DEFAULT_SEED", "SamplerSettings", "StageSpec", "SamplerChain", "ChainResult", "Stage"]
+__all__ = ["DEFAULT_SEED", "SamplerSettings", "StageDef", "SamplerChain", "ChainResult", "Stage"]
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=True)
 assert TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
@@ -204,23 +199,23 @@ class SamplerChain:
         if settings.seed != self.seed:
             self.reseed(settings.seed)
         hist = history or []
-        specs = chain_specs(settings)
+        sdefs = chain_defs(settings)
         greedy = settings.is_greedy
         if greedy:
-            specs = [sp for sp in specs if sp.name != "temperature"]
+            sdefs = [sp for sp in sdefs if sp.name != "temperature"]
         owned: list[Any] = []
         handles = []
-        for spec in specs:
-            if spec.kind == "history":
-                smpl = self.history[spec.name].sync(settings, self.env, hist)
-            elif spec.kind == "rng":
+        for sdef in sdefs:
+            if sdef.kind == "history":
+                smpl = self.history[sdef.name].sync(settings, self.env, hist)
+            elif sdef.kind == "rng":
                 smpl = self.xtc.state(settings, self.env, len(hist), commit=commit)
                 if not commit:
                     owned.append(smpl)
             else:
-                smpl = spec.build(settings, self.env)
+                smpl = sdef.build(settings, self.env)
                 owned.append(smpl)
-            handles.append((spec, smpl))
+            handles.append((sdef, smpl))
         if greedy:
             picker = self.greedy
         elif settings.mirostat:
@@ -240,7 +235,7 @@ class SamplerChain:
         self,
         logits: np.ndarray,
         s: SamplerSettings,
-        handles: list[tuple[StageSpec, Any]],
+        handles: list[tuple[StageDef, Any]],
         picker: Any,
         gsmpl: Any,
         hist: list[int],
@@ -289,22 +284,22 @@ class SamplerChain:
     def _chain(
         self,
         s: SamplerSettings,
-        handles: list[tuple[StageSpec, Any]],
+        handles: list[tuple[StageDef, Any]],
         picker: Any,
         hist: list[int],
     ) -> tuple[list[Stage], int, float | None]:
         ref = ctypes.byref(self.arr)
         stages = []
-        for spec, smpl in handles:
+        for sdef, smpl in handles:
             n0 = self.arr.size
             watch = (
-                spec.name in MOVES
-                or spec.name == "xtc"
-                or (spec.name == "temperature" and s.dynatemp_range > 0)
+                sdef.name in MOVES
+                or sdef.name == "xtc"
+                or (sdef.name == "temperature" and s.dynatemp_range > 0)
             )
             before = self._live().copy() if watch else None
             llama_cpp.llama_sampler_apply(smpl, ref)
-            st = Stage(spec.label, spec.param(s), self._survivors(), spec.name, spec.params(s), n0)
+            st = Stage(sdef.label, sdef.param(s), self._survivors(), sdef.name, sdef.params(s), n0)
             if before is not None:
                 describe(st, before, self._live(), s, hist)
             stages.append(st)

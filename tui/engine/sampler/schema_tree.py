@@ -97,7 +97,7 @@ def _clamp64(n: int) -> int:
     return max(INT64_MIN, min(INT64_MAX, n))
 
 
-class _Reader:
+class _SchemaReader:
     def __init__(self, root: Any) -> None:
         self.root = root
         self.refs: dict[str, Node | None] = {}
@@ -293,7 +293,7 @@ class _Reader:
 
 def read_schema(schema: Any) -> Node:
     """The schema's root node; every ``$ref`` node knows its target."""
-    reader = _Reader(schema)
+    reader = _SchemaReader(schema)
     root = reader.node(schema, "#")
     for ref in reader.pending:
         ref.target = reader.refs[ref.ref]

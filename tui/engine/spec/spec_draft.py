@@ -1,17 +1,13 @@
 """``--spec-type draft-simple -md PATH``: a smaller model with the same vocabulary drafts.
 
-As llama.cpp's ``common_speculative_impl_draft_simple`` (``common/speculative.cpp``) does it:
-the draft model has its own context (as many cells as the target's) holding the same tokens
-as the target. To draft, it decodes the target's last pick and then drafts greedily: its
-sampler is top-k 10 alone, so a drafted token is the top logit, and its ``p`` is the softmax
-over those 10. A token with ``p < --spec-draft-p-min`` ends the draft (it is not drafted);
-the draft stops at ``--spec-draft-n-max`` tokens (or the room left), and a draft shorter
-than ``--spec-draft-n-min`` is dropped. Each drafted token but the last is decoded in the
-draft context (the last is only sampled). After the target's verify, the draft context
-keeps the tokens the target kept: its rejected cells leave with ``llama_memory_seq_rm``.
-
-The vocabulary check is llama.cpp's ``common_speculative_are_compatible``: same vocabulary
-type, the same BOS and EOS use, sizes within 128, and every token's text equal from id 5 up.
+As llama.cpp's ``common_speculative_impl_draft_simple`` (``common/speculative.cpp``): the draft
+model's own context (as many cells as the target's) holds the target's tokens; it decodes the
+target's last pick, then drafts greedily with top-k 10 alone (``p`` is the softmax over those
+10). A token with ``p < --spec-draft-p-min`` ends the draft, which stops at
+``--spec-draft-n-max`` (or the room left) and is dropped under ``--spec-draft-n-min``; every
+drafted token but the last is decoded there. After the verify the rejected cells leave with
+``llama_memory_seq_rm``. Compatibility is ``common_speculative_are_compatible``'s: the same
+vocabulary type, BOS and EOS use, sizes within 128, every text equal from id 5 up.
 """
 
 from __future__ import annotations

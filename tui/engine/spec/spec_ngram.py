@@ -1,17 +1,14 @@
 """``--spec-type ngram-simple``: a draft from the context itself, no second model.
 
-As llama.cpp's ``common_ngram_simple_draft`` (``common/ngram-map.cpp``) drafts it: the
-pattern is the newest ``size_n`` tokens counting the token just sampled (not yet decoded);
-the context is searched backwards for the latest earlier occurrence (position 0 is never a
-match: llama.cpp uses it for "none"), and the draft is the up to ``size_m`` tokens that
-followed it. Nothing is drafted while the context holds ``size_n + size_m + 1`` tokens or fewer, nor
-when fewer than ``size_n`` tokens follow the match. So a text that repeats with a period of
-``size_n`` tokens or less is never drafted (its latest occurrence is one period back, and
-fewer than ``size_n`` tokens follow it): "red, green, blue, yellow" repeated (8 tokens) drafts
-nothing at the default 12, while a list of 30 numbers written again drafts 48 at a time. ``--spec-ngram-simple-min-hits`` is parsed
-by llama.cpp but this drafter never reads it (ngram-map-k does); the same holds here.
-``--spec-draft-n-max`` / ``--spec-draft-n-min`` belong to the draft model: ngram-simple's
-draft is capped only by ``size_m`` and by the room left (see :mod:`tui.engine.spec.spec_verify`).
+As llama.cpp's ``common_ngram_simple_draft`` (``common/ngram-map.cpp``): the pattern is the
+newest ``size_n`` tokens (the one just sampled included), searched backwards for its latest
+earlier occurrence (position 0 never matches: llama.cpp's "none"); the draft is the up to
+``size_m`` tokens that followed. Nothing is drafted while the context holds ``size_n + size_m +
+1`` tokens or fewer, nor when fewer than ``size_n`` follow the match, so a text repeating with
+a period of ``size_n`` or less never drafts: "red, green, blue, yellow" repeated (8 tokens)
+drafts nothing at the default 12, while 30 numbers written again draft 48 at a time.
+``--spec-ngram-simple-min-hits`` is parsed and unused, as in llama.cpp; ``--spec-draft-n-max``/
+``-n-min`` belong to the draft model (see :mod:`tui.engine.spec.spec_verify`).
 """
 
 from __future__ import annotations

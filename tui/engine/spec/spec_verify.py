@@ -1,24 +1,16 @@
 """Speculative decoding: draft a few tokens cheaply, verify them all in ONE ``llama_decode``.
 
-A round starts from the target's last pick, sampled but not yet fed. A drafter
-(:mod:`tui.engine.spec.spec_ngram` or :mod:`tui.engine.spec.spec_draft`) proposes up to ``k`` tokens;
-the verify batch is the last pick plus the draft, ``k + 1`` tokens at the next positions,
-every row asking for logits. Row ``i`` is then what a one-token decode would have given after
-the context up to batch token ``i``: the target's own sampler chain (the whole chain, as the
-normal pick runs it, with that row's context as history) samples row 0, row 1, ... in turn;
-the draft is accepted while the pick equals it, and the first pick that differs replaces the
-drafted token there (after all ``k`` are accepted, the last row gives one token more). So
-each round emits between 1 and ``k + 1`` tokens, every one the target's own pick: the text
-is the target's, greedy or sampled. The rejected tail's cells leave the KV cache with
-``llama_memory_seq_rm`` (and the draft model's context keeps the same tokens).
-
-As llama-server does it (``common_sampler_sample_and_accept_n``, ``server-context.cpp``): the
-draft is capped by the room left, ``n_ctx - n_past - 2`` and ``n_predict - n_generated - 1``,
-so a round never overshoots ``-n``; an end-of-generation pick that equals a draft token ends
-the round; ``draft_n`` counts drafted tokens and ``draft_n_accepted`` the accepted ones.
-
-Why it pays: decoding is bound by reading the weights, not by arithmetic, so a decode of
-``k + 1`` tokens costs little more than one (see ``benchmarks/bench_spec.py``).
+From the target's last pick (sampled, not fed) a drafter (:mod:`tui.engine.spec.spec_ngram`,
+:mod:`tui.engine.spec.spec_draft`) proposes up to ``k`` tokens; the verify batch is the pick
+plus the draft, every row asking for logits, row ``i`` being what a one-token decode would
+give. The target's whole chain samples row 0, 1, ... with each row's context as history; the
+draft is accepted while the pick equals it, the first pick that differs replaces it, and all
+``k`` accepted give one more: 1 to ``k + 1`` tokens a round, every one the target's own pick.
+The rejected tail leaves both caches with ``llama_memory_seq_rm``. As llama-server
+(``common_sampler_sample_and_accept_n``): the draft is capped by ``n_ctx - n_past - 2`` and
+``n_predict - n_generated - 1``, an end-of-generation pick ends the round, and ``draft_n`` /
+``draft_n_accepted`` count. It pays because decoding is bound by reading the weights: k + 1
+tokens cost little more than one (``benchmarks/bench_spec.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from ..logits import read_row
 from ..paths import make_room
 from ..prompt import truncate
 from ..run_record import Round
-from ..sequences import pick_from
+from ..sequences import sample_row
 from ..step import SpecInfo
 from .spec_ngram import NgramSimple
 
@@ -207,7 +199,7 @@ class Speculator:
             logits = read_row(engine.ctx, i, engine.info.n_vocab)
             row = spec.rows[i]
             rec.top, rec.entropy = row.top, row.entropy  # the p of the pick is this row's
-            got = pick_from(engine, 0, logits, rec.index, context[: n0 + 1 + i])
+            got = sample_row(engine, 0, logits, rec.index, context[: n0 + 1 + i])
             picks.append(got.token)
             row.pick, row.chain = got.token, got.chain
             if i == len(draft):

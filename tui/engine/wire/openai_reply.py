@@ -1,19 +1,14 @@
 """Replies of an OpenAI-compatible server, read field by field as ``remote_reply`` reads
 llama-server's own.
 
-``GET /v1/models`` lists the served models (``data[].id``; llama-server adds ``meta.n_vocab``
-and ``meta.n_ctx``, vLLM ``max_model_len``). ``POST /v1/completions`` with ``logprobs: K``
-answers in one of two forms, both read here:
-
-* llama-server's ``/v1`` (checked on the one built from llama-cpp-python 0.3.36's vendored
-  llama.cpp): ``choices[0].logprobs.content[0]`` is the sampled token (``id``, ``token``,
-  ``bytes``, ``logprob``) and its ``top_logprobs[]`` the top K, each with ``id`` and ``bytes``;
-  ``timings`` carries ``prompt_n``, ``cache_n``, ``prompt_ms``, ``predicted_ms``.
-* OpenAI's legacy form (OpenAI, vLLM, SGLang, llama-cpp-python's server):
-  ``choices[0].logprobs.tokens[0]`` (the sampled token's text), ``token_logprobs[0]`` and
-  ``top_logprobs[0]``, an object from token *text* to logprob. Texts are not ids: the caller
-  maps them (``openai_vocab``); vLLM started with ``--return-tokens-as-token-ids`` writes them
-  as ``"token_id:1234"``, which map exactly.
+``GET /v1/models`` lists the models (``data[].id``; llama-server adds ``meta.n_vocab`` and
+``meta.n_ctx``, vLLM ``max_model_len``). ``POST /v1/completions`` with ``logprobs: K`` answers
+in two forms. llama-server's ``/v1`` (llama-cpp-python 0.3.36's llama.cpp):
+``choices[0].logprobs.content[0]`` is the sampled token (``id``, ``token``, ``bytes``,
+``logprob``) with ``top_logprobs[]`` by ``id`` and ``bytes``, and ``timings``. OpenAI's legacy
+form (OpenAI, vLLM, SGLang, llama-cpp-python's server): ``tokens[0]``, ``token_logprobs[0]``
+and ``top_logprobs[0]``, keyed by token *text*, which ``openai_vocab`` maps to ids (vLLM's
+``--return-tokens-as-token-ids`` writes ``"token_id:1234"``, which map exactly).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from .remote_reply import (
     Fields,
     read_candidates,
 )
-from .remote_reply import Candidate as Candidate
+from .remote_reply import ServerCandidate as ServerCandidate
 
 MAX_MODELS = 4096
 WHAT = "OpenAI-compatible server"
@@ -116,7 +111,7 @@ class OpenAICompletion:
     """The checked fields of one ``/v1/completions`` reply (``max_tokens`` 1)."""
 
     form: str  # "content" (llama-server's /v1) or "legacy" (OpenAI's)
-    top: list[Candidate]  # best first, ids inside the vocabulary
+    top: list[ServerCandidate]  # best first, ids inside the vocabulary
     not_one_to_one: list[str]  # legacy texts that name no id, or several
     server_pick: int | None
     timings: dict[str, float] | None  # llama-server's own; None: the server reports none
@@ -192,7 +187,7 @@ def _logprob(f: Fields, value: Any, field: str) -> float:
 
 def _content(
     f: Fields, lp: dict[str, Any], n_probs: int, n_vocab: int
-) -> tuple[list[Candidate], int | None]:
+) -> tuple[list[ServerCandidate], int | None]:
     """llama-server's /v1 form: ids and bytes."""
     first = f.obj(f.items(lp["content"], "logprobs.content", MAX_CTX)[0], "logprobs.content[0]")
     where = "logprobs.content[0].top_logprobs"
@@ -203,7 +198,7 @@ def _content(
 
 def _legacy(
     f: Fields, lp: dict[str, Any], n_probs: int, n_vocab: int, to_id: ToId
-) -> tuple[list[Candidate], list[str], int | None]:
+) -> tuple[list[ServerCandidate], list[str], int | None]:
     """OpenAI's form: token texts. Each text becomes an id through ``to_id``; a text that
     names no id is left out (its mass joins the even spread), one that names several is put on
     the id the tokenizer gives it; both are listed in ``not_one_to_one``."""
@@ -215,7 +210,7 @@ def _legacy(
     row = f.obj(rows[0], f"{where}[0]")
     if len(row) > n_probs + 1:
         raise f.error(where, f"{len(row)} entries", f"more than the {n_probs} asked for")
-    top: list[Candidate] = []
+    top: list[ServerCandidate] = []
     odd: list[str] = []
     seen: set[int] = set()
     for text, value in row.items():
@@ -228,7 +223,7 @@ def _legacy(
         if not exact:
             odd.append(piece_text)
         seen.add(tok)
-        top.append(Candidate(tok, logprob, piece_text.encode("utf-8", "surrogatepass")))
+        top.append(ServerCandidate(tok, logprob, piece_text.encode("utf-8", "surrogatepass")))
     if not top:
         raise f.error(where, list(row)[:5], "no text that names a token id")
     tokens = lp.get("tokens")

@@ -1,18 +1,13 @@
 """Token ids for an OpenAI-compatible server: whose tokenizer, and how a token text maps to one.
 
-An OpenAI-compatible server has no ``/tokenize`` of its own (llama-server's ``/v1`` does: it is
-llama-server). So the ids come from the GGUF the server serves, loaded as a vocabulary alone
-(``-m PATH``, :class:`~tui.engine.model.local_vocab.LocalVocab`), or from the server's native
-``/tokenize`` where it has one; with neither, one sentence asks for ``-m``.
-
-The legacy reply names candidates by their *text*. llama-cpp-python's server writes each as
-``detokenize([id]).decode("utf-8", errors="ignore")`` without special tokens: a control token
-is ``""``, a token holding half a UTF-8 character loses those bytes (`` \\xe2`` reads ``" "``),
-and two ids with the same text collide in one JSON key. :class:`PieceIndex` therefore maps a
-text back to an id only when exactly one id of the vocabulary decodes to it; otherwise the
-text is marked as not one to one. Measured on SmolLM2's 49,152 ids: 48,836 texts name exactly
-one id; ``""`` names 291 (the control tokens and the bare bytes of split characters), ``" "``
-38; building the index takes 0.3 to 0.9 s, once, at the first reply in this form.
+The ids come from the served GGUF's vocabulary (``-m PATH``,
+:class:`~tui.engine.model.local_vocab.LocalVocab`) or the server's native ``/tokenize``; with
+neither, one sentence asks for ``-m``. The legacy reply names candidates by text, which
+llama-cpp-python's server writes as ``detokenize([id]).decode("utf-8", errors="ignore")``: a
+control token is ``""``, half a UTF-8 character loses its bytes, and equal texts collide. So
+:class:`PieceIndex` maps a text to an id only when exactly one id decodes to it. On SmolLM2's
+49,152 ids, 48,836 texts name one id, ``""`` names 291 and ``" "`` 38; the index takes 0.3 to
+0.9 s, once.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """llama-server's own post-chain probabilities beside tokenstep's chain (``--server-chain-check``).
 
-With ``post_sampling_probs: true`` llama-server answers ``completion_probabilities[0].top_probs``
-with the probabilities its sampler chain left (after top-k, top-p, min-p, temperature and the
-rest, renormalised), not the raw logprobs. Asked with the same prompt and every field of
-tokenstep's chain (``remote_step.server_chain``), it is a live outside check of the chain:
-measured on the bundled model, "The capital of France is" at T 0.8, top-k 40, top-p 0.9, min-p
-0.05 leaves " Paris" 0.9599 and " the" 0.0401 on both sides.
-
-They can disagree for two honest reasons, said in the note: tokenstep's chain ran on the top K
-only (a survivor outside them, or a stage that read the stand-ins), or the server's chain saw
-more survivors than it returned (``n_probs`` caps its list too). The request is a second one
-per row on the same slot (its cache holds the prompt, so it evaluates one token); if it fails,
-the note says so and the step goes on (the pick was already made: no RNG advances twice).
+With ``post_sampling_probs: true`` llama-server's ``completion_probabilities[0].top_probs`` are
+the probabilities its chain left (renormalised), not the raw logprobs. Asked with the same
+prompt and every field of tokenstep's chain (``remote_step.server_chain``), it checks the chain
+live: on the bundled model, "The capital of France is" at T 0.8, top-k 40, top-p 0.9, min-p
+0.05 leaves " Paris" 0.9599 and " the" 0.0401 on both sides. Two honest reasons to disagree
+are said in the note: tokenstep's chain saw the top K only, or the server's list is capped by
+``n_probs``. It is a second request per row on the same slot (one token evaluated); a failure
+is noted and the step goes on (the pick is made: no RNG advances twice).
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Every llama-server reply, read as a session file is read: types first, then ranges.
 
-A reply comes from outside: another program, another version, or something that only looks
-like llama-server. Before anything is built from one (a full-vocabulary row of ``n_vocab``
-floats, a piece, a context of ``n_ctx`` positions) each field it uses is checked here, once:
-its type (a whole number, a finite number, a string), then its range (a token id inside the
-vocabulary, a logprob that is a log-probability, a vocabulary tokenstep can hold). A bad field
-is one :class:`~tui.engine.wire.remote_http.ServerError` that names it, e.g. "the llama-server at
-http://127.0.0.1:8080 sent /props with default_generation_settings.n_ctx 'abc', not a whole
-number." Nothing is half-read: a reader returns its values or raises before the caller changes
-any state.
-
-The transport (:mod:`~tui.engine.wire.remote_http`) caps what it reads of one reply
-(``MAX_REPLY_BYTES``) and the time of one whole request; the fields here are capped where a
-real server's never come near (:data:`MAX_VOCAB`, :data:`MAX_PIECE_BYTES`).
+A reply comes from outside, so before anything is built from it (a row of ``n_vocab`` floats,
+a piece, a context) each field used is checked once: its type, then its range (an id inside
+the vocabulary, a logprob that is a log-probability). A bad field is one
+:class:`~tui.engine.wire.remote_http.ServerError` naming it ("... sent /props with
+default_generation_settings.n_ctx 'abc', not a whole number."), raised before the caller
+changes any state. The transport caps a reply's bytes (``MAX_REPLY_BYTES``) and a request's
+time; fields are capped far above a real server's (:data:`MAX_VOCAB`, :data:`MAX_PIECE_BYTES`).
 """
 
 from __future__ import annotations
@@ -219,7 +213,7 @@ def read_slots(url: str, body: Any, slot: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class ServerCandidate:
     """One of the top K of a /completion reply: its id, logprob (at T=1) and bytes."""
 
     id: int
@@ -231,7 +225,7 @@ class Candidate:
 class Completion:
     """The checked fields of one ``POST /completion`` reply (``n_predict`` 1)."""
 
-    top: list[Candidate]  # best first
+    top: list[ServerCandidate]  # best first
     slot: int  # -1: not said
     prompt_n: int
     cache_n: int
@@ -243,13 +237,13 @@ class Completion:
 
 def read_candidates(
     f: Fields, entries: Any, where: str, most: int, n_vocab: int
-) -> list[Candidate]:
+) -> list[ServerCandidate]:
     """llama-server's list of candidates (``/completion`` and its ``/v1`` alike): at most
     ``most`` entries, each an ``id`` inside the vocabulary, listed once, with a ``logprob``
     (finite, at most 0) and its ``bytes`` (or ``token`` text)."""
     if not entries:
         raise f.missing(where)
-    top: list[Candidate] = []
+    top: list[ServerCandidate] = []
     seen: set[int] = set()
     for i, c in enumerate(f.items(entries, where, most)):
         c = f.obj(c, f"{where}[{i}]")
@@ -263,7 +257,7 @@ def read_candidates(
         lp = f.number(c["logprob"], f"{where}[{i}].logprob", -math.inf, LOGPROB_SLACK, LOGPROB)
         raw = c.get("bytes") if c.get("bytes") is not None else c.get("token", "")
         lp = min(max(lp, FLOAT32_LOWEST), 0.0)  # llama-server writes log(0) as this lowest
-        top.append(Candidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
+        top.append(ServerCandidate(tok, lp, f.piece(raw, f"{where}[{i}].bytes")))
     return top
 
 

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING
 from .args import DEFAULT_N_CTX, read_prompt
 from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
 from .engine import Engine, EngineConfig, Model, SamplerSettings, TokenstepError, loop, trace
-from .engine.model import chat as chat_mod
+from .engine.model import chat_template as chat_mod
 from .engine.model import info, rules, secret
 from .engine.model.model import probe
 from .engine.model.offload import Offload

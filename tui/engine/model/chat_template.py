@@ -181,19 +181,19 @@ CHATML = Template(
 NAMED_TEMPLATES = {"chatml": CHATML}
 
 
-def template_from(spec: str) -> str:
+def template_from(name_or_path: str) -> str:
     """``--chat-template NAME|FILE``: a template llama.cpp names (chatml), or a Jinja file."""
-    if spec.lower() in NAMED_TEMPLATES:
-        return Template(NAMED_TEMPLATES[spec.lower()], f"the {spec.lower()} template")
+    if name_or_path.lower() in NAMED_TEMPLATES:
+        return Template(NAMED_TEMPLATES[name_or_path.lower()], f"the {name_or_path.lower()} template")
     try:
-        with open(spec, encoding="utf-8") as fh:
+        with open(name_or_path, encoding="utf-8") as fh:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         names = ", ".join(NAMED_TEMPLATES)
         raise TokenstepError(
-            f"--chat-template {spec!r} is neither a template name ({names}) nor a readable "
+            f"--chat-template {name_or_path!r} is neither a template name ({names}) nor a readable "
             f"UTF-8 file ({getattr(exc, 'strerror', None) or exc})."
         ) from exc
     if not text.strip():
-        raise TokenstepError(f"--chat-template file {spec} is empty.")
-    return Template(text, f"the chat template in {spec} (--chat-template)")
+        raise TokenstepError(f"--chat-template file {name_or_path} is empty.")
+    return Template(text, f"the chat template in {name_or_path} (--chat-template)")
