@@ -105,9 +105,9 @@ class AppStates(RuleBasedStateMachine):
             self.engine, autoplay=False, autosave_dir=self.tmp / "autosave", close_engine=False
         )
         if self.spec:
-            self.app.controller.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 4))))
+            self.app.worker.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 4))))
         if header is not None and path is not None:
-            restore(self.app.controller, header, path)  # as --resume does, before the start
+            restore(self.app.worker, header, path)  # as --resume does, before the start
         app, done = self.app, asyncio.Event()
         ready: asyncio.Future[Any] = self.loop.create_future()
 
@@ -160,7 +160,7 @@ class AppStates(RuleBasedStateMachine):
 
     def idle(self) -> bool:
         assert self.app is not None
-        ctl, view, latest = self.app.controller, self.app.view, self.app.controller.latest
+        ctl, view, latest = self.app.worker, self.app.view, self.app.worker.latest
         if ctl.error is not None or not ctl.thread or not ctl.thread.is_alive():
             return True  # the invariants say what went wrong
         if ctl.lane.lock.locked() or not ctl.queue_empty() or latest is None or view is None:
@@ -176,7 +176,7 @@ class AppStates(RuleBasedStateMachine):
             self.wait(self.idle, "the worker to finish")
             app = self.app
             assert app is not None and app.view is not None
-            now = (app.controller.commands, app.view.seq)
+            now = (app.worker.commands, app.view.seq)
             if now == last:
                 self.run(self.pilot.pause())
                 return
@@ -221,11 +221,11 @@ class AppStates(RuleBasedStateMachine):
         self.run(self.pilot.press("space"))
 
         def enough() -> bool:
-            v = app.controller.latest
+            v = app.worker.latest
             return v is None or v.text.n_past >= before + tokens or v.activity != "generating"
 
         self.wait(enough, "an autoplay burst")
-        v = app.controller.latest
+        v = app.worker.latest
         if v is not None and v.mode == "autoplay" and v.activity == "generating":
             self.press("space")
         else:
@@ -295,7 +295,7 @@ class AppStates(RuleBasedStateMachine):
         app = self.app
         if app is None:
             return
-        ctl = app.controller
+        ctl = app.worker
         assert ctl.error is None, ctl.error
         assert ctl.thread is not None and ctl.thread.is_alive(), "the decode thread died"
         assert app.is_running and app._exception is None, app._exception
@@ -312,7 +312,7 @@ class AppStates(RuleBasedStateMachine):
         m = re.search(r"ctx ([\d,]+)/([\d,]+)", shown)
         assert m, shown.splitlines()[0]
         ctx = _number(m.group(1))
-        with app.controller.lane.lock:  # the worker is idle: nothing else touches the context
+        with app.worker.lane.lock:  # the worker is idle: nothing else touches the context
             mem = llama_cpp.llama_get_memory(eng.ctx)
             lo = llama_cpp.llama_memory_seq_pos_min(mem, 0)
             hi = llama_cpp.llama_memory_seq_pos_max(mem, 0)
@@ -340,7 +340,7 @@ class AppStates(RuleBasedStateMachine):
             return
         if app.main.query_one(LogitsPane).region.area == 0:
             return  # zoomed (z): the bottom pane has the whole window
-        with app.controller.lane.lock:
+        with app.worker.lane.lock:
             held = None if eng.logits is None else np.array(eng.logits, dtype=np.float64)
         shown = self.screen()
         lines = shown.splitlines()
@@ -366,7 +366,7 @@ class AppStates(RuleBasedStateMachine):
         if app is None or eng is None or app._tab != "timeline" or len(app.screen_stack) > 1:
             return
         shown = self.screen()
-        with app.controller.lane.lock:
+        with app.worker.lane.lock:
             tot = eng.run.totals()
         m = re.search(r"prefill\s+([\d,]+) calls?, ([\d,]+) tokens?", shown)
         assert m, shown

@@ -88,14 +88,14 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
     w = _worker(make_engine)
     try:
         w.handle(Send("The capital of France is"))
-        w.handle(LensTab(True))
+        w.handle(LensShown(True))
         ctx = w.observers.ctx
         assert ctx is not None and ctx.head is not None
         head = ctx.head
         assert ctx.capture is not None and ctx.capture.head_load_ms is not None  # read here
-        w.handle(LensTab(False))
+        w.handle(LensShown(False))
         assert w.observers.ctx is None and w.observers.head is head  # kept, context freed
-        w.handle(LensTab(True))
+        w.handle(LensShown(True))
         again = w.observers.ctx
         assert again is not None and again.head is head
         assert again.capture is not None and again.capture.head_load_ms is None  # not read

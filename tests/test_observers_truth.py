@@ -196,7 +196,7 @@ def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_serve
 SERVER_SCRIPT: list[Any] = [  # forks need a local model: the script without one
     c.Send("Name three colors."),
     *[c.Step()] * 6,
-    c.Rewind(2),
+    c.RewindTokens(2),
     *[c.Step()] * 3,
     c.Force(28),
     *[c.Step()] * 3,

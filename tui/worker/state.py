@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..engine.model import secret
 from ..engine.model.chat_template import Message
-from ..engine.run_record import Pick as RecordPick
+from ..engine.run_record import Pick
 from ..engine.step import StepRecord
 from ..engine.verify import VerifyResult
 from .playback import Playback
@@ -31,7 +31,7 @@ class Span:
 class PathBranch:
     id: int
     tokens: tuple[int, ...]  # the reply's tokens on this path (after reply_start)
-    values: tuple[RecordPick | None, ...]  # per token: its pick in the record (None: not known)
+    values: tuple[Pick | None, ...]  # per token: its pick in the record (None: not known)
     how: str  # what left it: "rewind", "force", "fork" or "jump"
     seq: int | None = None  # the parked sequence holding its cells (None: decode again)
 
@@ -202,7 +202,7 @@ class State:
     def add_path(
         self,
         tokens: tuple[int, ...],
-        values: tuple[RecordPick | None, ...],
+        values: tuple[Pick | None, ...],
         how: str,
         seq: int | None,
     ) -> None:
