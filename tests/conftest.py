@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,8 +16,6 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _oracle_params_like_tokenstep() -> None:
@@ -57,22 +54,6 @@ def model_path() -> Path:
     return default_model_path()
 
 
-def logits_oracle(model_path: Path, n_ctx: int = 512, *, flash_attn: bool = False):
-    """llama-cpp-python's own ``Llama`` keeping every row's logits (``logits_all``): the
-    outside oracle for per-position figures. The caller closes it."""
-    from llama_cpp import Llama
-
-    return Llama(
-        model_path=str(model_path),
-        n_ctx=n_ctx,
-        n_batch=n_ctx,
-        n_threads=2,
-        logits_all=True,
-        flash_attn=flash_attn,
-        verbose=False,
-    )
-
-
 @pytest.fixture(scope="session")
 def model() -> Model:
     return Model()
@@ -92,21 +73,6 @@ def make_engine(model: Model):
     yield make
     for e in made:
         e.close()
-
-
-def run_cli(
-    *args: str, stdin: bytes | None = None, timeout: float = 120, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    """Run ``python -m tui ARGS`` as a user would, capturing bytes (``env``: added variables)."""
-    env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "tui", *args],
-        input=stdin,
-        capture_output=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env=env,
-    )
 
 
 @pytest.fixture(scope="session")
@@ -132,9 +98,9 @@ def draft_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module", autouse=True)
 def servers_stop_with_their_module():
     """After each module (its own fixtures are torn down first), no server it started may be
-    running: a fixture or test that leaves one fails here, naming it (see tests/processes.py)."""
+    running: a fixture or test that leaves one fails here, naming it (see tests/support/processes.py)."""
     yield
-    from tests.processes import left_running, stop_all
+    from tests.support.processes import left_running, stop_all
 
     left = left_running()
     if left:
@@ -145,7 +111,7 @@ def servers_stop_with_their_module():
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The same check once more at the very end (a session-scoped fixture's server)."""
-    from tests.processes import left_running, stop_all
+    from tests.support.processes import left_running, stop_all
 
     left = left_running()
     if left:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kernel_class import kernel_class
+from tests.support.kernel_class import kernel_class
 
 AVX2_ONLY = (
     "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "

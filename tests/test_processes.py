@@ -1,4 +1,4 @@
-"""The check behind "fixtures stop what they start" (tests/processes.py, run by conftest.py
+"""The check behind "fixtures stop what they start" (tests/support/processes.py, run by conftest.py
 after every module and at the session's end) finds a server left running, whether a helper
 noted it or not, and stops it; a process that merely ran is not one."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.processes import left_running, stop_all, track
+from tests.support.processes import left_running, stop_all, track
 
 SLEEP = "import time; time.sleep(120)"
 

@@ -1,0 +1,1 @@
+"""Helpers and server fixtures shared by the tests."""
