@@ -7,10 +7,13 @@ contracts check the same statically; this checks what really gets imported at ru
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import tui
 
@@ -116,3 +119,52 @@ def test_no_module_over_400_lines():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400
     }
     assert long == {}
+
+
+TESTS = Path(__file__).resolve().parent
+# ``from tests.x.y import z`` in code a test runs in a child process
+_STRING_IMPORT = re.compile(r"^\s*from (tests(?:\.\w+)+) import ", re.M)
+
+
+def imports_of_test_modules(source: str) -> list[str]:
+    """The test modules and conftests ``source`` imports from, and its relative imports."""
+    found = []
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.ImportFrom) and n.level:
+            found.append("." * n.level + (n.module or ""))
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tests."):
+            found.append(n.module or "")
+        elif isinstance(n, ast.Import):
+            found += [a.name for a in n.names if a.name.startswith("tests.")]
+    found += [m.group(1) for m in _STRING_IMPORT.finditer(source)]
+    return sorted(
+        {
+            m
+            for m in found
+            if m.startswith(".")
+            or m.rsplit(".", 1)[-1].startswith("test_")
+            or m.endswith("conftest")
+        }
+    )
+
+
+def test_the_import_check_finds_a_test_module_and_a_relative_import():
+    src = "from tests.app.test_app import x\nfrom .support.app import y\n"
+    src += 'from tests.support.app import z\nS = """\nfrom tests.conftest import ROOT\n"""\n'
+    assert imports_of_test_modules(src) == [".support.app", "tests.app.test_app", "tests.conftest"]
+
+
+def test_no_test_module_imports_another_and_helpers_live_in_support():
+    """A helper two test files share lives in ``tests/support/``; a test module imports only
+    from there (and from tui), so moving or deleting one test file breaks no other."""
+    bad = {}
+    stray = []
+    for p in sorted(TESTS.rglob("*.py")):
+        rel = str(p.relative_to(TESTS))
+        if found := imports_of_test_modules(p.read_text(encoding="utf-8")):
+            bad[rel] = found
+        if not p.name.startswith("test_") and p.name not in ("conftest.py", "__init__.py"):
+            if p.parent.name != "support":
+                stray.append(rel)
+    assert bad == {}
+    assert stray == [], "helper modules belong in tests/support/"
