@@ -117,7 +117,7 @@ def http_status(url: str) -> int | None:
 
 @dataclass
 class Server:
-    """One llama-server process on 127.0.0.1."""
+    """One server process on 127.0.0.1 (llama-server, llama-cpp-python's, vLLM)."""
 
     proc: subprocess.Popen[bytes]
     port: int
@@ -126,6 +126,9 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def tail(self, n: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
 
     def post(self, path: str, body: dict) -> dict:
         req = urllib.request.Request(
@@ -194,17 +197,27 @@ def start_server(
     return server
 
 
-def wait_healthy(server: Server, timeout: float = START_TIMEOUT_S) -> None:
+def wait_healthy(
+    server: Server,
+    timeout: float = START_TIMEOUT_S,
+    *,
+    path: str = "/health",
+    name: str = "llama-server",
+    poll: float = 0.05,
+) -> float:
+    """Poll ``path`` until the server answers 200 and return the seconds that took; a server
+    that exits or does not answer in ``timeout`` is stopped and the test fails with its log's
+    tail. Every test server (llama-server, llama-cpp-python's, vLLM) comes up through here."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if server.proc.poll() is not None:
-            tail = server.log.read_text(errors="replace")[-2000:]
-            raise AssertionError(f"llama-server exited with {server.proc.returncode}:\n{tail}")
-        if http_status(server.url + "/health") == 200:
-            return
-        time.sleep(0.05)  # polling interval only; the condition is the server's answer
+            server.stop()
+            raise AssertionError(f"{name} exited with {server.proc.returncode}:\n{server.tail()}")
+        if http_status(server.url + path) == 200:
+            return time.monotonic() - t0
+        time.sleep(poll)  # polling interval only; the condition is the server's answer
     server.stop()
-    raise AssertionError(f"llama-server did not become healthy within {timeout:.0f} s")
+    raise AssertionError(f"{name} did not answer {path} within {timeout:.0f} s:\n{server.tail()}")
 
 
 @pytest.fixture(scope="module")

@@ -13,41 +13,19 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.llama_server import START_TIMEOUT_S, free_port, http_status
+from tests.support.llama_server import Server, free_port, wait_healthy
 from tests.support.processes import track
 from tui.engine import default_model_path
 
 
-@dataclass
-class PyServer:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-
-
-def start_llama_cpp_server(log_dir: Path) -> PyServer:
+def start_llama_cpp_server(log_dir: Path) -> Server:
     """``python -m llama_cpp.server`` on the bundled model; polls /v1/models until it answers."""
     pytest.importorskip("uvicorn", reason="llama-cpp-python's [server] extra is not installed")
     port = free_port()
@@ -56,20 +34,13 @@ def start_llama_cpp_server(log_dir: Path) -> PyServer:
     args += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
-    server = PyServer(track(proc, f"llama_cpp.server on port {port}"), port, log)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < START_TIMEOUT_S:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama_cpp.server exited:\n{log.read_text()[-2000:]}")
-        if http_status(server.url + "/v1/models") == 200:
-            return server
-        time.sleep(0.05)  # polling interval only; the condition is the server's answer
-    server.stop()
-    raise AssertionError("llama_cpp.server did not answer /v1/models in time")
+    server = Server(track(proc, f"llama_cpp.server on port {port}"), port, log)
+    wait_healthy(server, path="/v1/models", name="llama_cpp.server")
+    return server
 
 
 @pytest.fixture(scope="module")
-def llama_cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PyServer]:
+def llama_cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Stopped when the module is done (each importing module has its own copy)."""
     server = start_llama_cpp_server(tmp_path_factory.mktemp("llama-cpp-server"))
     try:
@@ -144,8 +115,7 @@ class FakeHandler(BaseHTTPRequestHandler):
         self.server.completions += 1
         k = int(req.get("logprobs") or 0)
         top = [
-            {"id": t, "token": s, "bytes": list(s.encode()), "logprob": lp}
-            for t, s, lp in TOP[:k]
+            {"id": t, "token": s, "bytes": list(s.encode()), "logprob": lp} for t, s, lp in TOP[:k]
         ]
         first = {"id": TOP[0][0], "token": TOP[0][1], "logprob": TOP[0][2], "top_logprobs": top}
         choice: dict[str, Any] = {"text": TOP[0][1], "index": 0, "finish_reason": "length"}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.llama_server import free_port, http_status
+from tests.support.llama_server import Server, free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 # Start-up on 2 cores: 67 to 246 s measured while other work loaded them (the import of torch
@@ -67,19 +66,9 @@ def f32_gguf() -> Path:
 
 
 @dataclass
-class VLLMServer:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-    version: str
+class VLLMServer(Server):
+    version: str = ""
     start_s: float = 0.0  # launch until /v1/models answered
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def tail(self, n: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-n:]
 
     def stop(self) -> None:
         """SIGTERM to the whole group (the API server and its engine core), SIGKILL after 60 s."""
@@ -123,19 +112,8 @@ def start_vllm(log_dir: Path) -> VLLMServer:
         )
     version = (d / "VERSION").read_text().strip()
     server = VLLMServer(proc, port, log, version)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < START_TIMEOUT_S:
-        if proc.poll() is not None:
-            server.stop()
-            raise AssertionError(f"vLLM exited with {proc.returncode}:\n{server.tail()}")
-        if http_status(server.url + "/v1/models") == 200:
-            server.start_s = time.monotonic() - t0
-            return server
-        time.sleep(0.5)  # polling interval only; the condition is the server's answer
-    server.stop()
-    raise AssertionError(
-        f"vLLM did not list its model on /v1/models within {START_TIMEOUT_S:.0f} s:\n{server.tail()}"
-    )
+    server.start_s = wait_healthy(server, START_TIMEOUT_S, path="/v1/models", name="vLLM", poll=0.5)
+    return server
 
 
 @pytest.fixture(scope="session")

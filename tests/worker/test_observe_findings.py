@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.spec import LIST_X4
+from tests.support.spec import LIST_X4, spec_worker  # noqa: F401 (the fixture)
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
 from tui.engine.surprise import along
 from tui.worker import commands as c
-from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
 
 LOOKS = [
@@ -81,17 +78,7 @@ def test_looking_is_not_a_turn(looked):
     assert v.timeline.totals == before["timeline"]
 
 
-@pytest.fixture
-def spec_worker(model):
-    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
-    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
-    w.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
-    yield w
-    w.stop()
-    eng.close()
-
-
-def test_the_timeline_counts_calls_and_emitted_tokens_in_spec_mode(spec_worker):
+def test_the_timeline_counts_calls_and_emitted_tokens_in_spec_mode(spec_worker):  # noqa: F811
     """Finding 4: "decode 116 steps" after 20 llama_decode calls that emitted 77 tokens: the
     verify batches' rejected rows were counted as steps."""
     w = spec_worker
@@ -111,7 +98,7 @@ def test_the_timeline_counts_calls_and_emitted_tokens_in_spec_mode(spec_worker):
     assert rows > emitted  # a rejected row was decoded: counting rows would say more
 
 
-def test_stage_5_and_6_say_the_rounds_pick(spec_worker):
+def test_stage_5_and_6_say_the_rounds_pick(spec_worker):  # noqa: F811
     """Finding 6: after every round (plain ones too) stages 5 and 6 read "—"."""
     w = spec_worker
     w.run_now(c.Send(LIST_X4))
@@ -124,7 +111,7 @@ def test_stage_5_and_6_say_the_rounds_pick(spec_worker):
         assert 0.0 < pick.p <= 1.0 and 0.0 <= pick.p_final <= 1.0
 
 
-def test_the_header_says_what_the_draft_cost_without_a_plain_decode(spec_worker):
+def test_the_header_says_what_the_draft_cost_without_a_plain_decode(spec_worker):  # noqa: F811
     """Finding 8: draft-simple read "spec 100% of 15 · 4.00 tok/decode" while its draft model's
     decodes took longer than the verify; "x plain" never came, as no plain decode ran."""
     run = spec_worker.spec

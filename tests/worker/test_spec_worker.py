@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.app import run_async
-from tests.support.spec import LIST_X4
+from tests.support.spec import LIST_X4, spec_worker  # noqa: F401 (the fixture)
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_draft import DraftSimple
 from tui.engine.spec.spec_ngram import NgramSimple
@@ -17,18 +17,8 @@ from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
 
 
-@pytest.fixture
-def worker(model):
-    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
-    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
-    w.spec = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
-    yield w
-    w.stop()
-    eng.close()
-
-
-def test_each_step_is_one_round(worker):
-    w = worker
+def test_each_step_is_one_round(spec_worker):  # noqa: F811
+    w = spec_worker
     w.handle(c.Send(LIST_X4))
     verified = None
     for _ in range(6):
@@ -53,8 +43,8 @@ def test_each_step_is_one_round(worker):
     assert f"{st.emitted / (st.rounds + st.plain):.2f} tok/decode" in v.header.spec
 
 
-def test_a_rejected_draft_token_is_marked_beside_its_replacement(worker):
-    w = worker
+def test_a_rejected_draft_token_is_marked_beside_its_replacement(spec_worker):  # noqa: F811
+    w = spec_worker
     w.handle(c.Send(LIST_X4))
     for _ in range(12):
         w.handle(c.Step())
@@ -71,8 +61,8 @@ def test_a_rejected_draft_token_is_marked_beside_its_replacement(worker):
     pytest.fail("no round rejected part of its draft")
 
 
-def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(worker):
-    w = worker
+def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(spec_worker):  # noqa: F811
+    w = spec_worker
     w.handle(c.Send(LIST_X4))
     w.handle(c.Step())
     pending = w.spec.pending
@@ -167,7 +157,7 @@ def reply_of(w: Worker, limit: int = 400) -> list[int]:
     return w.engine.tokens[start:]
 
 
-def test_a_speculative_reply_is_the_plain_reply(model, worker, draft_model_path):
+def test_a_speculative_reply_is_the_plain_reply(model, spec_worker, draft_model_path):  # noqa: F811
     """Greedy, a whole chat reply stepped round by round (the Q2_K draft model drafting)
     equals the one stepped token by token, and both stop on the same end token."""
     eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
@@ -177,20 +167,20 @@ def test_a_speculative_reply_is_the_plain_reply(model, worker, draft_model_path)
     finally:
         plain.stop()
         eng.close()
-    worker.raw = False
-    spec = Speculator(DraftSimple(worker.engine, draft_model_path, n_max=3))
-    worker.spec = SpecRun(spec)
+    spec_worker.raw = False
+    spec = Speculator(DraftSimple(spec_worker.engine, draft_model_path, n_max=3))
+    spec_worker.spec = SpecRun(spec)
     try:
-        got = reply_of(worker)
+        got = reply_of(spec_worker)
     finally:
         spec.close()
     assert spec.stats.rounds > 0
     assert got == want
-    assert worker.engine.stop_reason == "end of generation"
+    assert spec_worker.engine.stop_reason == "end of generation"
 
 
-def test_the_logits_pane_moves_across_the_verify_rows(worker):
-    w = worker
+def test_the_logits_pane_moves_across_the_verify_rows(spec_worker):  # noqa: F811
+    w = spec_worker
     w.handle(c.Send(LIST_X4))
     rec = None
     for _ in range(12):

@@ -148,18 +148,23 @@ def test_the_backend_reads_vllm_s_replies(over_vllm):
     assert step.top_logprobs == sorted(step.top_logprobs, reverse=True)
 
 
+def _prefilled(eng: Engine, b: OpenAIBackend) -> Iterator[str]:
+    """Each of PROMPTS, prefilled on both from an empty context."""
+    for text in PROMPTS:
+        toks = eng.vocab.tokenize(text, add_special=True)
+        for e in (eng, b):
+            e.reset()
+            e.prefill(toks)
+        yield text
+
+
 def _rows(model: Model, over_vllm, steps: int = 8) -> Iterator[tuple[Engine, OpenAIBackend]]:
     """The local engine and vLLM on the same ids: after each prompt, then after each of
     ``steps`` tokens fed to both (the local engine's greedy picks)."""
     b = over_vllm(n_probs=20)
     eng = _engine(model)
     try:
-        for text in PROMPTS:
-            toks = eng.vocab.tokenize(text, add_special=True)
-            eng.reset()
-            b.reset()
-            eng.prefill(toks)
-            b.prefill(toks)
+        for _text in _prefilled(eng, b):
             for _ in range(steps):
                 yield eng, b
                 tok = int(np.argmax(eng.logits))
@@ -199,12 +204,7 @@ def _greedy_until_near_tie(model: Model, over_vllm, n: int = 16) -> int:
     eng = _engine(model)
     compared = 0
     try:
-        for text in PROMPTS:
-            toks = eng.vocab.tokenize(text, add_special=True)
-            eng.reset()
-            b.reset()
-            eng.prefill(toks)
-            b.prefill(toks)
+        for text in _prefilled(eng, b):
             for _ in range(n):
                 top2 = np.sort(eng.logits.astype(np.float64))[-2:]
                 if top2[1] - top2[0] <= 2 * _max_diff(eng, b):
