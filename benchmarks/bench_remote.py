@@ -53,9 +53,8 @@ def start_server(
     args += ["--port", str(port), "-c", str(n_ctx), "-np", str(parallel)]
     args += ["-t", str(threads)]  # 1: as the app decodes
     args += ["-fa", "off", "--no-webui"]
-    from tests.support.llama_server import (
-        repack_args,  # --no-repack where the server has AMX kernels
-    )
+    # --no-repack where the server has AMX kernels
+    from tests.support.llama_server import repack_args
 
     args += [*repack_args(binary), *extra]
     with open(log, "wb") as fh:

@@ -1,6 +1,6 @@
 """Tab 8 in the real app: the lens is computed only while the tab shows, draws what the step
-records hold (checked against llama.cpp in tests/engine/observe/test_lens.py), and L switches between the
-preview and the last step."""
+records hold (checked against llama.cpp in tests/engine/observe/test_lens.py), and L switches
+between the preview and the last step."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_lens_check_names_llama_cpps_top1_and_the_token_generated(capsys):
 
 def test_the_picks_rank_matches_numpy(model, model_path):
     """The sampled token's rank and p at a middle layer, recomputed in float64 NumPy from the
-    captured ``l_out-15`` row and the GGUF head (tests/engine/observe/test_lens.py's oracle)."""
+    captured ``l_out-15`` row and the GGUF head (the oracle in tests/support/lens.py)."""
     import numpy as np
 
     from tests.support.lens import numpy_head
