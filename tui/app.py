@@ -30,7 +30,7 @@ from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_actions import AppActions
-from .engine.session import Engine
+from .engine.backend import Backend
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
 from .widgets.busy import BusyBar
@@ -70,7 +70,7 @@ class TokenstepApp(AppActions):
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Backend,
         *,
         raw: bool = False,
         prefix_cache: bool = True,

@@ -15,7 +15,8 @@ from .commands import (
     prompt_tokens,
     settings_from_args,
 )
-from .engine import Engine, TokenstepError
+from .engine import TokenstepError
+from .engine.backend import Backend
 from .engine.model.tokens import display_bytes
 from .engine.spec.spec_verify import Speculator
 from .engine.step import StepRecord
@@ -131,7 +132,7 @@ def verify_header() -> str:
     )
 
 
-def verify_row(engine: Engine, i: int, rec: StepRecord, res: VerifyResult) -> str:
+def verify_row(engine: Backend, i: int, rec: StepRecord, res: VerifyResult) -> str:
     """One row of ``verify``: the token generated from this record's logits (the one
     ``trace`` prints as ``sampled``), llama.cpp's top-1 beside it where the sampler picked
     another, then the cached logits against the fresh recomputation (max and mean |Δ|, and

@@ -15,13 +15,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .parts import EngineParts
+
 if TYPE_CHECKING:
+    import numpy as np
+
+    from .model.context import EngineConfig
+    from .model.kvcache import KVLayout, KVLogReport, KVMirror
     from .model.model import ModelInfo
+    from .model.tokens import Vocab
     from .model.work import WorkCounter
     from .records import RecordLog
     from .run_record import RunRecord
-    from .sampler.sampling import ChainResult, SamplerSettings
+    from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
+    from .surprise import SurpriseLog
     from .verify import VerifyResult
 
 
@@ -68,7 +76,51 @@ class Backend(Protocol):
     def capabilities(self) -> Capabilities: ...
 
     @property
+    def local(self) -> LocalSession | None:
+        """The llama.cpp session in this process, None over a server: forks, verify, prompt
+        scoring, speculative rounds and the observers' replays need its context."""
+
+    @property
     def tokens(self) -> list[int]: ...
+
+    # what the panes read (a server backend has them too: an empty KV mirror, a zero layout)
+    @property
+    def vocab(self) -> Vocab: ...
+
+    @property
+    def config(self) -> EngineConfig: ...
+
+    @property
+    def flash_attn_resolved(self) -> str: ...
+
+    @property
+    def kv(self) -> KVMirror: ...
+
+    @property
+    def layout(self) -> KVLayout: ...
+
+    @property
+    def kv_bytes_used(self) -> int: ...
+
+    @property
+    def kv_bytes_allocated(self) -> int: ...
+
+    @property
+    def kv_reports(self) -> Sequence[KVLogReport]: ...
+
+    @property
+    def surprise(self) -> SurpriseLog: ...
+
+    @property
+    def chain(self) -> SamplerChain | None: ...
+
+    @property
+    def logits(self) -> np.ndarray | None: ...
+
+    @property
+    def logits_record(self) -> int | None: ...
+
+    def keep_count(self) -> int: ...
 
     @property
     def n_past(self) -> int: ...
@@ -113,6 +165,16 @@ class Backend(Protocol):
     def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult: ...
 
     def close(self) -> None: ...
+
+
+class LocalSession(EngineParts, Backend, Protocol):
+    """A backend's llama.cpp session in this process (:attr:`Backend.local`): what forks,
+    verify, prompt scoring, speculative rounds and the observers' replays drive."""
+
+    stop_reason: str | None
+
+    @property
+    def flash_attn_note(self) -> str | None: ...
 
 
 def describe(caps: Capabilities, wanted: Sequence[str]) -> dict[str, Any]:

@@ -35,9 +35,9 @@ from .graph_tap import GraphTap
 from .tensor import get_name, op_name, read_tensor, src_ptr
 
 if TYPE_CHECKING:
+    from ..backend import LocalSession
     from ..batch import DecodeCall
     from ..parts import EngineParts
-    from ..session import Engine
 
 SOFTMAX_NODE = "kq_soft_max-{}"
 K_IDXS_INPUT = b"attn_inp_k_idxs"
@@ -326,7 +326,7 @@ class AttentionCapture(GraphTap):
                 keys[name] = store.put_ints(keys[name])
 
 
-def find_capture(engine: Engine) -> AttentionCapture | None:
+def find_capture(engine: LocalSession) -> AttentionCapture | None:
     """The engine's attention capture among its decode observers, or None."""
     for obs in engine.observers:
         if isinstance(obs, AttentionCapture):

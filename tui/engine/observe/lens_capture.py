@@ -30,9 +30,9 @@ from .lens_grid import grid_figures
 from .tensor import read_last_row, read_tensor
 
 if TYPE_CHECKING:
+    from ..backend import LocalSession
     from ..batch import DecodeCall
     from ..parts import EngineParts
-    from ..session import Engine
     from ..step import StepRecord
 
 LOUT_NODE = "l_out-{}"
@@ -114,7 +114,7 @@ class LensCapture(GraphTap):
         self._grid = {}
         self._last = None
 
-    def note_pick(self, engine: Engine, rec: StepRecord) -> bool:
+    def note_pick(self, engine: LocalSession, rec: StepRecord) -> bool:
         """Once the token generated from ``rec``'s logits is known (sampled or forced), add
         its per-layer rank and p to ``rec``'s lens (:func:`tui.engine.model.lens.pick_figures`).
         Only for the newest decode, whose lens logits are kept until the next one (one
@@ -213,7 +213,7 @@ class AttentionLensCapture(LensCapture, AttentionCapture):
     n_layer=..., layers=[...], lens=True)``."""
 
 
-def find_lens(engine: Engine) -> LensCapture | None:
+def find_lens(engine: LocalSession) -> LensCapture | None:
     """The engine's lens capture among its decode observers, or None."""
     for obs in getattr(engine, "observers", ()):
         if isinstance(obs, LensCapture):

@@ -60,6 +60,11 @@ class NoLocalContext:
         return self._capabilities
 
     @property
+    def local(self) -> None:
+        """No llama.cpp session here: forks, verify and the observers are refused."""
+        return None
+
+    @property
     def flash_attn_note(self) -> str | None:
         return None
 
