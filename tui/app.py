@@ -343,8 +343,7 @@ class TokenstepApp(AppActions):
         except (NoMatches, IndexError):  # the app is closing
             return
         pane = getattr(self.focused, "id", None)  # tab 6, c or w take some keys for themselves
-        v = self.view  # a round has run (--spec-type): the bar shows its keys too
-        bar.set_context(chat.has_focus, bool(v and v.header.queued), pane, bool(v and v.header.spec))
+        bar.set_context(chat.has_focus, pane, self.view)  # queued, --spec-type, the backend
 
     async def run_action(
         self,
