@@ -31,7 +31,6 @@ class AttentionPart(Protocol):
     """The attention control as the other parts use it."""
 
     on: bool  # capturing attention
-    want_census: bool  # the Anatomy tab is showing
 
     def state(self) -> dict[str, Any]: ...
 
@@ -63,14 +62,6 @@ class ObserversPart(Protocol):
 
     def may_replay(self) -> bool: ...
 
-    def close(self) -> None: ...
-
-
-class LensPart(Protocol):
-    """The lens control as the other parts use it."""
-
-    grid: bool  # G: the grid over every position
-
 
 class WorkerParts(Protocol):
     """One worker's parts as its command modules use them."""
@@ -92,9 +83,6 @@ class WorkerParts(Protocol):
     def desk(self) -> SamplerDesk: ...
 
     @property
-    def autosave_dir(self) -> Path | None: ...
-
-    @property
     def engine(self) -> Backend: ...
 
     @property
@@ -105,9 +93,6 @@ class WorkerParts(Protocol):
 
     @property
     def attention(self) -> AttentionPart: ...
-
-    @property
-    def lens(self) -> LensPart: ...
 
     @property
     def observers(self) -> ObserversPart: ...

@@ -37,7 +37,7 @@ from .tensor import get_name, op_name, read_tensor, src_ptr
 if TYPE_CHECKING:
     from ..backend import LocalSession
     from ..batch import DecodeCall
-    from ..parts import EngineParts
+    from ..parts import ObservedParts
 
 SOFTMAX_NODE = "kq_soft_max-{}"
 K_IDXS_INPUT = b"attn_inp_k_idxs"
@@ -131,7 +131,7 @@ class AttentionCapture(GraphTap):
 
     # -- which llama.cpp cell holds which token (the CellMap) ---------------------------------
     def key_rows(
-        self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None
+        self, engine: ObservedParts, seq: int = 0, fresh: list[Slot] | None = None
     ) -> np.ndarray:
         """The keys of sequence ``seq``, (4, n): pos, llama.cpp cell, kv_id, token
         (:meth:`~tui.engine.observe.cell_map.CellMap.key_rows`)."""
@@ -142,13 +142,13 @@ class AttentionCapture(GraphTap):
         """The kv_id the next cell write gets (every id handed out so far is below it)."""
         return self.cell_map.next_kv_id
 
-    def live_keys(self, engine: EngineParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
+    def live_keys(self, engine: ObservedParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
         position. Raises KeyError for a token this capture never saw decoded."""
         return self.cell_map.live_keys(engine, seq)
 
     # -- GraphTap hooks --------------------------------------------------------------------------
-    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
+    def before_decode(self, engine: ObservedParts, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._kidx = []
         self._kidx_graph = -1
@@ -174,7 +174,7 @@ class AttentionCapture(GraphTap):
         else:
             super().on_data(name, ptr, graph)
 
-    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         problems: list[str] = []
         cells = np.concatenate(self._kidx) if self._kidx else np.empty(0, np.int64)
@@ -212,7 +212,7 @@ class AttentionCapture(GraphTap):
 
     def _assemble(
         self,
-        engine: EngineParts,
+        engine: ObservedParts,
         seqs: list[int],
         fresh: list[Slot],
         call: DecodeCall,
