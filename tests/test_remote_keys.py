@@ -50,6 +50,9 @@ async def test_over_llama_server_the_bar_leaves_out_fork_and_verify_and_help_say
     tmp_path,
 ):
     backend = RemoteBackend(llama_server.url, SamplerSettings(seed=3), n_probs=20)
+    assert backend.local is None  # no session here: what the keys below need is not offered
+    caps = backend.capabilities
+    assert not (caps.fork or caps.verify or caps.attention)
     app = TokenstepApp(backend, autosave_dir=tmp_path / "autosave", autoplay=False)
     async with app.run_test(size=SIZE) as pilot:
         await on_controls(pilot, app)
@@ -76,7 +79,9 @@ async def test_over_llama_server_the_bar_leaves_out_fork_and_verify_and_help_say
 
 @run_async
 async def test_a_local_model_keeps_fork_and_verify_on_the_bar(make_engine, tmp_path):
-    app = TokenstepApp(make_engine(), autosave_dir=tmp_path / "autosave", autoplay=False)
+    engine = make_engine()
+    assert engine.local is engine  # the session itself forks, verifies and is observed
+    app = TokenstepApp(engine, autosave_dir=tmp_path / "autosave", autoplay=False)
     async with app.run_test(size=SIZE) as pilot:
         await on_controls(pilot, app)
         assert {"F", "v/V", "a"} <= chips(app)

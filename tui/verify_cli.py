@@ -53,7 +53,11 @@ def verify_main(args: argparse.Namespace) -> int:
     text = read_prompt(args)
     if not text.strip():
         raise TokenstepError("the prompt is empty.")
-    engine = engine_from_args(args)
+    backend = engine_from_args(args)
+    engine = backend.local
+    if engine is None:  # --server is refused above; a backend without a context is too
+        backend.close()
+        raise TokenstepError(f"verify {backend.capabilities.missing('verify')}.")
     out = sys.stdout
     bad = 0
     flips = 0

@@ -1,7 +1,9 @@
 """The backend seam: what the decode worker needs from whatever computes the logits.
 
 The worker (``tui/worker``) never asks which class it drives. It asks :attr:`Backend.capabilities`
-and talks through the methods below. The local llama.cpp :class:`~tui.engine.session.Engine`
+and talks through the methods below; what only a llama.cpp context in this process can do
+(forks, verify, prompt scoring, speculative rounds, the observers' replays) goes through
+:attr:`Backend.local`, a :class:`LocalSession`, which is None over a server. The local llama.cpp :class:`~tui.engine.session.Engine`
 is the first implementation; a remote llama-server backend is the second. A pane that needs
 something a backend cannot give (KV cells, attention weights, the compute graph, verify)
 reads the answer from the view and says why it is empty, instead of showing stale numbers.
@@ -151,18 +153,9 @@ class Backend(Protocol):
 
     def reset(self) -> None: ...
 
-    # several sequences
     @property
-    def seq_ids(self) -> list[int]: ...
-
-    def fork(self, src: int = 0) -> int: ...
-
-    def drop_seq(self, seq: int) -> None: ...
-
-    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None: ...
-
-    # exactness
-    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult: ...
+    def seq_ids(self) -> list[int]:  # [0] where nothing forks
+        ...
 
     def close(self) -> None: ...
 
@@ -175,6 +168,16 @@ class LocalSession(EngineParts, Backend, Protocol):
 
     @property
     def flash_attn_note(self) -> str | None: ...
+
+    # several sequences (capability ``fork``)
+    def fork(self, src: int = 0) -> int: ...
+
+    def drop_seq(self, seq: int) -> None: ...
+
+    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None: ...
+
+    # exactness (capability ``verify``)
+    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult: ...
 
 
 def describe(caps: Capabilities, wanted: Sequence[str]) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def shifted(w: WorkerParts, ev: ShiftEvent) -> None:
 def step_forked(w: WorkerParts, forced: int | None) -> None:
     """After a fork: every live sequence samples from its own logits row with its own
     chain, and ONE llama_decode carries one token per sequence."""
-    s, eng = w.state, w.engine
+    s, eng = w.state, w.require("fork")
     before = eng.kv.used
     # Sequence 0's row, as the logits pane shows it: its pick is stage 5's (the preview runs
     # on a clone of the same RNG, so it names the token the step takes).
@@ -270,7 +270,8 @@ def jump(w: WorkerParts, branch_id: int) -> None:
 
 
 def drop_forks(w: WorkerParts) -> None:
-    eng = w.engine
-    for seq in eng.seq_ids[1:]:
-        eng.drop_seq(seq)
+    eng = w.engine.local
+    if eng is not None:  # only a local session forks
+        for seq in eng.seq_ids[1:]:
+            eng.drop_seq(seq)
     w.state.unforked()
