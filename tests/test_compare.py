@@ -249,3 +249,23 @@ def test_help_needs_no_vs_and_names_the_split(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--vs" in out and "--kld-base" in out and "--free" in out
+
+
+@pytest.mark.parametrize(
+    "flags", [("-np", "2"), ("--parallel", "1"), ("--context-full", "shift"), ("--keep", "4")]
+)
+def test_context_flags_that_mean_nothing_here_are_not_listed_and_are_refused(capsys, flags):
+    """Each side's context holds one sequence, the text, which fits in -c: -np, --context-full
+    and --keep would change nothing, so --help does not list them and they are refused, on
+    either side of --vs, in one sentence."""
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    out = capsys.readouterr().out
+    assert "--context-full" not in out and "--keep" not in out
+    assert "-np" not in out and "--parallel" not in out
+    assert "-ub" in out and "-ctk" in out and "--api-key" in out  # the flags compare uses
+    for argv in ((*flags, "--vs", "-ub", "1"), ("--vs", "-ub", "1", *flags)):
+        rc, out_lines, err = run(capsys, "-p", PROMPT, *argv)
+        assert rc == 1 and out_lines == [] and len(err.strip().splitlines()) == 1, err
+        name = "-np" if flags[0] == "--parallel" else flags[0]  # llama.cpp's short name
+        assert f"{name} means nothing to compare" in err

@@ -12,6 +12,7 @@ from tui.engine import SamplerSettings, paths
 from tui.engine.batch import BatchToken, DecodeCall
 from tui.engine.decode import decode
 from tui.engine.model import kv_order
+from tui.engine.surprise import along
 from tui.worker.commands import PathsShown, Rewind, Send, Step
 from tui.worker.thread import Worker
 
@@ -97,7 +98,7 @@ def test_a_step_over_a_hole_decodes_the_tail_again_in_order(make_engine):
     eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=4)
     holes_under_sequence_0(eng)
     tokens = eng.tokens
-    values = eng.surprise.along(tokens)
+    values = along(eng.run, eng.surprise, tokens)
     n_records = len(eng.records)
     rec = eng.step()
     assert rec is not None and not rec.kv_problems
@@ -105,7 +106,7 @@ def test_a_step_over_a_hole_decodes_the_tail_again_in_order(make_engine):
     redo = eng.records[n_records]
     assert [t.id for t in redo.call.tokens] == tokens[-2:] and rec.index == n_records + 1
     assert eng.tokens[: len(tokens)] == tokens
-    assert eng.surprise.along(tokens) == values  # their p and p' are the ones picked with
+    assert along(eng.run, eng.surprise, tokens) == values  # their p and p' are the ones picked with
     pos = kv_order.read_positions(eng.ctx, 0)
     assert pos == sorted(pos) and mirror_order(eng, 0) == pos
     assert eng.kv.slots is not None and eng.kv.slots.holes == 0  # the 3 lowest of 6 free cells

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import tui.engine.observe.lens_capture as lens_capture
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator
@@ -26,11 +24,14 @@ def _text(pane) -> str:
     return " ".join(" ".join(pane.render_line(y).text.split()) for y in range(pane.size.height))
 
 
-def test_a_lens_view_without_a_step_must_say_why():
-    with pytest.raises(ValueError):
-        LensView(True, "preview", None, 30, "")
+def test_a_lens_view_without_a_step_always_says_why():
+    """An empty reason cannot be built: it becomes the general one (no raise, no blank pane)."""
+    assert LensView(True, "preview", None, 30, "").status == worker_lens.NOTHING_YET
+    assert LensView(True, "preview", None, 30).status == worker_lens.NOTHING_YET
     off = worker_lens.OFF  # what the view of a lens not turned on yet says
+    assert LensView(False, "preview", None, 30, "").status == off
     assert LensView(False, "preview", None, 30, off).status == off
+    assert LensView(True, "last", None, 30, "loading…").status == "loading…"  # a given one stays
 
 
 @run_async

@@ -79,3 +79,33 @@ def test_attention_and_lens_share_the_callback(make_engine) -> None:
         assert not w.engine.records[-1].extras
     finally:
         _close(w)
+
+
+def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
+    """The head (n_vocab x n_embd float32, about 5 s to read on a loaded machine) outlives the
+    lens being off: a later 8 takes the same arrays, no read from the GGUF, and the pane says
+    what the kept head is. One head: the worker holds one slot, freed when it stops."""
+    w = _worker(make_engine)
+    try:
+        w.handle(Send("The capital of France is"))
+        w.handle(LensTab(True))
+        ctx = w.observers.ctx
+        assert ctx is not None and ctx.head is not None
+        head = ctx.head
+        assert ctx.capture is not None and ctx.capture.head_load_ms is not None  # read here
+        w.handle(LensTab(False))
+        assert w.observers.ctx is None and w.observers.head is head  # kept, context freed
+        w.handle(LensTab(True))
+        again = w.observers.ctx
+        assert again is not None and again.head is head
+        assert again.capture is not None and again.capture.head_load_ms is None  # not read
+        n_vocab, n_embd = head.out.shape
+        said = w.lens.view().head
+        assert f"{n_vocab:,} x {n_embd:,}" in said and "kept while the lens is off" in said
+        arrays = (head.norm, head.norm_bias, head.out, head.out_bias, head.block_abs)
+        held = sum(a.nbytes for a in arrays if a is not None)  # what the kept head holds
+        assert held >= n_vocab * n_embd * 4 and f"{held / (1 << 20):.0f} MiB" in said
+    finally:
+        w.observers.close()
+        assert w.observers.head is None  # the worker's stop frees it
+        _close(w)

@@ -9,6 +9,7 @@ import pytest
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.surprise import along
 from tui.worker import commands as c
 from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
@@ -26,7 +27,8 @@ LOOKS = [
 
 def _look(w: Worker) -> None:
     for cmd in LOOKS:
-        w.run_now(c.Call(w.lens.toggle_grid) if cmd == "grid" else cmd)  # type: ignore[arg-type]
+        grid = c.lens_command("grid", (), w.lens.toggle_grid)  # what the app sends for G
+        w.run_now(grid if cmd == "grid" else cmd)  # type: ignore[arg-type]
         assert w.error is None, w.error
         w.build_view()
 
@@ -42,7 +44,7 @@ def looked(model):
     for _ in range(6):
         w.run_now(c.Step())
     before = {
-        "values": list(eng.surprise.along(eng.tokens)),
+        "values": list(along(eng.run, eng.surprise, eng.tokens)),
         "turns": len(eng.turns) - w.state.turns_from,
         "timeline": w.build_view().timeline.totals,
     }
@@ -57,7 +59,7 @@ def test_looking_does_not_rewrite_the_steps_p_and_p_prime(looked):
     (the rebuilt context lost them, or a re-decode replaced them)."""
     w, before = looked
     eng = w.engine
-    after = list(eng.surprise.along(eng.tokens))
+    after = list(along(eng.run, eng.surprise, eng.tokens))
     start = w.state.reply_start
     assert start is not None
     for i in range(start, len(after)):

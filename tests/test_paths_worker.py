@@ -9,6 +9,7 @@ import pytest
 
 from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
+from tui.engine.surprise import along
 from tui.worker.commands import (
     Force,
     Fork,
@@ -140,7 +141,7 @@ def test_the_surprise_scale_cycles_and_scores_the_next_prompt(make_engine, tmp_p
     w.handle(Send(MESSAGE))
     assert not w.engine.score_prompt  # the run's prompt is decoded as without the map
     w.build_view()  # the text pane reads the map: the observer context scores the prompt
-    vals = w.engine.surprise.along(w.engine.tokens)
+    vals = along(w.engine.run, w.engine.surprise, w.engine.tokens)
     assert vals[0] is None and all(v is not None and v.prompt for v in vals[1:])
 
 

@@ -90,3 +90,39 @@ def test_serve_asks_a_keyed_server_with_the_key(keyed_server):
     assert remote_slots(keyed_server.url, KEY) == (2, "SmolLM2-135M-Instruct.Q4_1")
     with pytest.raises(ServerError):
         remote_slots(keyed_server.url)
+
+
+COMPARE = ("compare", "-t", "2", "-p", "The cat sat on the mat.", "-fa", "off", "--json")
+
+
+def test_compare_asks_a_keyed_b_with_the_key_and_never_shows_it(keyed_server):
+    """``compare --vs --server URL --api-key KEY`` (or $OPENAI_API_KEY, or the flag before
+    --vs): B's every /completion carries the key; stdout's JSON and stderr never do."""
+    vs = ("--vs", "--server", keyed_server.url)
+    runs = (
+        ((*COMPARE, *vs, "--api-key", KEY), {}),
+        ((*COMPARE, "--api-key", KEY, *vs), {}),
+        ((*COMPARE, *vs), {"OPENAI_API_KEY": KEY}),
+    )
+    for args, env in runs:
+        proc = run_cli(*args, env=env)
+        out, err = proc.stdout.decode(), proc.stderr.decode()
+        assert proc.returncode == 0, err
+        assert KEY not in out and KEY not in err
+        *rows, summary = [json.loads(line) for line in out.splitlines()]
+        assert rows and summary["kl_is_bound"] is True and summary["b"]["remote"] is True
+        assert all(r["top_b"] for r in rows)  # the server answered every position
+
+
+def test_compare_without_the_key_or_with_a_bad_one_is_one_sentence(keyed_server):
+    vs = ("--vs", "--server", keyed_server.url)
+    err = _one_sentence(run_cli(*COMPARE, *vs, env={"OPENAI_API_KEY": ""}))
+    assert "(HTTP 401)" in err and "no API key was given" in err and "--api-key" in err
+    err = _one_sentence(run_cli(*COMPARE, *vs, "--api-key", "sk-wrong-key"))
+    assert "refused" in err and "sk-wrong-key" not in err
+    # the app's header check: a key no header can carry, refused before any model loads
+    bad = KEY + "\nX-Evil: 1"
+    err = _one_sentence(run_cli(*COMPARE, *vs, "--api-key", bad))
+    assert "HTTP header" in err and KEY not in err and "X-Evil" not in err
+    err = _one_sentence(run_cli(*COMPARE, "--vs", "-ub", "1", "--api-key", KEY))
+    assert "--api-key without --server" in err and KEY not in err

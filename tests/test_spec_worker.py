@@ -92,6 +92,28 @@ def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(wor
     assert w.spec.pending is None and w.engine.n_past == n - 1
 
 
+def test_looking_keeps_the_pick_waiting_and_a_plain_call_decodes_it(worker):
+    """The app's looking commands (attention's every layer, the lens's grid: a ``Look``) leave
+    the waiting pick alone, as the other looking keys do; any other call may work on the
+    context, so the pick is decoded first."""
+    w = worker
+    w.handle(c.Send(LIST))
+    w.handle(c.Step())
+    pending, n = w.spec.pending, w.engine.n_past
+    assert pending is not None
+    seen: list[str] = []
+    for cmd in (
+        c.lens_command("grid", (), lambda: seen.append("grid")),
+        c.attention_command("all", (), lambda: seen.append("all")),
+    ):
+        w.handle(cmd)
+        assert w.spec.pending == pending and w.engine.n_past == n
+    assert seen == ["grid", "all"]  # each ran
+    w.handle(c.Call(lambda: seen.append("call")))
+    assert seen[-1] == "call" and w.spec.pending is None
+    assert w.engine.n_past == n + 1 and w.engine.tokens[-1] == pending
+
+
 @run_async
 async def test_the_app_draws_a_round(make_engine, tmp_path):
     """In the app: → runs one round; the header shows the figure, the text ends with the

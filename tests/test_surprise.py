@@ -13,7 +13,7 @@ from llama_cpp import Llama
 from tests.conftest import logits_oracle
 from tui.engine import SamplerSettings
 from tui.engine.sampler.sampling import softmax
-from tui.engine.surprise import perplexity
+from tui.engine.surprise import along, perplexity
 
 PROMPT = "Once upon a time, in a small village, there lived an old baker who"
 
@@ -42,7 +42,7 @@ def test_prompt_probabilities_equal_llama_logits_all(oracle, make_engine, n_batc
     eng.score_prompt = True
     toks = eng.vocab.tokenize(PROMPT)
     recs = eng.prefill(toks)
-    ours = eng.surprise.along(eng.tokens)
+    ours = along(eng.run, eng.surprise, eng.tokens)
     assert ours[0] is None  # nothing comes before the first token
     assert all(s is not None and s.prompt and s.p_final is None for s in ours[1:])
     theirs = _llama_probs(oracle, toks)
@@ -60,7 +60,7 @@ def test_prompt_probabilities_equal_llama_logits_all(oracle, make_engine, n_batc
 def test_prompt_is_not_scored_when_the_map_is_off(make_engine):
     eng = make_engine()
     recs = eng.prefill(eng.vocab.tokenize(PROMPT))
-    assert all(s is None for s in eng.surprise.along(eng.tokens))
+    assert all(s is None for s in along(eng.run, eng.surprise, eng.tokens))
     assert all(r.scored_rows == 0 for r in recs)
     assert sum(t.logits for r in recs for t in r.call.tokens) == 1
 
@@ -81,7 +81,7 @@ def test_reply_values_equal_the_step_records(make_engine):
     row = eng.logits.copy()
     rare = int(np.argsort(row)[len(row) // 2])
     eng.step(force=rare)
-    vals = eng.surprise.along(eng.tokens)
+    vals = along(eng.run, eng.surprise, eng.tokens)
     n = len(toks)
     for k, rec in enumerate(sources):
         s = vals[n + k]
@@ -107,8 +107,9 @@ def test_rewind_forgets_the_removed_tokens_values(make_engine):
     eng.prefill(eng.vocab.tokenize(PROMPT))
     for _ in range(4):
         eng.step()
-    n = eng.n_past
+    n, removed = eng.n_past, eng.tokens[-2:]
     eng.rewind(2)
-    assert len(eng.surprise.along(eng.tokens)) == n - 2
-    assert eng.surprise.get(n - 1, eng.tokens[-1]) is None
-    assert eng.surprise.get(n - 3, eng.tokens[-1]) is not None
+    assert len(along(eng.run, eng.surprise, eng.tokens)) == n - 2
+    # the record dropped the removed tokens' picks: none is left at their indices
+    assert eng.run.pick_at(n - 2, removed[0]) is None and eng.run.pick_at(n - 1, removed[1]) is None
+    assert eng.run.pick_at(n - 3, eng.tokens[-1]) is not None

@@ -289,26 +289,29 @@ class WorkerStates(RuleBasedStateMachine):
     @invariant()
     def the_panes_read_the_record(self) -> None:
         """The timeline counts every llama_decode of the chat, as the record has them; tab 0
-        and the header say the same context length; the run chart's p and p′ of each pick are
-        the record's (not checked after a jump to a path: a parked path's values come back
-        from the path, which the record does not hold)."""
+        and the header say the same context length; the run chart IS the record's picks: a
+        token with a pick shows its p, p′, entropy, and a token without one shows nothing or
+        a scored prompt token's p (no p′), after a jump to a path too (the jump writes the
+        path's picks to the record again)."""
         for w in self.workers:
             eng, v = w.engine, w.build_view()
             tot = v.timeline.totals
             assert tot.prefill_calls + tot.decode_calls == len(eng.records) - w.state.records_from
             assert v.timeline.totals == eng.run.totals()
             assert footer(v).startswith(f"KV {eng.kv.used:,}/{eng.n_ctx:,}")
-            assert v.text.n_past == eng.n_past  # the header's ctx
+            assert v.text.n_past == eng.n_past
+            assert v.header.n_past == eng.run.n_past() == eng.n_past  # the header's ctx: the record's
             seqs = render_seqs(v)  # one sequence: a line; after a fork, the sequences' table
             if v.text.fork_at is None:
                 assert "F forks" in str(seqs) and eng.capabilities.fork  # forks are taken here
-            if self.jumps or v.text.surprise is None:
-                continue
-            for i, t in enumerate(eng.tokens):
-                pick = eng.run.pick_at(i, t)
-                shown = v.text.surprise.values[i]
+            assert v.text.surprise is not None
+            picks = eng.run.picks_along(eng.tokens)
+            assert len(v.text.surprise.values) == len(picks)
+            for i, (pick, shown) in enumerate(zip(picks, v.text.surprise.values, strict=True)):
                 if pick is not None:
                     assert shown == (pick.p, pick.p_final, pick.entropy), (i, shown, pick)
+                else:
+                    assert shown is None or shown[1] is None, (i, shown)  # a prompt's score
 
     @invariant()
     def one_turn_per_message(self) -> None:

@@ -47,6 +47,7 @@ class ServerStates(RuleBasedStateMachine):
         super().__init__()
         self.w: Worker | None = None
         self.sends = 0
+        self.picked = 0  # tokens below this came back from a saved session (no picks kept)
 
     @initialize(greedy=st.booleans(), seed=st.integers(0, 2**16))
     def start(self, greedy: bool, seed: int) -> None:
@@ -80,6 +81,8 @@ class ServerStates(RuleBasedStateMachine):
     @rule(n=st.integers(1, 2))
     def rewind(self, n: int) -> None:
         self.run(c.Rewind(n))
+        assert self.w is not None
+        self.picked = min(self.picked, self.w.engine.n_past)
 
     @precondition(lambda self: self.w is not None and self.w.engine.n_past > 0)
     @rule(token=st.sampled_from([28, 30, 260]))
@@ -102,7 +105,7 @@ class ServerStates(RuleBasedStateMachine):
     @rule()
     def new_chat(self) -> None:
         self.run(c.NewChat())
-        self.sends = 0
+        self.sends = self.picked = 0
 
     @precondition(lambda self: self.w is not None and self.w.state.notice_level != "error")
     @rule()
@@ -118,6 +121,7 @@ class ServerStates(RuleBasedStateMachine):
         self.w.stop()
         self.w = fresh
         self.sends = 1 if fresh.engine.n_past else 0
+        self.picked = fresh.engine.n_past
 
     @invariant()
     def labels_hold_and_figures_are_the_records(self) -> None:
@@ -140,6 +144,21 @@ class ServerStates(RuleBasedStateMachine):
         turns = eng.turns[w.state.turns_from :]
         assert tuple(v.cache.turns) == eng.run.turns() and len(turns) == len(eng.run.turns())
         assert len(turns) == self.sends, (self.sends, turns)
+        assert v.header.n_past == eng.run.n_past() == eng.n_past  # the header's ctx: the record's
+        # The run chart IS the record's picks: one per sampled or forced token, each from the
+        # server's top K (partial, and the chart's footer says so); nothing else has a value.
+        assert sv is not None
+        picks = eng.run.picks_along(eng.tokens)
+        for i, (pick, shown) in enumerate(zip(picks, sv.values, strict=True)):
+            if pick is None:
+                assert shown is None, (i, shown)  # a prompt token: never scored over HTTP
+                continue
+            assert pick.partial and i in sv.partial, (i, pick)
+            assert shown == (pick.p, pick.p_final, pick.entropy), (i, shown, pick)
+            assert 0.0 <= pick.p <= 1.0 and pick.cuts and pick.record is not None
+        start = w.state.reply_start
+        if start is not None:  # every reply token picked in this worker has its pick
+            assert all(picks[i] is not None for i in range(max(start, self.picked), eng.n_past))
 
 
 def test_worker_states_over_llama_server(llama_server, tmp_path):  # noqa: F811

@@ -9,7 +9,6 @@ imports neither.
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -18,6 +17,7 @@ from .engine.model import secret
 from .engine.model.errors import TokenstepError
 from .prompt_input import DEFAULT_N_CTX as DEFAULT_N_CTX
 from .prompt_input import read_prompt as read_prompt
+from .sampler_flags import finite_number as _number
 from .spec_flags import spec_flags
 from .version import VersionAction
 
@@ -54,7 +54,16 @@ def _model_flags(p: argparse.ArgumentParser, *, server: bool = False) -> None:
     )
 
 
-def _context_flags(p: argparse.ArgumentParser) -> None:
+def _context_flags(p: argparse.ArgumentParser, *, one_sequence: bool = False) -> None:
+    """The context's flags. ``one_sequence``: a command whose contexts hold one sequence and
+    never fill (compare) parses -np, --context-full and --keep without showing them (default
+    None), so it can refuse them in its own sentence."""
+
+    def shown(default: Any, text: str) -> dict[str, Any]:
+        if one_sequence:
+            return {"default": None, "help": argparse.SUPPRESS}
+        return {"default": default, "help": text}
+
     p.add_argument(
         "-c",
         "--ctx-size",
@@ -83,10 +92,11 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
         "-np",
         "--parallel",
         type=int,
-        default=2,
         metavar="N",
-        help="sequences the context holds (default 2): a fork, or paths not taken kept in "
-        "the cache",
+        **shown(
+            2,
+            "sequences the context holds (default 2): a fork, or paths not taken kept in the cache",
+        ),
     )
     p.add_argument(
         "-t",
@@ -120,29 +130,21 @@ def _context_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--context-full",
         choices=["stop", "shift"],
-        default=None,  # None: stop (over --server the server's own rule)
-        help="when the context is full: stop, or shift (forget the oldest half after --keep)",
+        **shown(
+            None,  # None: stop (over --server the server's own rule)
+            "when the context is full: stop, or shift (forget the oldest half after --keep)",
+        ),
     )
     p.add_argument(
         "--keep",
         type=int,
-        default=0,
         metavar="N",
-        help="tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
+        **shown(
+            0,
+            "tokens a context shift never drops, plus BOS; -1 keeps the whole prompt (default 0)",
+        ),
     )
     swa_flag(p)
-
-
-def _number(text: str) -> float:
-    """A float flag value; nan and inf are refused (every comparison with nan is false, so a
-    range check alone would let it through)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
 
 
 def _sampler_flags(p: argparse.ArgumentParser) -> None:

@@ -18,7 +18,9 @@ from .engine.sampler.sampler_settings import (
 )
 
 
-def _number(text: str) -> float:
+def finite_number(text: str) -> float:
+    """A float flag value; nan and inf are refused (every comparison with nan is false, so a
+    range check alone would let it through)."""
     try:
         value = float(text)
     except ValueError:
@@ -75,7 +77,7 @@ def parse_with_repeats(p: argparse.ArgumentParser, argv: list[str]) -> argparse.
 
 def add_chain_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampler chain (llama.cpp's flags and defaults)")
-    num, add = _number, g.add_argument
+    num, add = finite_number, g.add_argument
     add("--repeat-penalty", type=num, default=1.0, help="repeat penalty, 1.0 = off (default 1.0)")
     add("--repeat-last-n", type=int, default=64, help="penalty window, -1 = context (default 64)")
     add("--presence-penalty", type=num, default=0.0, help="presence penalty (default 0.0)")

@@ -49,11 +49,18 @@ def compare_parser() -> argparse.ArgumentParser:
         "capped at -b, as llama.cpp caps it.",
     )
     _model_flags(p)
-    _context_flags(p)
+    _context_flags(p, one_sequence=True)  # -np, --context-full, --keep: refused, not shown
     _sampler_flags(p)
     repack_flags(p)
     # -ub not given: llama.cpp's 512, capped at -b as llama.cpp caps it (filled per side below)
-    p.set_defaults(ctx_size=512, batch_size=512, ubatch_size=None, parallel=1)
+    p.set_defaults(ctx_size=512, batch_size=512, ubatch_size=None)
+    for action in p._actions:  # the app's help names the app's defaults
+        if action.dest == "ctx_size":
+            action.help = "context size in tokens, each side's (default 512)"
+        elif action.dest == "batch_size":
+            action.help = "logical batch size: max tokens per llama_decode (default 512)"
+        elif action.dest == "ubatch_size":
+            action.help = "physical batch size: tokens per graph run (default 512, at most -b)"
     p.add_argument("-p", "--prompt", metavar="TEXT", help="the text both sides are fed")
     p.add_argument("-f", "--file", metavar="PATH", help="read the text from a file")
     p.add_argument(
@@ -93,6 +100,13 @@ def compare_parser() -> argparse.ArgumentParser:
         "lower bound, and says so)",
     )
     p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="with --server: sent to B's server as 'Authorization: Bearer KEY' (default "
+        "$OPENAI_API_KEY); never printed",
+    )
+    p.add_argument(
         "--n-probs",
         type=int,
         default=100,
@@ -106,6 +120,21 @@ def compare_parser() -> argparse.ArgumentParser:
         "chain and seed; shows where the texts part",
     )
     return p
+
+
+# Context flags that mean nothing here: each side's context holds one sequence, the text,
+# which fits in -c (or --chunks cuts it to -c), so no context fills or shifts.
+ONE_SEQUENCE = {"parallel": "-np", "context_full": "--context-full", "keep": "--keep"}
+
+
+def _one_sequence(ns: argparse.Namespace) -> None:
+    """Refuse -np, --context-full and --keep in one sentence."""
+    given = [flag for d, flag in ONE_SEQUENCE.items() if getattr(ns, d) is not None]
+    if given:
+        raise TokenstepError(
+            f"{given[0]} means nothing to compare: each side's context holds one sequence, "
+            "the text, which fits in -c (or --chunks cuts it to -c), so none fills or shifts."
+        )
 
 
 def split_vs(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -123,6 +152,8 @@ def parse_sides(
     p = compare_parser()
     a_argv, b_argv = split_vs(argv)
     a = p.parse_args(a_argv)  # --help, and A's mistakes, before asking for --vs
+    _one_sequence(a)
+    a.parallel, a.context_full, a.keep = 1, None, 0  # what both sides run with (B copies A)
     if b_argv is None:
         raise TokenstepError(
             "compare needs --vs and B's changes after it (e.g. --vs -ctk q4_0 -ctv q4_0); "
@@ -132,6 +163,7 @@ def parse_sides(
         alone = p.parse_args(b_argv)
     except TokenstepError as exc:
         raise TokenstepError(f"after --vs: {exc}") from None
+    _one_sequence(alone)
     defaults = p.parse_args([])
     run = [f for f in RUN_FLAGS if getattr(alone, f) != getattr(defaults, f)]
     if run:
@@ -143,7 +175,13 @@ def parse_sides(
             "--server before --vs: A must be local (its logits are the reference); put "
             "--server URL after --vs."
         )
+    if (a.api_key is not None or alone.api_key is not None) and not alone.server:
+        raise TokenstepError("--api-key without --server: only a server B takes a key.")
     b = p.parse_args(b_argv, namespace=copy.copy(a))
+    if b.server:  # a key no header can carry: said before any model loads
+        from ..engine.remote.openai_backend import api_key_from
+
+        b.api_key = api_key_from(b.api_key)
     for ns in (a, b):
         if ns.ubatch_size is None:
             ns.ubatch_size = min(512, ns.batch_size)

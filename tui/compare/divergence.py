@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .records import Stats
+
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """float64 log-probabilities of a logits row."""
@@ -100,19 +102,6 @@ def kl_bound(logp_a: np.ndarray, listed_b: dict[int, float]) -> float:
     if rest_a > 0.0:
         total += rest_a * (np.log(rest_a) - np.log(rest_b)) if rest_b > 0.0 else float("inf")
     return max(0.0, total)
-
-
-@dataclass(frozen=True)
-class Stats:
-    n: int
-    kl_mean: float
-    kl_median: float
-    kl_p99: float
-    kl_max: float
-    same_top: float
-    first_flip: int | None
-    n_flips: int
-    by_kl: tuple[int, ...]
 
 
 def stats(positions: list[int], kls: list[float], same: list[bool]) -> Stats:

@@ -264,20 +264,7 @@ class Lockstep:
         st = divergence.stats(
             [p.position for p in ps], [p.kl for p in ps], [p.same_top for p in ps]
         )
-        summary = Summary(
-            n=st.n,
-            kl_mean=st.kl_mean,
-            kl_median=st.kl_median,
-            kl_p99=st.kl_p99,
-            kl_max=st.kl_max,
-            same_top=st.same_top,
-            first_flip=st.first_flip,
-            by_kl=st.by_kl,
-            a=side_a,
-            b=side_b,
-            shared_logits=self.b is None,
-            n_flips=st.n_flips,
-        )
+        summary = Summary(**vars(st), a=side_a, b=side_b, shared_logits=self.b is None)
         va = self.a.vocab
         return Result(
             tokens=tuple(int(t) for t in tokens),

@@ -105,15 +105,11 @@ class Position:
 
 
 @dataclasses.dataclass(frozen=True)
-class Summary:
-    """The run's figures. ``n`` positions compared; KL figures in nats; ``same_top`` is the
-    fraction (of 1) of positions whose top-1s agree; ``first_flip`` the first position where
-    they do not (``None`` if none); ``by_kl`` the positions, highest KL first. ``kl_is_bound``
-    says the KL comes from a remote side's top-K (a bound, not the full-vocabulary value).
-    ``shared_logits`` says B differs from A only in its sampler, so both sides share A's logits
-    (every KL is 0 by construction) and only the chains differ. ``mode`` is ``"teacher"`` or
-    ``"free"``; in free mode ``parted_at`` is the first position whose picks differ (``None``
-    if the texts never part) and ``text_a``/``text_b`` are the two generated texts."""
+class Stats:
+    """The figures over the compared positions (:func:`~tui.compare.divergence.stats`). ``n``
+    positions compared; KL figures in nats; ``same_top`` is the fraction (of 1) of positions
+    whose top-1s agree; ``first_flip`` the first position where they do not (``None`` if
+    none) and ``n_flips`` how many; ``by_kl`` the positions, highest KL first."""
 
     n: int
     kl_mean: float
@@ -122,7 +118,19 @@ class Summary:
     kl_max: float
     same_top: float
     first_flip: int | None
+    n_flips: int
     by_kl: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary(Stats):
+    """The run's figures: its :class:`Stats`, the two sides, and how they ran. ``kl_is_bound``
+    says the KL comes from a remote side's top-K (a bound, not the full-vocabulary value).
+    ``shared_logits`` says B differs from A only in its sampler, so both sides share A's logits
+    (every KL is 0 by construction) and only the chains differ. ``mode`` is ``"teacher"`` or
+    ``"free"``; in free mode ``parted_at`` is the first position whose picks differ (``None``
+    if the texts never part) and ``text_a``/``text_b`` are the two generated texts."""
+
     a: Side
     b: Side
     kl_is_bound: bool = False
@@ -131,7 +139,6 @@ class Summary:
     parted_at: int | None = None
     text_a: str = ""
     text_b: str = ""
-    n_flips: int = 0
 
     @property
     def kv_saving(self) -> float | None:

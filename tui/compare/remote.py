@@ -40,9 +40,11 @@ class RemoteSide:
         label: str,
         differs: tuple[str, ...],
         timeout: float = 60.0,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: B's server's bearer token; the client's header holds it, nothing else."""
         self.url = url
-        self.client = ServerClient(url, timeout)
+        self.client = ServerClient(url, timeout, api_key=api_key)
         self.n_vocab = n_vocab
         self.n_probs = n_probs
         self.label = label

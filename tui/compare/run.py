@@ -186,7 +186,14 @@ def _remote(
     """Teacher-forced against llama-server: A's rows against the server's top K."""
     from .remote import RemoteSide, run_remote_span
 
-    remote = RemoteSide(b.server, side_a.n_vocab, n_probs=b.n_probs, label=label, differs=differs)
+    remote = RemoteSide(
+        b.server,
+        side_a.n_vocab,
+        n_probs=b.n_probs,
+        label=label,
+        differs=differs,
+        api_key=getattr(b, "api_key", None),
+    )
     try:
         run = Lockstep(side_a, None, on_position=on_position)
         bos = side_a.model.info.bos if side_a.model.info.add_bos else None

@@ -122,6 +122,6 @@ def decode(
         rec.top, rec.entropy = top_candidates(logits, engine.vocab)
         contexts.append(rec.n_ctx_tokens)
     engine.records.append(rec)
-    engine.run.note(Decode(rec.index, purpose, phase, call.n_tokens, ms))
+    engine.run.note(Decode(rec.index, purpose, phase, call.n_tokens, ms, rec.n_ctx_tokens))
     engine.work.add(rec.index, call.n_tokens, contexts, ms, rec.phase)
     return rec

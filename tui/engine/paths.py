@@ -11,15 +11,16 @@ path is decoded again from its tokens (one prefill call), and :func:`restore` sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import llama_cpp
 
 from . import prompt, replay
 from .model.errors import TokenstepError
+from .run_record import Pick
+from .run_record import Restore as RunRestore
 from .step import Parked
-from .surprise import Surprise
 
 if TYPE_CHECKING:
     from .parts import PathParts
@@ -35,6 +36,7 @@ class Restored:
     # tokens decoded again so that sequence 0's cells stay in position order (kv_order): a
     # hole under the parked cells would have taken the next step's token
     reordered: int = 0
+    common: int = 0  # tokens of sequence 0 kept as they were (their picks stay in the record)
 
 
 def holds(engine: PathParts, seq: int | None, tokens: Sequence[int]) -> bool:
@@ -75,7 +77,7 @@ def park(engine: PathParts) -> int | None:
     engine.kv.seq_cp(0, seq)
     tokens = engine.tokens
     engine.parked[seq] = Parked(
-        seq, tokens, engine.logits, engine.logits_record, engine.surprise.along(tokens)
+        seq, tokens, engine.logits, engine.logits_record, list(engine.run.picks_along(tokens))
     )
     return seq
 
@@ -85,7 +87,7 @@ def park_fork(engine: PathParts, seq: int) -> None:
     br = engine.branches.pop(seq)
     br.chain.free()
     tokens = engine.kv.tokens(seq)
-    values = [br.values.get(i, t) or engine.surprise.get(i, t) for i, t in enumerate(tokens)]
+    values = list(engine.run.picks_along(tokens, seq))  # its own, and its parent's before it
     engine.parked[seq] = Parked(seq, tokens, br.logits, br.record, values)
 
 
@@ -123,10 +125,12 @@ def restore(
     engine: PathParts,
     tokens: list[int],
     seq: int | None = None,
-    values: Sequence[Surprise | None] | None = None,
+    values: Sequence[Pick | None] | None = None,
 ) -> Restored:
     """Make sequence 0 hold ``tokens``: keep the common prefix, take the rest from parked
-    sequence ``seq`` when it holds them (``seq_rm`` + ``seq_cp``), else decode them again."""
+    sequence ``seq`` when it holds them (``seq_rm`` + ``seq_cp``), else decode them again.
+    The picks of the tokens past the prefix (``values``, else the parked sequence's) are
+    written to the record again at their indices: the path's tokens were picked with them."""
     if engine.branches:
         raise TokenstepError("drop the forked sequences first: a path replaces sequence 0.")
     if not tokens:
@@ -138,11 +142,13 @@ def restore(
     else:
         engine.truncate(common)
         recs = engine.prefill(tokens[common:])
-        got = Restored(0, sum(r.call.n_tokens for r in recs), None)
-    for i in range(common, len(tokens)):
-        v = values[i] if values is not None and i < len(values) else None
+        got = Restored(0, sum(r.call.n_tokens for r in recs), None, 0, common)
+    if values is None:
+        values = parked.values if parked is not None else ()
+    for i in range(got.common, len(tokens)):
+        v = values[i] if i < len(values) else None
         if v is not None and v.token == tokens[i]:
-            engine.surprise.note(i, v)
+            engine.run.note(replace(v, seq=0, index=i))
     return got
 
 
@@ -156,9 +162,7 @@ def _from_parked(engine: PathParts, parked: Parked, tokens: list[int], common: i
     p1 = engine.kv.positions(parked.seq)[n - 1] + 1
     replay.seq_cp(engine.ctx, engine.replay, parked.seq, 0, p0, p1)
     engine.kv.seq_cp(parked.seq, 0, p0, p1)
-    for i, v in enumerate(parked.values[common:n], start=common):
-        if v is not None:
-            engine.surprise.note(i, v)
+    engine.run.note(RunRestore(parked.seq, engine.n_past))
     # The parked cells came after the kept prefix's when they were decoded, but a hole under
     # them (a path dropped since) may be filled by the next step: keep the order (kv_order).
     reordered = prompt.keep_in_order(engine, 1)
@@ -171,4 +175,4 @@ def _from_parked(engine: PathParts, parked: Parked, tokens: list[int], common: i
         engine.ensure_logits()
         recomputed = 1
     kept = max(0, n - common - recomputed - reordered)
-    return Restored(kept, recomputed, parked.seq, reordered)
+    return Restored(kept, recomputed, parked.seq, reordered, common)

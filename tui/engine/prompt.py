@@ -14,7 +14,7 @@ from .batch import plan_prompt
 from .decode import decode
 from .model import kv_order
 from .model.errors import ContextFullError, TokenstepError
-from .run_record import Turn
+from .run_record import Rewind, Turn
 from .sampler.sampling import entropy_bits, softmax
 from .step import PrefillTurn, StepRecord
 from .surprise import Surprise, score_rows
@@ -54,7 +54,8 @@ def keep_in_order(engine: PromptParts, n_new: int = 0) -> int:
 
 def _take_back(engine: PromptParts, n_new: int, *, merged: bool) -> list[int]:
     """Remove the tail of sequence 0 that must be decoded again to keep its cells in
-    position order; returns its tokens (their surprise values are kept for the new cells)."""
+    position order; returns its tokens. The same tokens come back at the same indices, so
+    their picks (the pending one's too: it is not decoded yet) and scores stay."""
     if engine.branches:  # forks share sequence 0's cells: decoding it again would unshare
         return []
     cfg = engine.config
@@ -62,10 +63,7 @@ def _take_back(engine: PromptParts, n_new: int, *, merged: bool) -> list[int]:
     if k is None:
         return []
     tokens = engine.tokens
-    values = engine.surprise.from_index(k)  # the pending pick's value too: it is not decoded yet
-    truncate(engine, k)
-    for i, v in values.items():
-        engine.surprise.note(i, v)
+    truncate(engine, k, picks_from=len(tokens) + 1)
     return tokens[k:]
 
 
@@ -100,7 +98,7 @@ def _score_first(engine: PromptParts, token: int) -> None:
     """The prompt's first new token, scored from the logits row the context already holds
     for its last position (kept by the rewind memory), when there is one."""
     logits = engine.logits
-    if logits is None or engine.n_past == 0 or engine.surprise.get(engine.n_past, token):
+    if logits is None or engine.n_past == 0 or engine.run.pick_at(engine.n_past, token):
         return  # nothing to score from, or the token was picked there (its p' is kept)
     p = softmax(logits)
     engine.surprise.note(
@@ -115,7 +113,7 @@ def _score_call(engine: PromptParts, tokens: list[int], start: int, n_past: int,
     for j, got in enumerate(scores):
         t = targets[j]
         idx = n_past + start + j + 1
-        if got is not None and t is not None and engine.surprise.get(idx, t) is None:
+        if got is not None and t is not None and engine.run.pick_at(idx, t) is None:
             engine.surprise.note(idx, Surprise(t, got[0], None, got[1], True))
 
 
@@ -145,10 +143,14 @@ def sync_prompt(engine: PromptParts, tokens: list[int], *, reuse: bool = True) -
     return recs
 
 
-def truncate(engine: PromptParts, n_keep: int) -> None:
+def truncate(engine: PromptParts, n_keep: int, *, picks_from: int | None = None) -> None:
     """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``); the logits of
-    the new last position come back from the rewind memory when it still holds them."""
-    if n_keep >= engine.n_past:
+    the new last position come back from the rewind memory when it still holds them. The
+    record drops the picks from context index ``picks_from`` on (default ``n_keep``: the
+    removed tokens'; ``n_keep + 1`` keeps the pick waiting to be decoded, as a speculative
+    round's cut does; past the end keeps every pick, for a tail decoded again as it was)."""
+    n_past = engine.n_past
+    if n_keep >= n_past:
         return
     positions = engine.kv.positions(0)
     p0 = positions[n_keep] if n_keep < len(positions) else 0
@@ -160,4 +162,6 @@ def truncate(engine: PromptParts, n_keep: int) -> None:
             raise TokenstepError("llama.cpp could not remove tokens from the KV cache.")
         engine.kv.seq_rm(0, p0, -1)
     engine.logits_memory.truncate(n_keep)
-    engine.surprise.truncate(n_keep)
+    scores_from = n_keep if picks_from is None else picks_from
+    engine.surprise.truncate(scores_from)
+    engine.run.note(Rewind(n_past - n_keep, n_keep, picks_from))

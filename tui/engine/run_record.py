@@ -1,11 +1,12 @@
 """One record of the run: every ``llama_decode`` of the run's context, every pick with what it
-had when it was sampled, every turn, fork, rewind, context shift and new chat, in order.
+had when it was sampled, every turn, fork, rewind, context shift, path taken back and new chat, in order.
 
 The engine writes it at the single place each act happens (:func:`tui.engine.decode.decode`,
 ``sample_seq``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``; the
 speculative round's end in ``spec_verify``; the llama-server backend's request). Panes read
 figures that are functions of it: the timeline's calls and totals, tab 0's prefix reuse per
-turn, the run chart's p and p′ of each pick. An observer's context (its own replay) and
+turn, the run chart's p and p′ of each pick (and the surprise map's, for picked tokens), the
+header's context length. An observer's context (its own replay) and
 ``verify``'s second context write nothing here: looking is not part of the run.
 
 Memory is bounded: the newest :data:`KEEP` events are kept as objects (measured: a pick with
@@ -37,6 +38,7 @@ class Decode:
     phase: str  # the record's phase: "prefill", "decode", "verify"
     rows: int  # tokens in the batch
     ms: float  # measured llama_decode time (over llama-server: the server's prompt time)
+    n_past: int | None = None  # sequence 0's cells after it (None: not said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,10 @@ class Pick:
     seed: int
     cuts: tuple[tuple[str, int], ...]  # (stage, survivors after it), in chain order
     record: int | None  # the record whose logits row it was sampled from (None: on disk)
+    # over llama-server: the row was the server's top K only, so p is the server's own
+    # probability (a token outside the top K: the filled row's share of the rest) and the
+    # entropy an upper bound; the screen says so
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +93,14 @@ class Fork:
 
 @dataclass(frozen=True, slots=True)
 class Rewind:
+    """Sequence 0's cells from ``n_past`` on left the cache (a rewind, a speculative round's
+    rejected rows, a prompt that replaced the tail). Its picks at context index ``picks_from``
+    and later go with them: ``n_past`` unless the pick waiting to be decoded (index
+    ``n_past``) stays, or a tail decoded again as it was keeps all of its picks."""
+
     removed: int
     n_past: int  # sequence 0's length after it
+    picks_from: int | None = None  # None: n_past
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +108,16 @@ class Shift:
     n_keep: int
     n_discard: int
     before_record: int
+    n_past: int | None = None  # sequence 0's cells after it (None: not said)
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """Sequence 0 took a parked sequence's cells back (``llama_memory_seq_cp``, a jump to a
+    path not taken): no decode ran, its length changed."""
+
+    seq: int
+    n_past: int  # sequence 0's cells after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +125,7 @@ class Clear:
     """A new chat: the context's memory was cleared; per-chat figures start again."""
 
 
-Event = Decode | Round | Pick | Turn | Fork | Rewind | Shift | Clear
+Event = Decode | Round | Pick | Turn | Fork | Rewind | Shift | Restore | Clear
 
 
 @dataclass(frozen=True)
@@ -153,7 +175,10 @@ class _Chat:
     n_decodes: int = 0
     turns: deque[Turn] = field(default_factory=lambda: deque(maxlen=KEEP))
     n_turns: int = 0
-    picks: dict[int, Pick] = field(default_factory=dict)  # sequence 0's, by context index
+    # by sequence, then context index: sequence 0's, and a fork's (its parent's copied at the
+    # fork); at most n_seq_max x n_ctx picks
+    picks: dict[int, dict[int, Pick]] = field(default_factory=lambda: {0: {}})
+    n_past: int = 0  # sequence 0's cells, as the newest event that changed them says
 
 
 class RunRecord:
@@ -171,6 +196,9 @@ class RunRecord:
             self.events.append(ev)
             self.n += 1
             chat = self._chat
+            n_past = getattr(ev, "n_past", None)  # Decode, Rewind, Shift, Restore
+            if n_past is not None:
+                chat.n_past = n_past
             if isinstance(ev, Clear):
                 self._chat = _Chat()
             elif isinstance(ev, Decode | Round):
@@ -181,20 +209,26 @@ class RunRecord:
             elif isinstance(ev, Turn):
                 chat.turns.append(ev)
                 chat.n_turns += 1
-            elif isinstance(ev, Pick) and ev.seq == 0:
-                chat.picks[ev.index] = ev
+            elif isinstance(ev, Pick):
+                chat.picks.setdefault(ev.seq, {})[ev.index] = ev
+            elif isinstance(ev, Fork):
+                src = chat.picks.get(ev.src, {})
+                chat.picks[ev.dst] = {k: p for k, p in src.items() if k < ev.at}
             elif isinstance(ev, Rewind):
-                for k in [k for k in chat.picks if k >= ev.n_past]:
-                    del chat.picks[k]
+                start = ev.n_past if ev.picks_from is None else ev.picks_from
+                mine = chat.picks[0]
+                for k in [k for k in mine if k >= start]:
+                    del mine[k]
             elif isinstance(ev, Shift):
-                moved: dict[int, Pick] = {}
-                for k, p in chat.picks.items():
-                    if k < ev.n_keep:
-                        moved[k] = p
-                    elif k >= ev.n_keep + ev.n_discard:
-                        moved[k - ev.n_discard] = replace(p, index=k - ev.n_discard)
-                chat.picks = moved
-            # the picks dict holds at most one pick per context index: bounded by n_ctx
+                for seq, picks in chat.picks.items():
+                    moved: dict[int, Pick] = {}
+                    for k, p in picks.items():
+                        if k < ev.n_keep:
+                            moved[k] = p
+                        elif k >= ev.n_keep + ev.n_discard:
+                            moved[k - ev.n_discard] = replace(p, index=k - ev.n_discard)
+                    chat.picks[seq] = moved
+            # the picks hold at most one pick per sequence and context index: bounded
 
     # -- readers: functions of the record -------------------------------------------------------
     def totals(self) -> DecodeTotals:
@@ -215,10 +249,25 @@ class RunRecord:
     def n_turns(self) -> int:
         return self._chat.n_turns
 
-    def pick_at(self, index: int, token: int) -> Pick | None:
-        """Sequence 0's pick at context index ``index`` if it is still ``token``."""
-        got = self._chat.picks.get(index)
+    def pick_at(self, index: int, token: int, seq: int = 0) -> Pick | None:
+        """The sequence's pick at context index ``index`` if it is still ``token``."""
+        got = self._chat.picks.get(seq, {}).get(index)
         return got if got is not None and got.token == token else None
+
+    def picks_along(self, tokens: list[int], seq: int = 0) -> tuple[Pick | None, ...]:
+        """One pick (or None) per token of ``tokens`` (the sequence's context, oldest first)."""
+        with self._lock:
+            picks = self._chat.picks.get(seq, {})
+            got = [picks.get(i) for i in range(len(tokens))]
+        return tuple(p if p is not None and p.token == t else None for p, t in zip(got, tokens, strict=True))
+
+    def n_past(self) -> int:
+        """Sequence 0's cells (the context's length): the header's ctx reads it."""
+        return self._chat.n_past
+
+    def n_picks(self) -> int:
+        """Sequence 0's picks held now (a view's cheap change check, with :attr:`n`)."""
+        return len(self._chat.picks[0])
 
     def recent(self) -> tuple[Event, ...]:
         with self._lock:

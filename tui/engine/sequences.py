@@ -24,7 +24,6 @@ from .run_record import Fork, Pick
 from .sampler.sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
-from .surprise import Surprise
 
 if TYPE_CHECKING:
     from .parts import SequenceParts
@@ -84,15 +83,10 @@ def pick_from(
         else:
             engine.stopped("end of generation", seq)
     p, entropy = pick_p(logits, source, token, seq)
-    picked = Surprise(token, p, result.p_final(token), entropy, False)
     cuts = tuple((st.name, st.n) for st in result.stages)
-    engine.run.note(
-        Pick(seq, len(history), token, p, picked.p_final, entropy, force is not None, chain.seed, cuts, record)
+    engine.run.note(  # the one place a pick's p, p', entropy are kept: the run chart reads it
+        Pick(seq, len(history), token, p, result.p_final(token), entropy, force is not None, chain.seed, cuts, record)
     )
-    if seq == 0:
-        engine.surprise.note(len(history), picked)
-    else:
-        engine.branches[seq].values.note(len(history), picked)
     return Sampled(seq, token, result, logits, source, force is not None, eog, p)
 
 

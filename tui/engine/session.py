@@ -35,7 +35,7 @@ from .model.tokens import Vocab
 from .model.work import WorkCounter
 from .records import RecordLog
 from .replay import ReplayLog
-from .run_record import Clear, Rewind, RunRecord
+from .run_record import Clear, RunRecord
 from .sampler.grammar import check_grammar
 from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
@@ -262,7 +262,8 @@ class Engine:
         if self.n_past == 0:
             raise TokenstepError("the context is empty: send a prompt first.")
         last = self.tokens[-1]
-        self.truncate(self.n_past - 1)
+        # the same token comes back at the same index: its pick stays in the record
+        prompt.truncate(self, self.n_past - 1, picks_from=self.n_past + 1)
         prompt.prefill(self, [last])  # not a new prompt: the turn's start stays
 
     # -- feed back -----------------------------------------------------------------------------
@@ -302,8 +303,7 @@ class Engine:
         Logits for the new last position come from memory, so nothing is recomputed."""
         n = max(0, min(n, self.n_past - 1))
         if n:
-            self.truncate(self.n_past - n)
-            self.run.note(Rewind(n, self.n_past))
+            self.truncate(self.n_past - n)  # the record notes the Rewind
             self.stop_reason = None
             self.gen_start = min(self.gen_start, self.n_past)
         return n

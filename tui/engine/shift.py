@@ -80,7 +80,7 @@ def context_shift(engine: ShiftParts) -> ShiftEvent | None:
         gone if len(seqs) > 1 else {},
     )
     engine.shifts.append(ev)
-    engine.run.note(Shift(ev.n_keep, ev.n_discard, ev.before_record))
+    engine.run.note(Shift(ev.n_keep, ev.n_discard, ev.before_record, engine.n_past))
     engine.logits_memory.shifted(engine.n_past)
     engine.surprise.shift(n_keep, n_discard)
     return ev

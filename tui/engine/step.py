@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from .batch import DecodeCall
 from .model.kvcache import Forgotten
+from .run_record import Pick
 from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
-from .surprise import Surprise, SurpriseLog
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,7 +165,6 @@ class Branch:
     logits: np.ndarray | None
     record: int | None  # the record whose row produced ``logits``
     stop_reason: str | None = None
-    values: SurpriseLog = field(default_factory=SurpriseLog)  # its picks' p, p', entropy
 
     @property
     def seed(self) -> int:
@@ -189,10 +188,10 @@ class Sampled:
 @dataclass
 class Parked:
     """A sequence holding a copy of sequence 0 as it was: its tokens, the logits row of its
-    last position and the surprise values of its tokens."""
+    last position and the record's picks of its tokens (a jump back writes them again)."""
 
     seq: int
     tokens: list[int]
     logits: np.ndarray | None
     record: int | None
-    values: list[Surprise | None]
+    values: list[Pick | None]

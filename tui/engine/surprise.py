@@ -3,9 +3,12 @@
 For a token at context index i (sequence 0), ``p`` is its probability under the logits row of
 index i - 1 (softmax at temperature 1 over the whole vocabulary), ``p_final`` its probability
 after the sampler chain (a sampled or forced token only: no chain runs for a prompt token) and
-``entropy`` the entropy in bits of that row. A reply token's values are noted when it is picked
-(:func:`tui.engine.sequences.sample_seq`); a prompt token's only when the prompt was decoded
-with logits on every row, as llama.cpp's perplexity tool does (``Engine.score_prompt``).
+``entropy`` the entropy in bits of that row. A reply token's values are its pick in the run's
+record (:class:`tui.engine.run_record.Pick`, written by
+:func:`tui.engine.sequences.sample_seq`); a prompt token's are kept here (:class:`SurpriseLog`)
+only when the prompt was decoded with logits on every row, as llama.cpp's perplexity tool does
+(``Engine.score_prompt``, or an observer's own context). :func:`along` joins the two: what the
+surprise map and the run chart draw.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 
 import llama_cpp
 import numpy as np
+
+from .run_record import RunRecord
 
 SCORE_CHUNK = 64  # logits rows turned into probabilities at once (64 x n_vocab floats)
 
@@ -30,8 +35,9 @@ class Surprise:
 
 
 class SurpriseLog:
-    """Surprise values by context index of sequence 0. A value counts only while the token at
-    its index is still the one it was computed for (:meth:`get` checks)."""
+    """The scored prompt tokens' values by context index of sequence 0 (a picked token's
+    values are its pick in the run's record). A value counts only while the token at its
+    index is still the one it was computed for (:meth:`get` checks)."""
 
     def __init__(self) -> None:
         self._at: dict[int, Surprise] = {}
@@ -50,11 +56,6 @@ class SurpriseLog:
         """One value (or None) per token of ``tokens`` (sequence 0's context, oldest first)."""
         return [self.get(i, t) for i, t in enumerate(tokens)]
 
-    def from_index(self, k: int) -> dict[int, Surprise]:
-        """The values at indices ``k`` and later, the pending pick's (one past the context)
-        included."""
-        return {i: v for i, v in self._at.items() if i >= k}
-
     def truncate(self, n_keep: int) -> None:
         """The context now holds ``n_keep`` tokens: later indices no longer exist."""
         for k in [k for k in self._at if k >= n_keep]:
@@ -72,6 +73,17 @@ class SurpriseLog:
 
     def clear(self) -> None:
         self._at.clear()
+
+
+def along(run: RunRecord, scores: SurpriseLog, tokens: Sequence[int]) -> list[Surprise | None]:
+    """Per token of sequence 0's context: its pick in the record, else its prompt score."""
+    out: list[Surprise | None] = []
+    for i, (pick, t) in enumerate(zip(run.picks_along(list(tokens)), tokens, strict=True)):
+        if pick is not None:
+            out.append(Surprise(t, pick.p, pick.p_final, pick.entropy, False))
+        else:
+            out.append(scores.get(i, t))
+    return out
 
 
 def score_rows(

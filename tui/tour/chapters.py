@@ -1,8 +1,9 @@
 """The tour's chapters as pages: text with the lab's numbers in it, and the guesses.
 
 Pure logic: a page is built from one chapter's facts (:mod:`~tui.tour.lab`) and one
-language's strings. A guess's right answer is found among its choices by the number the lab
-measured, so the tour can only ever call right what llama.cpp did. :class:`Tour` is the walk:
+language's strings, which name the facts' fields themselves (``{f.prefill_ms:.1f}``). A
+guess's right answer is found among its choices by the number the lab measured, so the tour
+can only ever call right what llama.cpp did. :class:`Tour` is the walk:
 where the learner is, what they answered and the score, is :mod:`~tui.tour.walk`.
 """
 
@@ -34,6 +35,21 @@ CALLS = (
     "llama_vocab_is_eog + llama_token_to_piece",
     "llama_decode (1 token)",
 )
+
+
+def _pages(chapter: str, s: Strings, *pages: tuple[str, str] | Guess) -> list[Page]:
+    """One chapter's pages under its title: a (body, pane) is a page on ``s["pane." + pane]``;
+    a Guess is the guess page, on the pane of the page before it (or, first, after it)."""
+    panes = [p[1] for p in pages if not isinstance(p, Guess)]
+    out: list[Page] = []
+    for p in pages:
+        if isinstance(p, Guess):
+            seen = sum(not isinstance(o, Guess) for o in out)
+            pane = panes[seen - 1] if seen else panes[0]
+            out.append(Page(chapter, s[f"{chapter}.title"], s["guess.title"], s[f"pane.{pane}"], p))
+        else:
+            out.append(Page(chapter, s[f"{chapter}.title"], p[0], s[f"pane.{p[1]}"]))
+    return out
 
 
 def _loop(f: LoopFacts, s: Strings) -> list[Page]:
@@ -89,49 +105,19 @@ def _tokens(f: TokenFacts, s: Strings) -> list[Page]:
         utf8=f.hanzi_utf8,
         pieces=" | ".join(f.hanzi_pieces),
     )
-    t = s["tokens.title"]
-    return [
-        Page(
-            "tokens",
-            t,
-            s["tokens.word"].format(
-                word=f.word, n=len(f.word_pieces), pieces=" | ".join(f.word_pieces)
-            ),
-            s["pane.tokens"],
-        ),
-        Page("tokens", t, s["guess.title"], s["pane.tokens"], g),
-        Page(
-            "tokens",
-            t,
-            s["tokens.chat"].format(
-                msg=f.message,
-                plain=f.plain_count,
-                chat=f.chat_count,
-                extra=f.chat_count - f.plain_count,
-                pieces=" | ".join(f.chat_pieces),
-            ),
-            s["pane.tokens"],
-        ),
-    ]
+    word = s["tokens.word"].format(
+        word=f.word, n=len(f.word_pieces), pieces=" | ".join(f.word_pieces)
+    )
+    extra = f.chat_count - f.plain_count
+    chat = s["tokens.chat"].format(f=f, extra=extra, pieces=" | ".join(f.chat_pieces))
+    return _pages("tokens", s, (word, "tokens"), g, (chat, "tokens"))
 
 
 def _batch(f: BatchFacts, s: Strings) -> list[Page]:
     g = choice(s, "batch.guess", f.prefill_calls, [1, f.n_prompt], n=f.n_prompt, b=f.n_batch)
     ratio = f.prefill_ms / f.decode_ms if f.decode_ms else 0.0
-    body = s["batch.times"].format(
-        n=f.n_prompt,
-        prefill=f.prefill_ms,
-        per=f.ms_per_prompt_token,
-        decode=f.decode_ms,
-        steps=f.n_decodes,
-        ratio=ratio,
-    )
-    t = s["batch.title"]
-    return [
-        Page("batch", t, s["batch.intro"], s["pane.batch"]),
-        Page("batch", t, s["guess.title"], s["pane.batch"], g),
-        Page("batch", t, body, s["pane.timeline"]),
-    ]
+    body = s["batch.times"].format(f=f, ratio=ratio)
+    return _pages("batch", s, (s["batch.intro"], "batch"), g, (body, "timeline"))
 
 
 def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
@@ -144,17 +130,9 @@ def _sampler(f: SamplerFacts, s: Strings) -> list[Page]:
         0 if f.second_kept else 1,
         why=s["sampler.guess.why"].format(kept=f.kept_at_top_p, top_p=f.top_p),
     )
-    t = s["sampler.title"]
-    return [
-        Page("sampler", t, s["sampler.probs"].format(n_vocab=f.n_vocab, top=top), s["pane.logits"]),
-        Page(
-            "sampler",
-            t,
-            s["sampler.chain"].format(n_vocab=f.n_vocab, stages=stages),
-            s["pane.logits"],
-        ),
-        Page("sampler", t, s["guess.title"], s["pane.logits"], g),
-    ]
+    probs = s["sampler.probs"].format(n_vocab=f.n_vocab, top=top)
+    chain = s["sampler.chain"].format(n_vocab=f.n_vocab, stages=stages)
+    return _pages("sampler", s, (probs, "logits"), (chain, "logits"), g)
 
 
 def _inside(f: InsideFacts, s: Strings) -> list[Page]:
@@ -164,22 +142,9 @@ def _inside(f: InsideFacts, s: Strings) -> list[Page]:
     tri = "\n".join(
         "  " + " ".join("■" if c <= r else "·" for c in range(rows)) for r in range(rows)
     )
-    body = s["inside.attn"].format(
-        layer=f.layer,
-        n_head=f.n_head,
-        above=f.above_diagonal,
-        err=f.row_sum_err,
-        last=f.last_piece,
-        top=f.top_piece,
-        w=f.top_weight,
-    )
-    t = s["inside.title"]
-    return [
-        Page("inside", t, s["inside.graph"].format(n=n, tri=tri), s["pane.mask"]),
-        Page("inside", t, s["guess.title"], s["pane.mask"], g),
-        Page("inside", t, body, s["pane.attention"]),
-        *_lens(f, s),
-    ]
+    body = s["inside.attn"].format(f=f)
+    graph = s["inside.graph"].format(n=n, tri=tri)
+    return [*_pages("inside", s, (graph, "mask"), g, (body, "attention")), *_lens(f, s)]
 
 
 def _lens(f: InsideFacts, s: Strings) -> list[Page]:
@@ -210,11 +175,7 @@ def _lens(f: InsideFacts, s: Strings) -> list[Page]:
     body = s["lens.result"].format(last=last, d=lens.max_abs_diff, bound=bound, head=lens.head)
     if lens.head_load_ms is not None and lens.head_load_ms >= 1.0:  # under 1 ms: read before
         body += "\n" + s["lens.head_read"].format(ms=lens.head_load_ms)
-    return [
-        Page("inside", t, s["lens.intro"].format(last=last), s["pane.lens"]),
-        Page("inside", t, s["guess.title"], s["pane.lens"], g),
-        Page("inside", t, body, s["pane.lens"]),
-    ]
+    return _pages("inside", s, (s["lens.intro"].format(last=last), "lens"), g, (body, "lens"))
 
 
 def _exact(f: ExactFacts, s: Strings) -> list[Page]:
@@ -226,18 +187,8 @@ def _exact(f: ExactFacts, s: Strings) -> list[Page]:
         band,
         why=s["exact.guess.why"].format(d=f.replay_max),
     )
-    body = s["exact.batched"].format(
-        calls=f.batched_calls,
-        d=f.batched_max,
-        agree=s["yes"] if f.top1_agree else s["no"],
-        fa=f.flash_attn,
-    )
-    t = s["exact.title"]
-    return [
-        Page("exact", t, s["exact.intro"], s["pane.cache"]),
-        Page("exact", t, s["guess.title"], s["pane.cache"], g),
-        Page("exact", t, body, s["pane.cache"]),
-    ]
+    body = s["exact.batched"].format(f=f, agree=s["yes"] if f.top1_agree else s["no"])
+    return _pages("exact", s, (s["exact.intro"], "cache"), g, (body, "cache"))
 
 
 def _wall(f: WallFacts, s: Strings) -> list[Page]:
@@ -253,30 +204,13 @@ def _wall(f: WallFacts, s: Strings) -> list[Page]:
         formula=f.formula,
         ratio=f.without_cache / f.with_cache if f.with_cache else 0.0,
     )
-    t = s["wall.title"]
-    return [
-        Page("wall", t, s["wall.intro"].format(n=n), s["pane.cache"]),
-        Page("wall", t, s["guess.title"], s["pane.cache"], g),
-        Page("wall", t, body, s["pane.cache"]),
-    ]
+    return _pages("wall", s, (s["wall.intro"].format(n=n), "cache"), g, (body, "cache"))
 
 
 def _ram(f: RamFacts, s: Strings) -> list[Page]:
     wrong = [f.mha_bytes_per_token, f.bytes_per_token // 2, f.n_layer * f.k_row]
     g = choice(s, "ram.guess", f.bytes_per_token, wrong, name=f.name)
-    body = s["ram.formula"].format(
-        layers=f.n_layer,
-        kv=f.n_head_kv,
-        dk=f.head_dim_k,
-        dv=f.head_dim_v,
-        tk=f.type_k,
-        tv=f.type_v,
-        k=f.k_row,
-        v=f.v_row,
-        per=f.bytes_per_token,
-        heads=f.n_head,
-        mha=f.mha_bytes_per_token,
-    )
+    body = s["ram.formula"].format(f=f)
     checks = (
         "\n".join(
             s["ram.cache"].format(
@@ -292,12 +226,7 @@ def _ram(f: RamFacts, s: Strings) -> list[Page]:
         or s["ram.no_log"]
     )
     big = s["ram.big"].format(per=f.big_bytes_per_token, ctx=f.big_ctx, mib=f.big_total / (1 << 20))
-    t = s["ram.title"]
-    return [
-        Page("ram", t, s["guess.title"], s["pane.memory"], g),
-        Page("ram", t, f"{body}\n\n{checks}", s["pane.memory"]),
-        Page("ram", t, big, s["pane.memory"]),
-    ]
+    return _pages("ram", s, g, (f"{body}\n\n{checks}", "memory"), (big, "memory"))
 
 
 def _full(f: FullFacts, s: Strings) -> list[Page]:
@@ -310,43 +239,15 @@ def _full(f: FullFacts, s: Strings) -> list[Page]:
         keep=f.n_keep,
         past=f.n_past,
     )
-    body = s["full.shift"].format(
-        discard=f.n_discard,
-        keep=f.n_keep,
-        past=f.n_past,
-        after=f.after,
-        gone="".join(f.forgotten),
-    )
-    t = s["full.title"]
-    return [
-        Page(
-            "full",
-            t,
-            s["full.stop"].format(n=f.n_ctx, at=f.stop_at, reason=f.stop_reason),
-            s["pane.kv"],
-        ),
-        Page("full", t, s["guess.title"], s["pane.kv"], g),
-        Page("full", t, body, s["pane.cache"]),
-    ]
+    body = s["full.shift"].format(f=f, gone="".join(f.forgotten))
+    stop = s["full.stop"].format(n=f.n_ctx, at=f.stop_at, reason=f.stop_reason)
+    return _pages("full", s, (stop, "kv"), g, (body, "cache"))
 
 
 def _prefix(f: PrefixFacts, s: Strings) -> list[Page]:
     g = choice(s, "prefix.guess", f.computed, [f.second_tokens, 0], n=f.second_tokens)
-    body = s["prefix.result"].format(
-        first=f.first_tokens,
-        reply=f.reply_tokens,
-        n=f.second_tokens,
-        reused=f.reused,
-        computed=f.computed,
-        t1=f.first_ms,
-        t2=f.second_ms,
-    )
-    t = s["prefix.title"]
-    return [
-        Page("prefix", t, s["prefix.intro"], s["pane.cache"]),
-        Page("prefix", t, s["guess.title"], s["pane.cache"], g),
-        Page("prefix", t, body, s["pane.cache"]),
-    ]
+    body = s["prefix.result"].format(f=f)
+    return _pages("prefix", s, (s["prefix.intro"], "cache"), g, (body, "cache"))
 
 
 BUILDERS: dict[type, Callable[..., list[Page]]] = {

@@ -90,8 +90,9 @@ STRINGS: dict[str, str] = {
         "character: it only becomes readable once the neighbouring pieces arrive."
     ),
     "tokens.chat": (
-        "A chat message is wrapped by the model's chat template. {msg!r} alone is {plain} "
-        "token(s); inside the template it is {chat}, so the wrapping costs {extra}:\n"
+        "A chat message is wrapped by the model's chat template. {f.message!r} alone is "
+        "{f.plain_count} token(s); inside the template it is {f.chat_count}, so the wrapping "
+        "costs {extra}:\n"
         "  {pieces}\n"
         "Context size, speed and price are all counted in these tokens, not in letters."
     ),
@@ -108,11 +109,12 @@ STRINGS: dict[str, str] = {
     ),
     "batch.times": (
         "Measured just now on this machine:\n"
-        "  prefill: {n} tokens in {prefill:.1f} ms ({per:.2f} ms per token)\n"
-        "  decode:  1 token in {decode:.1f} ms (median of {steps} steps)\n"
-        "The wide call took as long as {ratio:.1f} one-token calls and carried {n} tokens: "
-        "the weights are read once for the whole batch, and on a CPU that reading is most of "
-        "a small decode's time."
+        "  prefill: {f.n_prompt} tokens in {f.prefill_ms:.1f} ms ({f.ms_per_prompt_token:.2f} ms "
+        "per token)\n"
+        "  decode:  1 token in {f.decode_ms:.1f} ms (median of {f.n_decodes} steps)\n"
+        "The wide call took as long as {ratio:.1f} one-token calls and carried {f.n_prompt} "
+        "tokens: the weights are read once for the whole batch, and on a CPU that reading is "
+        "most of a small decode's time."
     ),
     "sampler.title": "From logits to one token",
     "sampler.probs": (
@@ -145,10 +147,11 @@ STRINGS: dict[str, str] = {
         "infinity before the softmax, so they get weight 0."
     ),
     "inside.attn": (
-        "The weights copied out of layer {layer}'s softmax ({n_head} heads):\n"
-        "  largest weight on a future token: {above}\n"
-        "  largest |row sum - 1|: {err:.1e}\n"
-        "The last token {last!r} looks most at {top!r} ({w:.2f}, mean over heads)."
+        "The weights copied out of layer {f.layer}'s softmax ({f.n_head} heads):\n"
+        "  largest weight on a future token: {f.above_diagonal}\n"
+        "  largest |row sum - 1|: {f.row_sum_err:.1e}\n"
+        "The last token {f.last_piece!r} looks most at {f.top_piece!r} ({f.top_weight:.2f}, mean "
+        "over heads)."
     ),
     "lens.intro": (
         "Every layer ends in a node l_out-N: the residual stream after layer N. The logit lens "
@@ -184,8 +187,8 @@ STRINGS: dict[str, str] = {
     "exact.title": "Why the cache is exact",
     "exact.intro": (
         "A past token's keys and values depend only on the tokens before it, and the mask "
-        "keeps later tokens out. So they are fixed once computed, and keeping them loses nothing. The "
-        "check: recompute the context in a fresh context with nothing cached."
+        "keeps later tokens out. So they are fixed once computed, and keeping them loses nothing. "
+        "The check: recompute the context in a fresh context with nothing cached."
     ),
     "exact.zero": "exactly 0",
     "exact.small": "above 0, below 0.01",
@@ -199,9 +202,9 @@ STRINGS: dict[str, str] = {
         "the fresh one are the same arithmetic."
     ),
     "exact.batched": (
-        "Recomputed in {calls} wide call(s) instead, max |Δ| = {d:.4f}; top-1 the same: "
-        "{agree}. A batch of another shape rounds differently in some kernels (flash "
-        "attention {fa}); that is rounding, not the cache."
+        "Recomputed in {f.batched_calls} wide call(s) instead, max |Δ| = {f.batched_max:.4f}; "
+        "top-1 the same: {agree}. A batch of another shape rounds differently in some kernels "
+        "(flash attention {f.flash_attn}); that is rounding, not the cache."
     ),
     "wall.title": "The quadratic wall",
     "wall.intro": (
@@ -223,8 +226,10 @@ STRINGS: dict[str, str] = {
         "Every layer stores a K row and a V row per token, n_head_kv x head_dim values each."
     ),
     "ram.formula": (
-        "{layers} layers x (K {kv}x{dk} {tk} = {k} B + V {kv}x{dv} {tv} = {v} B) = {per:,} B "
-        "per token.\nWith one K/V head per query head ({heads}) it would be {mha:,} B: grouped-"
+        "{f.n_layer} layers x (K {f.n_head_kv}x{f.head_dim_k} {f.type_k} = {f.k_row} B + V "
+        "{f.n_head_kv}x{f.head_dim_v} {f.type_v} = {f.v_row} B) = {f.bytes_per_token:,} B "
+        "per token.\nWith one K/V head per query head ({f.n_head}) it would be "
+        "{f.mha_bytes_per_token:,} B: grouped-"
         "query attention shares each K/V head."
     ),
     "ram.cache": (
@@ -249,8 +254,8 @@ STRINGS: dict[str, str] = {
         "Half of what follows the kept tokens: (n_past - n_keep) / 2, rounded down."
     ),
     "full.shift": (
-        "The shift kept {keep}, dropped {discard} of {past} and slid the rest back; {after} "
-        "tokens now. Forgotten, never seen again by attention:\n  {gone}"
+        "The shift kept {f.n_keep}, dropped {f.n_discard} of {f.n_past} and slid the rest back; "
+        "{f.after} tokens now. Forgotten, never seen again by attention:\n  {gone}"
     ),
     "prefix.title": "The prefix cache across turns",
     "prefix.intro": (
@@ -263,9 +268,9 @@ STRINGS: dict[str, str] = {
         "logits for the last position)."
     ),
     "prefix.result": (
-        "Turn 1: {first} prompt tokens, then a reply of {reply}.\n"
-        "Turn 2: {n} tokens, {reused} found in the cache, {computed} decoded.\n"
-        "Prefill time: {t1:.1f} ms, then {t2:.1f} ms."
+        "Turn 1: {f.first_tokens} prompt tokens, then a reply of {f.reply_tokens}.\n"
+        "Turn 2: {f.second_tokens} tokens, {f.reused} found in the cache, {f.computed} decoded.\n"
+        "Prefill time: {f.first_ms:.1f} ms, then {f.second_ms:.1f} ms."
     ),
     "skip.no_context": (
         "This chapter needs a llama.cpp context of its own, and the model here runs on a "

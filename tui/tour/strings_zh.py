@@ -74,8 +74,8 @@ STRINGS: dict[str, str] = {
         "要等相邻的片段都到齐，才能读出来。"
     ),
     "tokens.chat": (
-        "聊天消息会被模型的聊天模板包起来。{msg!r} 单独是 {plain} 个 token；"
-        "放进模板后是 {chat} 个，包装多花了 {extra} 个：\n  {pieces}\n"
+        "聊天消息会被模型的聊天模板包起来。{f.message!r} 单独是 {f.plain_count} 个 token；"
+        "放进模板后是 {f.chat_count} 个，包装多花了 {extra} 个：\n  {pieces}\n"
         "上下文长度、速度和价格都按这些 token 计算，而不是按字数。"
     ),
     "batch.title": "prefill 宽，decode 窄",
@@ -87,9 +87,9 @@ STRINGS: dict[str, str] = {
     "batch.guess.why": "一次调用最多装下 batch 大小（-b，这里是 {b}）个 token：{n} 个 token 需要 ceil({n}/{b}) 次宽调用。",
     "batch.times": (
         "刚刚在这台机器上测得：\n"
-        "  prefill：{n} 个 token 用了 {prefill:.1f} ms（每个 {per:.2f} ms）\n"
-        "  decode： 1 个 token 用了 {decode:.1f} ms（{steps} 步的中位数）\n"
-        "这次宽调用的耗时相当于 {ratio:.1f} 次单 token 调用，却带了 {n} 个 token：权重只为整个 batch 读一遍，"
+        "  prefill：{f.n_prompt} 个 token 用了 {f.prefill_ms:.1f} ms（每个 {f.ms_per_prompt_token:.2f} ms）\n"
+        "  decode： 1 个 token 用了 {f.decode_ms:.1f} ms（{f.n_decodes} 步的中位数）\n"
+        "这次宽调用的耗时相当于 {ratio:.1f} 次单 token 调用，却带了 {f.n_prompt} 个 token：权重只为整个 batch 读一遍，"
         "而在 CPU 上，读权重占了一次小 decode 的大部分时间。"
     ),
     "sampler.title": "从 logits 到一个 token",
@@ -112,10 +112,10 @@ STRINGS: dict[str, str] = {
     "inside.guess.q": "在 {n} x {n} 的掩码里，注意力可以用到多少个格子？",
     "inside.guess.why": "对角线和它下面的全部：n(n+1)/2。另外 {masked} 个在 softmax 之前被设成负无穷，权重为 0。",
     "inside.attn": (
-        "从第 {layer} 层的 softmax 复制出来的权重（{n_head} 个头）：\n"
-        "  落在未来 token 上的最大权重：{above}\n"
-        "  |行和 - 1| 的最大值：{err:.1e}\n"
-        "最后一个 token {last!r} 最关注 {top!r}（{w:.2f}，各头平均）。"
+        "从第 {f.layer} 层的 softmax 复制出来的权重（{f.n_head} 个头）：\n"
+        "  落在未来 token 上的最大权重：{f.above_diagonal}\n"
+        "  |行和 - 1| 的最大值：{f.row_sum_err:.1e}\n"
+        "最后一个 token {f.last_piece!r} 最关注 {f.top_piece!r}（{f.top_weight:.2f}，各头平均）。"
     ),
     "lens.intro": (
         "每一层都以节点 l_out-N 结束：第 N 层之后的残差流。logit lens 把这一行送进模型自己的"
@@ -154,8 +154,8 @@ STRINGS: dict[str, str] = {
     ),
     "exact.guess.why": "实测：max |Δ| = {d}。同样的调用、同样的内核、同样的输入：缓存的结果和重算的结果是同一笔算术。",
     "exact.batched": (
-        "如果改成 {calls} 次宽调用重算，max |Δ| = {d:.4f}；top-1 相同：{agree}。"
-        "形状不同的 batch 在某些内核里舍入方式不同（flash attention {fa}）；那是舍入，不是缓存的问题。"
+        "如果改成 {f.batched_calls} 次宽调用重算，max |Δ| = {f.batched_max:.4f}；top-1 相同：{agree}。"
+        "形状不同的 batch 在某些内核里舍入方式不同（flash attention {f.flash_attn}）；那是舍入，不是缓存的问题。"
     ),
     "wall.title": "平方墙",
     "wall.intro": "如果不用缓存，每生成一个 token，就得让整段上下文从头再过一遍模型。我们一次调用送一个 token，共送 {n} 个，两种方式都数一数。",
@@ -169,8 +169,8 @@ STRINGS: dict[str, str] = {
     "ram.guess.q": "在 {name} 的 KV cache 里，一个 token 占多少字节？",
     "ram.guess.why": "每一层为每个 token 存一行 K 和一行 V，每行 n_head_kv x head_dim 个值。",
     "ram.formula": (
-        "{layers} 层 x (K {kv}x{dk} {tk} = {k} B + V {kv}x{dv} {tv} = {v} B) = 每个 token {per:,} B。\n"
-        "如果每个查询头（{heads} 个）都有自己的 K/V 头，就要 {mha:,} B：分组查询注意力让多个头共用一个 K/V 头。"
+        "{f.n_layer} 层 x (K {f.n_head_kv}x{f.head_dim_k} {f.type_k} = {f.k_row} B + V {f.n_head_kv}x{f.head_dim_v} {f.type_v} = {f.v_row} B) = 每个 token {f.bytes_per_token:,} B。\n"
+        "如果每个查询头（{f.n_head} 个）都有自己的 K/V 头，就要 {f.mha_bytes_per_token:,} B：分组查询注意力让多个头共用一个 K/V 头。"
     ),
     "ram.cache": "  {kind}：{cells:,} 个单元 x {layers} 层：我们算出 {ours:.2f} MiB，llama.cpp 日志 {logged:.2f} MiB，一致：{ok}",
     "ram.no_log": "  （这里没有上下文：没有日志可以对照）",
@@ -183,7 +183,7 @@ STRINGS: dict[str, str] = {
     "full.guess.q": "用 --context-full shift 和 --keep {keep}，这 {past} 个 token 必须腾出位置。平移会忘掉多少个？",
     "full.guess.why": "保留部分之后的一半：(n_past - n_keep) / 2，向下取整。",
     "full.shift": (
-        "平移保留了 {keep} 个，从 {past} 个里丢掉 {discard} 个，其余的往前挪；现在有 {after} 个 token。"
+        "平移保留了 {f.n_keep} 个，从 {f.n_past} 个里丢掉 {f.n_discard} 个，其余的往前挪；现在有 {f.after} 个 token。"
         "被忘掉、注意力再也看不到的：\n  {gone}"
     ),
     "prefix.title": "跨轮次的前缀缓存",
@@ -191,9 +191,9 @@ STRINGS: dict[str, str] = {
     "prefix.guess.q": "第二轮的提示词有 {n} 个 token。要 decode 多少个？",
     "prefix.guess.why": "只有和缓存最长公共前缀之后的 token（至少一个，用来得到最后位置的 logits）。",
     "prefix.result": (
-        "第 1 轮：提示词 {first} 个 token，然后回复 {reply} 个。\n"
-        "第 2 轮：{n} 个 token，缓存里找到 {reused} 个，decode 了 {computed} 个。\n"
-        "prefill 用时：{t1:.1f} ms，然后 {t2:.1f} ms。"
+        "第 1 轮：提示词 {f.first_tokens} 个 token，然后回复 {f.reply_tokens} 个。\n"
+        "第 2 轮：{f.second_tokens} 个 token，缓存里找到 {f.reused} 个，decode 了 {f.computed} 个。\n"
+        "prefill 用时：{f.first_ms:.1f} ms，然后 {f.second_ms:.1f} ms。"
     ),
     "skip.no_context": "这一章需要一个自己的 llama.cpp 上下文，而这里的模型跑在服务器上：跳过。",
     "skip.error": "这一章在这里无法运行：{detail}",

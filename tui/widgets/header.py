@@ -42,7 +42,7 @@ class StatusHeader(Pane):
         }[v.activity]
         t.append(f" {what} ", Style(bold=True))
         t.append("│", DIM)
-        t.append(f" ctx {v.text.n_past:,}/{v.text.n_ctx:,} ")
+        t.append(f" ctx {v.header.n_past:,}/{v.text.n_ctx:,} ")  # the record's sequence 0
         t.append("│ ", DIM)
         if v.capabilities.kv_cells:  # a local context (a server does not say its -fa)
             t.append(f"FA {v.header.flash_attn} ", DIM)

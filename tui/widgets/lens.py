@@ -29,6 +29,7 @@ from textual.widgets import Static
 
 from ..engine.model.tokens import escape_controls, visible
 from ..worker.lens import LensStep, LensView
+from .common import DIM
 from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
@@ -218,6 +219,8 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
+            if lv.head:
+                rows.append(Text(lv.head, DIM))
             head.update(Group(*rows))
             head.display = True
             key = (-1, lv.grid.n_tokens, "grid")
@@ -235,6 +238,8 @@ class LensTab(Vertical):
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
+            if lv.head:
+                parts.append(Text(lv.head, DIM))
             head.update(Group(*parts))
             head.display = True
             key = (lv.step.record, lv.step.mark, lv.mode)

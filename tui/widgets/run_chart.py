@@ -6,8 +6,9 @@ step, Home/End to the first and newest step, ↑/↓ switch the plot. A plot nee
 to be read (a tab 15 rows high gave each of two plots three rows of points), so below
 ``BOTH_ROWS`` rows the chart draws one plot at a time; ``z`` (the whole window) fits both.
 The cursor's token is marked in the text pane (the app hears :class:`RunChart.Moved`) and the
-footer gives its piece, p, p′ and entropy. The figures are the surprise map's (the engine's
-step records), not recomputed.
+footer gives its piece, p, p′ and entropy. The figures are the run record's picks
+(:class:`tui.engine.run_record.Pick`, through the surprise map's view), not recomputed; over
+llama-server a pick saw only the server's top K, and the footer says so.
 """
 
 from __future__ import annotations
@@ -208,7 +209,10 @@ class RunChart(Vertical, can_focus=True):
                 t.append("(not known)", DIM)
             else:
                 pf = "—" if v[1] is None else f"{v[1]:.4f}"
-                t.append(f"p {v[0]:.4f} · p′ {pf} · entropy {v[2]:.2f} bits")
+                if i in self._sv.partial:  # over llama-server: its top K only
+                    t.append(f"p {v[0]:.4f} (server's top K) · p′ {pf} · entropy ≤ {v[2]:.2f} bits")
+                else:
+                    t.append(f"p {v[0]:.4f} · p′ {pf} · entropy {v[2]:.2f} bits")
             t.append("   ←/→ move, Home/End", DIM)
         self.query_one("#run-foot", Static).update(t)
 

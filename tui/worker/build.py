@@ -83,6 +83,7 @@ class ViewBuilder:
                 w.engine.n_past,
                 w.commands,
                 len(w.engine.surprise),
+                w.engine.run.n,  # picks written again by a jump change no other key
             ),
             lambda: surprise_view(w, w.engine.tokens),
         )
@@ -147,6 +148,7 @@ class ViewBuilder:
             returned_text=s.returned_text,
             where=where_it_runs(eng),
             spec=w.spec.summary() if w.spec is not None else None,
+            n_past=eng.run.n_past(),
         )
 
     def text(self, pieces: tuple[bytes, ...]) -> TextView:

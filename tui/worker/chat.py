@@ -19,6 +19,8 @@ from .stages import BATCH, DECODE, LOGITS, TOKENIZE
 from .state import Span, Tokenized
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .parts import WorkerParts
 
 
@@ -113,18 +115,20 @@ def send(w: WorkerParts, text: str) -> None:
             s.note("Type a message first.", "warn")
             return
     elif s.activity == "generating" and s.mode == "autoplay":
-        try:  # the size now: a message that cannot fit is refused before it is queued
-            planned(w, text)
-        except TokenstepError:
-            s.give_back(text)
-            raise
+        # the size now: a message that cannot fit is refused before it is queued
+        _or_give_back(w, text, planned)
         s.queue(text)
         s.note("Queued: your message is sent when this reply ends.", "warn")
         return
+    _or_give_back(w, text, send_now)
+
+
+def _or_give_back(w: WorkerParts, text: str, act: Callable[[WorkerParts, str], object]) -> None:
+    """``act(w, text)``; a refusal puts ``text`` back in the chat box (never lost), then rises."""
     try:
-        send_now(w, text)
+        act(w, text)
     except TokenstepError:
-        s.give_back(text)
+        w.state.give_back(text)
         raise
 
 
@@ -167,11 +171,7 @@ def send_queued(w: WorkerParts) -> None:
     text = s.take_queued()
     if not text:
         return
-    try:
-        send_now(w, text)
-    except TokenstepError:
-        s.give_back(text)
-        raise
+    _or_give_back(w, text, send_now)
 
 
 @dataclass(frozen=True)

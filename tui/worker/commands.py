@@ -150,7 +150,12 @@ class Call:
     be touched there), like any key press."""
 
     fn: Callable[[], object]
-    looks: bool = False  # an observer's command: it never settles a pick waiting for a batch
+
+
+@dataclass(frozen=True)
+class Look(Call):
+    """A call that only looks (attention's every layer, the lens's grid): like the other
+    looking keys it never decodes a pick waiting for a batch (``spec_step.KEEPS_PENDING``)."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,7 @@ Command = (
     | SpecRow
     | SpecStage
     | Call
+    | Look
     | Stop
 )
 
@@ -195,7 +201,7 @@ def attention_command(name: str, args: tuple[Any, ...], capture_all: Callable[[]
     if name == "toggle":
         return AttentionToggle()
     if name == "all":
-        return Call(capture_all, looks=True)
+        return Look(capture_all)
     if name == "layer":
         return AttentionLayer(int(args[0]))
     if name == "head":
@@ -213,5 +219,5 @@ def lens_command(name: str, args: tuple[Any, ...], toggle_grid: Callable[[], Non
     if name == "mode":
         return LensMode()
     if name == "grid":
-        return Call(toggle_grid, looks=True)
+        return Look(toggle_grid)
     raise ValueError(name)

@@ -38,6 +38,7 @@ OFF = (
     "when it reaches that key (after the command under way)"
 )
 NO_CONTEXT = "the lens has no observer context: nothing asks for one now (tab 8 makes it)"
+NOTHING_YET = "no lens yet: no decode has been projected through the lens so far"
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,17 @@ class LensView:
     mode: str  # "preview" or "last"
     step: LensStep | None
     n_layer: int
-    status: str
+    status: str = ""  # empty: the general reason (see __post_init__)
     grid: GridView | None = None  # G: the position x layer grid instead of one step
     observer: str = ""  # what the observer context the lens comes from is
     loading_since: float | None = None  # time.monotonic() when the head's load began
+    head: str = ""  # what the lens's head the worker keeps is (empty: none read yet)
 
     def __post_init__(self) -> None:
+        """A view without a step or grid always says why: an empty status becomes the
+        general reason (off, or on with nothing computed yet), never a blank pane."""
         if self.step is None and self.grid is None and not self.status:
-            raise ValueError("a lens view without a step says why (its status is empty)")
+            object.__setattr__(self, "status", NOTHING_YET if self.visible else OFF)
 
 
 def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, int | None]:
@@ -101,6 +105,20 @@ class LensControl:
         return (
             f"loading the lens's output head ({info.n_vocab:,} x {info.n_embd:,} from the GGUF, "
             "dequantized to float32)"
+        )
+
+    def head_note(self) -> str:
+        """What the kept head holds: one head, read once and kept while the lens is off."""
+        obs = self.w.observers
+        head = (obs.ctx.head if obs.ctx is not None else None) or obs.head
+        if head is None:
+            return ""
+        arrays = (head.norm, head.norm_bias, head.out, head.out_bias, head.block_abs)
+        mib = sum(a.nbytes for a in arrays if a is not None) / (1 << 20)
+        n_vocab, n_embd = head.out.shape
+        return (
+            f"head: {head.out_name} as float32, {n_vocab:,} x {n_embd:,}, {mib:.0f} MiB, read "
+            "once and kept while the lens is off (one head), so 8 shows it again at once"
         )
 
     @property
@@ -251,4 +269,4 @@ class LensControl:
             status = ""
         obs_eng = self.w.observers.engine
         grid = grid_view(obs_eng) if self.grid and obs_eng is not None else None
-        return LensView(True, self.mode, step, n_layer, status, grid, observer)
+        return LensView(True, self.mode, step, n_layer, status, grid, observer, head=self.head_note())

@@ -34,7 +34,9 @@ class Observers:
         self.ctx: ObserverContext | None = None
         self.wants = Wants()
         self._layers: set[int] = set()  # attention layers captured over the whole history
-        self._head: LensHead | None = None  # the lens's head, read once per run
+        # the lens's head, read once per run and kept (one head: n_vocab x n_embd float32)
+        # while the lens is off, until the worker stops
+        self._head: LensHead | None = None
         # The worker's thread once it runs: a view built on the key lane's thread (during the
         # run's llama_decode) reads the observer context as it is and never replays into it.
         self._owner: threading.Thread | None = None
@@ -59,7 +61,7 @@ class Observers:
         new = dataclasses.replace(self.wants, **changes)  # type: ignore[arg-type]
         old, self.wants = self.wants, new
         if not new.any or not self.local:
-            self.close()
+            self.close(keep_head=True)  # the lens's head stays: a later 8 does not read it again
             return None
         again = (
             self.ctx is None
@@ -132,7 +134,8 @@ class Observers:
         return self.ctx.engine if self.ctx is not None else None
 
     def close(self, keep_head: bool = False) -> None:
-        """Free the observer context (and, unless it is made anew, the lens's head)."""
+        """Free the observer context (and, unless ``keep_head``, the lens's head: the worker
+        keeps it while the observers are only off or made anew, and frees it when it stops)."""
         if self.ctx is not None:
             self._head = (self.ctx.head or self._head) if keep_head else None
             self.ctx.close()

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine import paths
 from ..engine.model.errors import TokenstepError
+from ..engine.run_record import Pick
 from ..engine.sequences import pick_p
-from ..engine.surprise import Surprise
 
 if TYPE_CHECKING:
     from ..engine.backend import LocalSession
     from .parts import WorkerParts
+    from .state import PathBranch
 
 
 def _reply(w: WorkerParts) -> tuple[int, list[int]]:
@@ -33,11 +34,14 @@ def _add(
     w: WorkerParts,
     eng: LocalSession,
     tokens: list[int],
-    values: list[Surprise | None],
+    values: list[Pick | None],
     how: str,
     seq: int | None,
+    keep: PathBranch | None = None,
 ) -> None:
-    """Keep a branch unless a known one already contains it; drop those it contains."""
+    """Keep a branch unless a known one already contains it; drop those it contains, except
+    ``keep`` (the path a jump is about to take: it stays, with its cells, until the jump
+    takes it)."""
     s = w.state
     if not tokens:
         if seq is not None:
@@ -51,7 +55,7 @@ def _add(
             elif seq is not None:
                 paths.drop(eng, seq)
             return
-    for b in [b for b in s.paths if t[: len(b.tokens)] == b.tokens]:
+    for b in [b for b in s.paths if t[: len(b.tokens)] == b.tokens and b is not keep]:
         s.paths.remove(b)
         if b.seq is not None:
             paths.drop(eng, b.seq)
@@ -77,22 +81,23 @@ def _park(w: WorkerParts, eng: LocalSession, keep: int | None = None) -> int | N
     return paths.park(eng)
 
 
-def leave_live(w: WorkerParts, how: str, keep: int | None = None) -> None:
+def leave_live(w: WorkerParts, how: str, keep: PathBranch | None = None) -> None:
     """The live reply becomes a branch (before a rewind or a jump), its cells parked (in a
-    seq_id other than ``keep``)."""
+    seq_id other than ``keep``'s, the jump's target, which stays a branch until taken)."""
     eng = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
     start, tokens = _reply(w)
     if not tokens or any(b.tokens[: len(tokens)] == tuple(tokens) for b in w.state.paths):
         return
-    seq = _park(w, eng, keep)
-    values = eng.surprise.along(eng.tokens)[start:]
-    _add(w, eng, tokens, values, how, seq)
+    seq = _park(w, eng, keep.seq if keep is not None else None)
+    values = list(eng.run.picks_along(eng.tokens))[start:]
+    _add(w, eng, tokens, values, how, seq, keep)
 
 
-def leave_forks(w: WorkerParts) -> None:
-    """Every forked sequence becomes a parked branch instead of being dropped."""
+def leave_forks(w: WorkerParts, keep: PathBranch | None = None) -> None:
+    """Every forked sequence becomes a parked branch instead of being dropped (``keep``: a
+    jump's target, which stays a branch)."""
     eng = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
@@ -104,13 +109,12 @@ def leave_forks(w: WorkerParts) -> None:
         if w.state.paths_shown:
             paths.park_fork(eng, seq)
             parked = eng.parked[seq]
-            _add(w, eng, parked.tokens[start:], parked.values[start:], "fork", seq)
+            _add(w, eng, parked.tokens[start:], parked.values[start:], "fork", seq, keep)
             continue
-        br = eng.branches[seq]
         tokens = eng.kv.tokens(seq)
-        values = [br.values.get(i, t) or eng.surprise.get(i, t) for i, t in enumerate(tokens)]
+        values = list(eng.run.picks_along(tokens, seq))  # its own, and its parent's before it
         eng.drop_seq(seq)
-        _add(w, eng, tokens[start:], values[start:], "fork", None)
+        _add(w, eng, tokens[start:], values[start:], "fork", None, keep)
     w.state.unforked()
 
 
@@ -128,8 +132,10 @@ def leave_pick(w: WorkerParts, forced: int) -> None:
     source = eng.records.get(eng.logits_record) if eng.logits_record is not None else None
     p, entropy = pick_p(eng.logits, source, pick)
     chain = eng.preview()
-    value = Surprise(pick, p, chain.p_final(pick), entropy, False)
-    values = eng.surprise.along(eng.tokens)[start:]
+    cuts = tuple((st.name, st.n) for st in chain.stages)
+    # the pick the chain would have made: written to the record if a jump takes this path
+    value = Pick(0, eng.n_past, pick, p, chain.p_final(pick), entropy, False, eng.chain.seed, cuts, eng.logits_record)
+    values = list(eng.run.picks_along(eng.tokens))[start:]
     _add(w, eng, [*tokens, pick], [*values, value], "force", None)
 
 
@@ -144,10 +150,9 @@ def jump(w: WorkerParts, branch_id: int) -> None:
         raise TokenstepError(f"there is no path {branch_id} in this turn.")
     start, _ = _reply(w)
     if eng.branches:
-        leave_forks(w)
-    leave_live(w, "jump", keep=b.seq)
-    if b in s.paths:  # else the live reply contained it and took its place (a drafted round)
-        s.paths.remove(b)
+        leave_forks(w, keep=b)
+    leave_live(w, "jump", keep=b)  # b stays a branch even where the live reply contains it
+    s.paths.remove(b)
     full = eng.tokens[:start] + list(b.tokens)
     got = paths.restore(eng, full, b.seq, [None] * start + list(b.values))
     if b.seq is not None and b.seq in eng.parked:
@@ -215,9 +220,10 @@ def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
             continue
         raw = list(d.get("values", []))[: len(tokens)]
         raw += [None] * (len(tokens) - len(raw))
-        values = [
-            None if v is None else Surprise(t, float(v[0]), v[1], float(v[2]), False)
-            for t, v in zip(tokens, raw, strict=True)
+        start = w.state.reply_start or 0
+        values = [  # from disk: no seed, chain cuts or record were saved (seed -1)
+            None if v is None else Pick(0, start + j, t, float(v[0]), v[1], float(v[2]), False, -1, (), None)
+            for j, (t, v) in enumerate(zip(tokens, raw, strict=True))
         ]
         _add(w, eng, tokens, values, str(d.get("how", "rewind")), None)
     return len(w.state.paths)
@@ -254,7 +260,7 @@ def _row(
     id: int,
     how: str,
     tokens: tuple[int, ...],
-    values: tuple[Surprise | None, ...],
+    values: tuple[Pick | None, ...],
     others: list[tuple[int, tuple[int, ...]]],
     seq: int | None,
 ) -> PathRow:

@@ -64,6 +64,9 @@ def step(w: WorkerParts, run: SpecRun, ended: Callable[[WorkerParts], None]) -> 
         ended(w)
 
 
+# The commands that leave a pick waiting for the next batch (the one place that says so: an
+# observer's call is a ``Look``); a rewind and a new chat drop it, every other command that
+# may work on the context decodes it first.
 KEEPS_PENDING = (
     cmd_types.Step,
     cmd_types.TogglePlay,
@@ -83,6 +86,7 @@ KEEPS_PENDING = (
     cmd_types.AttentionHead,
     cmd_types.SpecRow,
     cmd_types.SpecStage,
+    cmd_types.Look,
 )
 
 
@@ -101,7 +105,7 @@ def settle_before(w: WorkerParts, run: SpecRun, cmd: cmd_types.Command) -> None:
         return
     if isinstance(cmd, (cmd_types.Rewind, cmd_types.NewChat)):
         drop(run)
-    elif not isinstance(cmd, KEEPS_PENDING) and not getattr(cmd, "looks", False):
+    elif not isinstance(cmd, KEEPS_PENDING):
         settle(w, run)  # looking (attention, the lens, its grid) never decodes the pick
 
 

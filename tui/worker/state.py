@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from ..engine.model import secret
 from ..engine.model.chat import Message
+from ..engine.run_record import Pick as RecordPick
 from ..engine.step import StepRecord
-from ..engine.surprise import Surprise
 from ..engine.verify import VerifyResult
 from .playback import Playback
 from .stages import BATCH, DECODE, LOGITS
@@ -31,7 +31,7 @@ class Span:
 class PathBranch:
     id: int
     tokens: tuple[int, ...]  # the reply's tokens on this path (after reply_start)
-    values: tuple[Surprise | None, ...]  # per token: p, p', entropy (None: not known)
+    values: tuple[RecordPick | None, ...]  # per token: its pick in the record (None: not known)
     how: str  # what left it: "rewind", "force", "fork" or "jump"
     seq: int | None = None  # the parked sequence holding its cells (None: decode again)
 
@@ -202,7 +202,7 @@ class State:
     def add_path(
         self,
         tokens: tuple[int, ...],
-        values: tuple[Surprise | None, ...],
+        values: tuple[RecordPick | None, ...],
         how: str,
         seq: int | None,
     ) -> None:

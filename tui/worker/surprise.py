@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.surprise import perplexity
+from ..engine.surprise import along, perplexity
 
 if TYPE_CHECKING:
     from .parts import WorkerParts
@@ -79,6 +79,9 @@ class SurpriseView:
     n_vocab: int = 0
     n_embd: int = 0
     scores_prompts: bool = True  # False over llama-server: a prompt never gets a p there
+    # context indices whose pick saw only the server's top K (the record's partial picks):
+    # p is the server's, the entropy an upper bound
+    partial: frozenset[int] = frozenset()
 
     @property
     def extra_bytes(self) -> int:
@@ -103,9 +106,11 @@ def catch_up(w: WorkerParts) -> int:
 def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
     s, eng = w.state, w.engine
     catch_up(w)
-    vals = tuple(
-        None if v is None else (v.p, v.p_final, v.entropy) for v in eng.surprise.along(tokens)
+    vals = tuple(  # a pick's values are the record's; a prompt token's its score
+        None if v is None else (v.p, v.p_final, v.entropy) for v in along(eng.run, eng.surprise, tokens)
     )
+    picks = eng.run.picks_along(list(tokens))
+    partial = frozenset(i for i, pk in enumerate(picks) if pk is not None and pk.partial)
     start = s.reply_start if s.reply_start is not None else len(tokens)
     prompt = [v[0] for v in vals[:start] if v is not None]
     ctx = w.observers.ctx
@@ -119,4 +124,5 @@ def surprise_view(w: WorkerParts, tokens: Sequence[int]) -> SurpriseView:
         eng.info.n_vocab,
         eng.info.n_embd,
         w.observers.local,
+        partial,
     )

@@ -116,6 +116,7 @@ class Worker:
             cmd_types.PathsShown: lambda c: self.state.show_paths(c.shown),
             **spec_commands(self),
             cmd_types.Call: lambda c: c.fn(),
+            cmd_types.Look: lambda c: c.fn(),
         }
 
     # -- the UI side ---------------------------------------------------------------------------

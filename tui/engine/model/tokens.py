@@ -106,13 +106,8 @@ class Vocab:
 
     def piece(self, token: int) -> bytes:
         """``llama_token_to_piece`` with special tokens rendered as their text."""
-        cached = self._pieces.get(token)
-        if cached is not None:
+        if (cached := known_piece(self._pieces, token, self.n_vocab)) is not None:
             return cached
-        if not 0 <= token < self.n_vocab:
-            raise TokenstepError(
-                f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})."
-            )
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self.ptr, token, buf, len(buf), 0, True)
         if n < 0:
@@ -162,3 +157,12 @@ def visible(s: str, *, space: bool = True) -> str:
         else:
             out.append(repr(ch)[1:-1])
     return "".join(out)
+
+
+def known_piece(pieces: dict[int, bytes], token: int, n_vocab: int) -> bytes | None:
+    """``token``'s piece if ``pieces`` holds it, else None; an id outside the vocabulary is
+    one sentence (a vocabulary's ``piece`` asks this before it asks llama.cpp or a server)."""
+    cached = pieces.get(token)
+    if cached is None and not 0 <= token < n_vocab:
+        raise TokenstepError(f"token id {token} is outside the vocabulary (0..{n_vocab - 1}).")
+    return cached

@@ -270,10 +270,10 @@ class ObserverContext:
     def _note(self, index: int, value: Surprise) -> None:
         """A prompt token's p goes to the engine's surprise map, unless the token was picked
         there (its p and p' came with the pick)."""
-        surprise = self.main.surprise
-        toks = self.main.tokens
-        if index < len(toks) and toks[index] == value.token and surprise.get(index, value.token) is None:
-            surprise.note(index, value)
+        main = self.main
+        toks = main.tokens
+        if index < len(toks) and toks[index] == value.token and main.run.pick_at(index, value.token) is None:
+            main.surprise.note(index, value)
 
     # -- reading it ----------------------------------------------------------------------------
     def record_for(self, main_index: int | None) -> StepRecord | None:

@@ -12,7 +12,8 @@ A prefill is the same request (``n_predict: 0`` still samples one token on this 
 ``n_predict: 1`` never decodes it): one request, one evaluation of what the slot lacks.
 
 Two picks: tokenstep's own chain and seeded RNG on the server's top K (the default), or the
-server's own pick from the same request (its RNG restarts at every request).
+server's own pick from the same request (its RNG restarts at every request); both, and the
+state they read, are :mod:`remote_pick`'s. Here: the connection, the requests and the loop.
 
 Panes that need a local context (KV cells, attention, graph, verify, forks, the lens) read
 :attr:`RemoteBackend.capabilities` and say why they are empty. DRY and grammars need the
@@ -33,14 +34,15 @@ from ..model.errors import ContextFullError, TokenstepError
 from ..model.kvcache import KVLayout, KVMirror
 from ..model.work import WorkCounter
 from ..records import RecordLog
-from ..run_record import Clear, Decode, Rewind, RunRecord, Turn
-from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings, top_stats
-from ..step import Candidate, PrefillTurn, Sampled, ShiftEvent, StepRecord
+from ..run_record import Clear, Decode, RunRecord, Turn
+from ..sampler.sampling import SamplerChain, SamplerSettings, top_stats
+from ..step import Candidate, PrefillTurn, ShiftEvent, StepRecord
 from ..surprise import SurpriseLog
 from ..trace import record_to_dict
 from ..wire.remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
-from ..wire.remote_step import PICKS, ServerStep, ask_native, chain_exactness, fill_row, top_probs
-from .remote_chain import NoLocalContext, chain_for, pick_exactness
+from ..wire.remote_step import PICKS, ServerStep, ask_native, fill_row
+from .remote_chain import chain_for
+from .remote_pick import RemotePick
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 
 if TYPE_CHECKING:
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 DEFAULT_N_PROBS = 100
 
 
-class RemoteBackend(NoLocalContext):
+class RemoteBackend(RemotePick):
     """llama-server, stepped one request per token. Not thread-safe (one worker owns it)."""
 
     info: ModelInfo  # set by _connect, as n_ctx, vocab and props
@@ -100,7 +102,7 @@ class RemoteBackend(NoLocalContext):
         self.kv_reports: list[Any] = []
         self.kv_bytes_used = self.kv_bytes_allocated = 0
         self.records = RecordLog(lambda rec: record_to_dict(self, rec))
-        self.surprise = SurpriseLog()  # none kept over HTTP (only a row's top K): no guesses
+        self.surprise = SurpriseLog()  # prompt scores: none over HTTP (no prompt rows come)
         self.run = RunRecord()  # the one record of the run (run_record.py): panes read it
         self.score_prompt = False
         self.logits_memory = LogitsMemory()
@@ -129,54 +131,6 @@ class RemoteBackend(NoLocalContext):
         """One ``POST /completion``: the checked answer and each candidate's (id, bytes)."""
         return ask_native(self, prompt, reuse)
 
-    # -- state -----------------------------------------------------------------------------------
-    @property
-    def tokens(self) -> list[int]:
-        return self.kv.tokens(0)
-
-    @property
-    def n_past(self) -> int:
-        return self.kv.count(0)
-
-    @property
-    def logits(self) -> Any:
-        return self.logits_memory.logits
-
-    @property
-    def logits_record(self) -> int | None:
-        return self.logits_memory.record
-
-    @property
-    def unsent_pick(self) -> int | None:
-        """The token picked at this position whose request failed (the next step sends it
-        again, so the seeded RNG does not advance twice); None when nothing is waiting."""
-        pending = self._pending
-        if pending is None or pending[:2] != (self.n_past, self.logits_record):
-            return None
-        return pending[2]
-
-    def exactness(self, settings: SamplerSettings | None = None) -> str | None:
-        """Why tokenstep's pick on the current top K may differ from the full vocabulary."""
-        rec = self.records.get(self.logits_record) if self.logits_record is not None else None
-        if rec is None or not rec.top:
-            return None
-        probs = top_probs(rec.server)
-        return chain_exactness(settings or self.settings, probs, self.info.n_vocab)
-
-    @property
-    def generated(self) -> list[int]:
-        """The tokens generated (or forced) in this turn: what the grammar has accepted."""
-        toks = self.tokens
-        return toks[min(self.gen_start, len(toks)) :]
-
-    def _run(self, settings: SamplerSettings, *, commit: bool) -> ChainResult:
-        """The chain on the filled top-K row, with the history penalties and DRY see and the
-        turn's tokens the grammar has accepted, as the local engine runs it."""
-        assert self.chain is not None and self.logits is not None
-        return self.chain.run(
-            self.logits, settings, commit=commit, history=self.tokens, generated=self.generated
-        )
-
     # -- one request -----------------------------------------------------------------------------
     def _request(
         self,
@@ -186,6 +140,7 @@ class RemoteBackend(NoLocalContext):
         reuse: bool = True,
         reused_hint: int = 0,
         keep: int | None = None,
+        picks_from: int | None = None,
     ) -> StepRecord:
         """Send the first ``keep`` tokens of the context (all by default) plus ``new`` and
         record what came back for the next position. The context changes only once the server
@@ -217,7 +172,7 @@ class RemoteBackend(NoLocalContext):
         step.cache_lost = reuse and step.server_timings and step.cache_n < expected
         cache_n = step.cache_n
         index = len(self.records)
-        self._truncate(n_keep)
+        self._truncate(n_keep, picks_from)
         start = self.kv.last_pos(0) + 1
         call = DecodeCall(
             [BatchToken(tok, start + i, (0,), i == len(new) - 1) for i, tok in enumerate(new)],
@@ -239,7 +194,8 @@ class RemoteBackend(NoLocalContext):
         rec.entropy, rec.top = entropy, candidates
         self.logits_memory.set(row, index, self.n_past)
         self.records.append(rec)
-        self.run.note(Decode(index, "prompt" if phase == "prefill" else "step", phase, call.n_tokens, step.prompt_ms))
+        purpose = "prompt" if phase == "prefill" else "step"
+        self.run.note(Decode(index, purpose, phase, call.n_tokens, step.prompt_ms, self.n_past))
         self.work.add(index, step.prompt_n, [self.n_past], step.prompt_ms, phase)
         self.stop_reason = None
         return rec
@@ -272,77 +228,16 @@ class RemoteBackend(NoLocalContext):
         self.gen_start = self.n_past  # a new turn: its prompt is history, the grammar starts
         return [rec]
 
-    def _truncate(self, n_keep: int) -> None:
-        if n_keep >= self.n_past:
-            return
-        positions = self.kv.positions(0)
-        if n_keep == 0:
-            self.kv.clear()
-        else:
-            self.kv.seq_rm(0, positions[n_keep], -1)
-        self.logits_memory.truncate(n_keep)
-
     def ensure_logits(self) -> None:
         """After a rewind past the remembered rows: ask for the shorter prefix again."""
         if self.n_past == 0:
             raise TokenstepError("the context is empty: send a prompt first.")
-        self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
+        self._again()
 
-    def preview(self, settings: SamplerSettings | None = None) -> ChainResult:
-        if self.logits is None:
-            raise TokenstepError("there are no logits yet: send a prompt first.")
-        return self._run(settings or self.settings, commit=False)
-
-    def sample(self, force: int | None = None) -> Sampled:
-        """Stages 5 and 6: tokenstep's chain on the top K (or the server's own pick)."""
-        if self.logits is None or self.logits_record is None:
-            self.ensure_logits()
-        rec = self.records.get(self.logits_record) if self.logits_record is not None else None
-        if self.pick == "server" and force is None and rec is not None and rec.server:
-            if rec.server.pick_settings != self.settings.to_dict():
-                # The settings changed since that answer: ask the server again with them.
-                self._request([self.tokens[-1]], phase="decode", keep=self.n_past - 1)
-                rec = self.records.get(self.logits_record or 0)
-        logits = self.logits
-        assert logits is not None
-        settings = self.settings
-        pending = self._pending
-        if force is not None:
-            if not 0 <= force < self.info.n_vocab:
-                raise TokenstepError(f"token id {force} is outside the vocabulary.")
-            token, result = force, self._run(settings, commit=False)
-        elif pending is not None and pending[:2] == (self.n_past, self.logits_record):
-            # The last feed failed (the server was unreachable): retry the same pick, so a
-            # fault does not advance the seeded RNG twice.
-            token, result = pending[2], self._run(settings, commit=False)
-        elif self.pick == "server" and rec is not None and rec.server is not None:
-            result = self._run(settings, commit=False)
-            token = (
-                rec.server.server_pick if rec.server.server_pick is not None else result.selected
-            )
-        else:
-            result = self._run(settings, commit=True)
-            token = result.selected
-        eog = self.vocab.is_eog(token)
-        if rec is not None:
-            rec.note_pick(0, token, result, eog, forced=force is not None, settings=settings)
-            if rec.server is not None:
-                rec.server.pick = "forced" if force is not None else self.pick
-                rec.server.approx = self.exactness(settings) or pick_exactness(
-                    settings, rec.server.top_ids, result, token
-                )
-                if self.check_chain and force is None:
-                    from ..wire.remote_post import check_row
-
-                    rec.server.post_chain, rec.server.post_note = check_row(
-                        self, result, self.tokens
-                    )
-        if eog:
-            self.stop_reason = "end of generation"
-        return Sampled(0, token, result, logits, rec, force is not None, eog)
-
-    def sample_next(self, force: int | None = None) -> int:
-        return self.sample(force).token
+    def _again(self) -> StepRecord:
+        """The last token sent again: it comes back at its index, so its pick stays."""
+        n = self.n_past
+        return self._request([self.tokens[-1]], phase="decode", keep=n - 1, picks_from=n + 1)
 
     def feed(self, token: int) -> StepRecord | None:
         if self.n_past + 1 >= self.n_ctx:  # the server refuses a prompt that fills its slot
@@ -360,8 +255,7 @@ class RemoteBackend(NoLocalContext):
     def rewind(self, n: int = 1) -> int:
         n = max(0, min(n, self.n_past - 1))
         if n:
-            self._truncate(self.n_past - n)
-            self.run.note(Rewind(n, self.n_past))
+            self._truncate(self.n_past - n)  # the record notes the Rewind
             self.gen_start = min(self.gen_start, self.n_past)
             self.stop_reason = None
         return n

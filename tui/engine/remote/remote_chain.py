@@ -22,13 +22,17 @@ import numpy as np
 from ..backend import Capabilities
 from ..model.errors import TokenstepError
 from ..model.local_vocab import LocalVocab, ServerVocab, check_same_vocab
+from ..run_record import Pick, Rewind, RunRecord
 from ..sampler.chain_stages import STAGES, needs_vocab, vocab_refusal
 from ..sampler.grammar import check_grammar
-from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
+from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings, softmax
 from .remote_vocab import remote_capabilities
 
 if TYPE_CHECKING:
+    from ..logits import LogitsMemory
+    from ..model.kvcache import KVMirror
     from ..model.model import ModelInfo
+    from ..step import StepRecord
 
 
 class NoLocalContext:
@@ -39,10 +43,30 @@ class NoLocalContext:
     settings: SamplerSettings
     score_prompt: bool
     info: ModelInfo
+    kv: KVMirror  # the tokens the server's slot should hold
+    logits_memory: LogitsMemory
+    run: RunRecord
 
     def use_chat_template(self, template: str) -> None:
         """Format chats with ``template`` (as :meth:`Engine.use_chat_template`)."""
         self.info = dataclasses.replace(self.info, chat_template=template)
+
+    @property
+    def n_past(self) -> int:
+        return self.kv.count(0)
+
+    def _truncate(self, n_keep: int, picks_from: int | None = None) -> None:
+        """Keep ``n_keep`` tokens; the record drops picks from ``picks_from`` (prompt.truncate)."""
+        n_past = self.n_past
+        if n_keep >= n_past:
+            return
+        positions = self.kv.positions(0)
+        if n_keep == 0:
+            self.kv.clear()
+        else:
+            self.kv.seq_rm(0, positions[n_keep], -1)
+        self.logits_memory.truncate(n_keep)
+        self.run.note(Rewind(n_past - n_keep, n_keep, picks_from))
 
     def score_prompts(self, on: bool) -> None:
         """Kept for the surprise map's wording: a server's prompt rows have no logits here."""
@@ -200,3 +224,19 @@ def pick_exactness(
                 "negative one, and the server sends logprobs (all ≤ 0), never the logits' sign"
             )
     return None
+
+
+def server_pick(
+    rec: StepRecord, index: int, token: int, result: ChainResult, forced: bool, seed: int, row: np.ndarray
+) -> Pick:
+    """The record's pick over llama-server, with what the answer had: p is the server's own
+    probability of the token (its top K's logprob), else the filled ``row``'s share of the
+    rest; the entropy is the row's upper bound; marked partial."""
+    server = rec.server
+    p: float | None = None
+    if server is not None and token in server.top_ids:
+        p = float(np.exp(server.top_logprobs[server.top_ids.index(token)]))
+    if p is None:
+        p = float(softmax(row)[token])
+    cuts = tuple((st.name, st.n) for st in result.stages)
+    return Pick(0, index, token, p, result.p_final(token), rec.entropy, forced, seed, cuts, rec.index, True)

@@ -12,8 +12,9 @@ import os
 from typing import Any
 
 from ..backend import Capabilities
-from ..model.errors import TokenstepError, one_line
+from ..model.errors import one_line
 from ..model.model import ModelInfo
+from ..model.tokens import known_piece
 from ..wire.remote_http import ServerClient
 from ..wire.remote_reply import read_detokenized, read_health, read_models, read_props, read_tokens
 from ..wire.remote_step import EOG_NAMES
@@ -66,13 +67,8 @@ class RemoteVocab:
         self._pieces[token] = piece
 
     def piece(self, token: int) -> bytes:
-        cached = self._pieces.get(token)
-        if cached is not None:
+        if (cached := known_piece(self._pieces, token, self.n_vocab)) is not None:
             return cached
-        if not 0 <= token < self.n_vocab:
-            raise TokenstepError(
-                f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})."
-            )
         reply = self.client.post("/detokenize", {"tokens": [token]})
         self._pieces[token] = read_detokenized(self.client.url, reply.body)
         return self._pieces[token]

@@ -107,13 +107,15 @@ class _Reader:
     def fail(path: str, msg: str) -> SchemaError:
         return SchemaError(f"JSON schema error at {path}: {msg}")
 
-    def count(self, schema: dict, key: str, path: str, default: int) -> int:
-        if key not in schema:
-            return default
-        v = schema[key]
-        if not is_int(v) or v < 0:
-            raise self.fail(path, f"{key} must be a non-negative integer")
-        return int(min(v, 2**31 - 1))
+    def counts(self, schema: dict, what: str, path: str) -> tuple[int, int]:
+        """``min<what>`` and ``max<what>`` (Items, Length): 0 and -1 (no limit) when absent."""
+        out = []
+        for key, default in ((f"min{what}", 0), (f"max{what}", -1)):
+            v = schema.get(key, default)
+            if key in schema and (not is_int(v) or v < 0):
+                raise self.fail(path, f"{key} must be a non-negative integer")
+            out.append(int(min(v, 2**31 - 1)))
+        return out[0], out[1]
 
     def bound(self, schema: dict, key: str, path: str, round_up: bool) -> int:
         v = schema[key]
@@ -206,8 +208,7 @@ class _Reader:
                     "tuple", [self.node(x, f"{path}/{key}/{i}") for i, x in enumerate(items)]
                 )
             node.items = self.node(items, f"{path}/{key}")
-        node.min_items = self.count(schema, "minItems", path, 0)
-        node.max_items = self.count(schema, "maxItems", path, -1)
+        node.min_items, node.max_items = self.counts(schema, "Items", path)
         return node
 
     def string(self, schema: dict, path: str) -> Node:
@@ -217,8 +218,7 @@ class _Reader:
                 raise self.fail(path, "pattern must be a string")
             node.pattern = schema["pattern"]
         node.format = self.format(schema, path)
-        node.min_length = self.count(schema, "minLength", path, 0)
-        node.max_length = self.count(schema, "maxLength", path, -1)
+        node.min_length, node.max_length = self.counts(schema, "Length", path)
         return node
 
     def integer(self, schema: dict, path: str) -> Node:

@@ -224,12 +224,11 @@ class Speculator:
         rec.top, rec.entropy = spec.rows[last_row].top, spec.rows[last_row].entropy
         rec.chain = spec.rows[last_row].chain
         rec.sampled = picks[-1]
-        kept = engine.surprise.get(n_keep, picks[-1])
         spec.removed = engine.n_past - n_keep
-        truncate(engine, n_keep)  # the rejected tail leaves the cache (llama_memory_seq_rm)
+        # The rejected tail leaves the cache (llama_memory_seq_rm); the last pick, at index
+        # n_keep, waits to be decoded and keeps its place in the record.
+        truncate(engine, n_keep, picks_from=n_keep + 1)
         engine.logits_memory.set(logits, rec.index, n_keep)
-        if kept is not None:
-            engine.surprise.note(n_keep, kept)
         rec.n_ctx_tokens, rec.kv_used = engine.n_past, engine.kv.used
         rec.kv_bytes = engine.kv_bytes_used
         spec.draft_removed = self._keep(engine)
