@@ -14,7 +14,20 @@ from pathlib import Path
 
 import tui
 
-OWNERS = {"Engine", "EngineParts", "Worker", "WorkerParts", "Backend"}
+
+def _parts_protocols() -> set[str]:
+    """Every protocol a stage or a command is handed the session or the worker as: the
+    classes of ``engine/parts.py`` and ``worker/parts.py`` (one per stage module)."""
+    root = Path(tui.__file__).parent
+    return {
+        c.name
+        for part in ("engine/parts.py", "worker/parts.py")
+        for c in ast.parse((root / part).read_text(encoding="utf-8")).body
+        if isinstance(c, ast.ClassDef) and c.name.endswith("Parts")
+    }
+
+
+OWNERS = {"Engine", "Worker", "Backend", "LocalSession", *_parts_protocols()}
 # Every write into a handed engine or worker now goes through the owner's method (the
 # surprise map's flag too: ``score_prompts``, on the Engine and on ``NoLocalContext``).
 KNOWN: set[tuple[str, str]] = set()
@@ -61,6 +74,15 @@ def _follow(fn: ast.AST, handed: set[str], source) -> set[str]:
 
 
 def _engine_of(value: ast.expr, handed: set[str]) -> bool:
+    """``w.engine``, ``w.engine.local`` or ``w.require(...)`` (the local session) of a handed ``w``."""
+    if isinstance(value, ast.Attribute) and value.attr == "local":
+        value = value.value
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "require"
+    ):
+        return isinstance(value.func.value, ast.Name) and value.func.value.id in handed
     return (
         isinstance(value, ast.Attribute)
         and value.attr == "engine"
@@ -152,6 +174,10 @@ def test_the_check_finds_a_write():
     src = "def f(engine: Engine, w: Worker):\n    engine.stop_reason = None\n    w.picks += 1\n"
     src += "def g(w: 'WorkerParts'):\n    s, eng = w.state, w.engine\n    eng.gen_start = 0\n"
     assert handed_writes(src) == [(2, "stop_reason"), (3, "picks"), (6, "gen_start")]
+    # the local session behind a backend is the engine too (w.engine.local, w.require(...))
+    src = "def h(w: WorkerParts):\n    eng = w.engine.local\n    eng.gen_start = 0\n"
+    src += "    loc = w.require('fork')\n    loc.stop_reason = None\n"
+    assert handed_writes(src) == [(3, "gen_start"), (5, "stop_reason")]
 
 
 def test_no_module_writes_into_the_engine_or_the_worker_it_was_handed():

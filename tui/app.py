@@ -30,7 +30,7 @@ from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_actions import AppActions
-from .engine.session import Engine
+from .engine.backend import Backend
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
 from .widgets.busy import BusyBar
@@ -69,7 +69,7 @@ class TokenstepApp(AppActions):
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Backend,
         *,
         raw: bool = False,
         prefix_cache: bool = True,
@@ -342,8 +342,7 @@ class TokenstepApp(AppActions):
         except (NoMatches, IndexError):  # the app is closing
             return
         pane = getattr(self.focused, "id", None)  # tab 6, c or w take some keys for themselves
-        v = self.view  # a round has run (--spec-type): the bar shows its keys too
-        bar.set_context(chat.has_focus, bool(v and v.header.queued), pane, bool(v and v.header.spec))
+        bar.set_context(chat.has_focus, pane, self.view)  # queued, --spec-type, the backend
 
     async def run_action(
         self,

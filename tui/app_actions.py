@@ -18,6 +18,7 @@ from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_keys import KeyRouting
 from .app_tabs import tabstrip
+from .engine.backend import LOCAL
 from .widgets.attention import AttentionPane
 from .widgets.busy import BusyBar
 from .widgets.help import HelpScreen
@@ -299,7 +300,8 @@ class AppActions(KeyRouting):
             self.screen.dismiss(None)
             return
         path = self.worker.autosave_path
-        self.push_screen(HelpScreen(str(path) if path else None))
+        caps = self.view.capabilities if self.view is not None else LOCAL
+        self.push_screen(HelpScreen(str(path) if path else None, caps))
 
     _quitting = False
     quit_now = False  # a second Ctrl+Q: do not wait for the decode thread

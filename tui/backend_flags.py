@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
+    from .engine.backend import Backend
     from .engine.sampler.sampler_settings import SamplerSettings
-    from .engine.session import Engine
 
 
 def server_flags(p: argparse.ArgumentParser) -> None:
@@ -249,9 +249,9 @@ def ignored_over_server(args: argparse.Namespace) -> str | None:
     )
 
 
-def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Engine:
-    """A RemoteBackend for --server. It provides every field the worker and ``trace`` read
-    from a local Engine (what it cannot do, its capabilities refuse), hence the cast."""
+def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Backend:
+    """A RemoteBackend (or OpenAIBackend) for --server: the worker and ``trace`` drive it
+    through the Backend protocol; what it cannot do, its capabilities leave out."""
     from .engine.model.local_vocab import LocalVocab
     from .engine.remote.openai_backend import api_key_from
     from .engine.remote.remote import RemoteBackend
@@ -276,18 +276,15 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
                 "--server-chain-check reads llama-server's native post_sampling_probs; "
                 "/v1/completions has none."
             )
-        return cast(
-            "Engine",
-            OpenAIBackend(
-                args.server,
-                settings,
-                n_probs=args.n_probs or DEFAULT_OPENAI_N_PROBS,
-                pick=args.pick,
-                timeout=timeout,
-                local_vocab=local_vocab,
-                model=getattr(args, "server_model", None),
-                api_key=key,
-            ),
+        return OpenAIBackend(
+            args.server,
+            settings,
+            n_probs=args.n_probs or DEFAULT_OPENAI_N_PROBS,
+            pick=args.pick,
+            timeout=timeout,
+            local_vocab=local_vocab,
+            model=getattr(args, "server_model", None),
+            api_key=key,
         )
     backend = RemoteBackend(
         args.server,
@@ -300,4 +297,4 @@ def remote_from_args(args: argparse.Namespace, settings: SamplerSettings) -> Eng
         check_chain=getattr(args, "server_chain_check", False),
         api_key=key,
     )
-    return cast("Engine", backend)
+    return backend

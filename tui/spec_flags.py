@@ -16,7 +16,7 @@ from .engine.model.errors import TokenstepError
 from .engine.sampler.bounds import INT32_MAX
 
 if TYPE_CHECKING:
-    from .engine.session import Engine
+    from .engine.backend import Backend
     from .engine.spec.spec_verify import Speculator
 
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
@@ -137,7 +137,7 @@ def check_spec(args: argparse.Namespace) -> str:
     return kind
 
 
-def speculator_from_args(args: argparse.Namespace, engine: Engine) -> Speculator | None:
+def speculator_from_args(args: argparse.Namespace, engine: Backend) -> Speculator | None:
     """The speculator for ``engine`` (None without --spec-type); the draft model loads here."""
     kind = check_spec(args)
     if kind == "none":
@@ -155,9 +155,12 @@ def speculator_from_args(args: argparse.Namespace, engine: Engine) -> Speculator
         return Speculator(NgramDrafter(ngram))
     from .engine.spec.spec_draft import DraftSimple
 
+    local = engine.local
+    if local is None:  # refused with --server before connecting
+        raise TokenstepError(f"--spec-type {engine.capabilities.missing('fork')}.")
     return Speculator(
         DraftSimple(
-            engine,
+            local,
             args.model_draft,
             n_max=args.spec_draft_n_max,
             n_min=args.spec_draft_n_min,

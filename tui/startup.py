@@ -13,10 +13,10 @@ from typing import Any
 from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
+from .engine.backend import Backend
 from .engine.model.chat_template import CHATML
 from .engine.model.errors import TokenstepError
 from .engine.model.model import system_info
-from .engine.session import Engine
 from .spec_flags import speculator_from_args
 from .trace_cli import engine_from_args
 from .worker import session_store
@@ -32,7 +32,7 @@ def app_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepApp:
+def build_app(engine: Backend, args: argparse.Namespace, **kw: Any) -> TokenstepApp:
     """The app for these flags: the chat template (ChatML when the model has none, said at
     start-up) and the system prompt."""
     fallback = not args.raw and not engine.info.chat_template
@@ -57,7 +57,7 @@ def build_app(engine: Engine, args: argparse.Namespace, **kw: Any) -> TokenstepA
     return app
 
 
-def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace) -> None:
+def start_observers(app: TokenstepApp, engine: Backend, args: argparse.Namespace) -> None:
     """``--attention`` (or a resumed session that had it on): the capture starts on, in an
     observer context of its own; the run's context is made as if nobody looked."""
     layers = getattr(args, "attention", None)
@@ -68,7 +68,7 @@ def start_observers(app: TokenstepApp, engine: Engine, args: argparse.Namespace)
 
 
 def start_notes(
-    app: TokenstepApp, engine: Engine, crashed: str | None, ignored: str | None = None
+    app: TokenstepApp, engine: Backend, crashed: str | None, ignored: str | None = None
 ) -> None:
     """The lines start-up owes the user, before the notice already set (the ChatML fallback,
     a resumed session's): the last run's crash, flags --server ignores, and extra buffers

@@ -84,7 +84,7 @@ def offload_from_args(args: argparse.Namespace) -> Offload:
     return off
 
 
-def engine_from_args(args: argparse.Namespace, *, observers: bool = True) -> Engine:
+def engine_from_args(args: argparse.Namespace, *, observers: bool = True) -> Backend:
     """Validate every flag first (cheap), then load the model and create the context (or, with
     --server, connect to llama-server). ``observers=False`` (the app): the context gets no
     eval callback and keeps its flash attention; the app's observers run in a context of
@@ -158,7 +158,7 @@ def graph_observers(args: argparse.Namespace, n_layer: int) -> list:
     return []
 
 
-def prompt_tokens(engine: Engine, text: str, *, chat: bool, special: bool) -> list[int]:
+def prompt_tokens(engine: Backend, text: str, *, chat: bool, special: bool) -> list[int]:
     if not text.strip():
         raise TokenstepError("the prompt is empty.")
     if chat:
@@ -215,10 +215,11 @@ def trace_main(args: argparse.Namespace) -> int:
         if getattr(args, "lens", False):  # the capture's modules load only with --lens
             from .engine.observe.lens_capture import find_lens
 
-            lens = find_lens(engine)
+            local = engine.local  # --lens with --server is refused before connecting
+            lens = find_lens(local) if local is not None else None
         for rec in generate_records(engine, spec, args.n_predict, toks):
-            if lens is not None:  # the token generated joins llama.cpp's top-1 in lens_check
-                lens.note_pick(engine, rec)
+            if lens is not None and local is not None:  # the token joins llama.cpp's top-1
+                lens.note_pick(local, rec)
             out.write(secret.redact(trace.dumps(engine, rec)) + "\n")
             if getattr(args, "events", False):  # the app's own record, through its serializer
                 seen = write_events(out, engine, seen)
@@ -246,17 +247,20 @@ def write_events(out: IO[str], engine: Backend, seen: int) -> int:
 
 
 def generate_records(
-    engine: Engine, spec: Speculator | None, n_predict: int, toks: list[int]
+    engine: Backend, spec: Speculator | None, n_predict: int, toks: list[int]
 ) -> Iterator[StepRecord]:
     """The loop's records, or with --spec-type one record per draft-verify round."""
     if spec is None:
         return loop.generate(engine, n_predict, toks)
     from .engine.spec import spec_verify
 
-    return spec_verify.generate(engine, spec, n_predict, toks)
+    local = engine.local
+    if local is None:  # --spec-type with --server is refused before connecting
+        raise TokenstepError(f"--spec-type {engine.capabilities.missing('fork')}.")
+    return spec_verify.generate(local, spec, n_predict, toks)
 
 
-def stopped_early(engine: Engine, n_sampled: int, n_predict: int) -> str:
+def stopped_early(engine: Backend, n_sampled: int, n_predict: int) -> str:
     """The one line ``trace`` writes to stderr when it stops before -n tokens (the exit code
     stays 0: stopping is the loop's rule, not an error)."""
     why = engine.stop_reason or ""

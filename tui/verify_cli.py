@@ -7,12 +7,6 @@ import argparse
 import sys
 
 from .args import read_prompt
-from .engine import Engine, TokenstepError
-from .engine.model.tokens import display_bytes
-from .engine.spec.spec_verify import Speculator
-from .engine.step import StepRecord
-from .engine.verify import VerifyResult
-from .spec_flags import check_spec, speculator_from_args
 from .trace_cli import (
     _safe,
     config_from_args,
@@ -21,6 +15,13 @@ from .trace_cli import (
     prompt_tokens,
     settings_from_args,
 )
+from .engine import TokenstepError
+from .engine.backend import Backend
+from .engine.model.tokens import display_bytes
+from .engine.spec.spec_verify import Speculator
+from .engine.step import StepRecord
+from .engine.verify import VerifyResult
+from .spec_flags import check_spec, speculator_from_args
 
 
 def spec_summary(spec: Speculator) -> str:
@@ -52,7 +53,11 @@ def verify_main(args: argparse.Namespace) -> int:
     text = read_prompt(args)
     if not text.strip():
         raise TokenstepError("the prompt is empty.")
-    engine = engine_from_args(args)
+    backend = engine_from_args(args)
+    engine = backend.local
+    if engine is None:  # --server is refused above; a backend without a context is too
+        backend.close()
+        raise TokenstepError(f"verify {backend.capabilities.missing('verify')}.")
     out = sys.stdout
     bad = 0
     flips = 0
@@ -131,7 +136,7 @@ def verify_header() -> str:
     )
 
 
-def verify_row(engine: Engine, i: int, rec: StepRecord, res: VerifyResult) -> str:
+def verify_row(engine: Backend, i: int, rec: StepRecord, res: VerifyResult) -> str:
     """One row of ``verify``: the token generated from this record's logits (the one
     ``trace`` prints as ``sampled``), llama.cpp's top-1 beside it where the sampler picked
     another, then the cached logits against the fresh recomputation (max and mean |Δ|, and

@@ -1,7 +1,9 @@
 """The backend seam: what the decode worker needs from whatever computes the logits.
 
 The worker (``tui/worker``) never asks which class it drives. It asks :attr:`Backend.capabilities`
-and talks through the methods below. The local llama.cpp :class:`~tui.engine.session.Engine`
+and talks through the methods below; what only a llama.cpp context in this process can do
+(forks, verify, prompt scoring, speculative rounds, the observers' replays) goes through
+:attr:`Backend.local`, a :class:`LocalSession`, which is None over a server. The local llama.cpp :class:`~tui.engine.session.Engine`
 is the first implementation; a remote llama-server backend is the second. A pane that needs
 something a backend cannot give (KV cells, attention weights, the compute graph, verify)
 reads the answer from the view and says why it is empty, instead of showing stale numbers.
@@ -15,13 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .parts import EngineParts
+
 if TYPE_CHECKING:
+    import numpy as np
+
+    from .model.context import EngineConfig
+    from .model.kvcache import KVLayout, KVLogReport, KVMirror
     from .model.model import ModelInfo
+    from .model.tokens import Vocab
     from .model.work import WorkCounter
     from .records import RecordLog
     from .run_record import RunRecord
-    from .sampler.sampling import ChainResult, SamplerSettings
+    from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
+    from .surprise import SurpriseLog
     from .verify import VerifyResult
 
 
@@ -68,7 +78,51 @@ class Backend(Protocol):
     def capabilities(self) -> Capabilities: ...
 
     @property
+    def local(self) -> LocalSession | None:
+        """The llama.cpp session in this process, None over a server: forks, verify, prompt
+        scoring, speculative rounds and the observers' replays need its context."""
+
+    @property
     def tokens(self) -> list[int]: ...
+
+    # what the panes read (a server backend has them too: an empty KV mirror, a zero layout)
+    @property
+    def vocab(self) -> Vocab: ...
+
+    @property
+    def config(self) -> EngineConfig: ...
+
+    @property
+    def flash_attn_resolved(self) -> str: ...
+
+    @property
+    def kv(self) -> KVMirror: ...
+
+    @property
+    def layout(self) -> KVLayout: ...
+
+    @property
+    def kv_bytes_used(self) -> int: ...
+
+    @property
+    def kv_bytes_allocated(self) -> int: ...
+
+    @property
+    def kv_reports(self) -> Sequence[KVLogReport]: ...
+
+    @property
+    def surprise(self) -> SurpriseLog: ...
+
+    @property
+    def chain(self) -> SamplerChain | None: ...
+
+    @property
+    def logits(self) -> np.ndarray | None: ...
+
+    @property
+    def logits_record(self) -> int | None: ...
+
+    def keep_count(self) -> int: ...
 
     @property
     def n_past(self) -> int: ...
@@ -97,20 +151,31 @@ class Backend(Protocol):
 
     def reset(self) -> None: ...
 
-    # several sequences
     @property
-    def seq_ids(self) -> list[int]: ...
+    def seq_ids(self) -> list[int]:  # [0] where nothing forks
+        ...
 
+    def close(self) -> None: ...
+
+
+class LocalSession(EngineParts, Backend, Protocol):
+    """A backend's llama.cpp session in this process (:attr:`Backend.local`): what forks,
+    verify, prompt scoring, speculative rounds and the observers' replays drive."""
+
+    stop_reason: str | None
+
+    @property
+    def flash_attn_note(self) -> str | None: ...
+
+    # several sequences (capability ``fork``)
     def fork(self, src: int = 0) -> int: ...
 
     def drop_seq(self, seq: int) -> None: ...
 
     def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None: ...
 
-    # exactness
+    # exactness (capability ``verify``)
     def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult: ...
-
-    def close(self) -> None: ...
 
 
 def describe(caps: Capabilities, wanted: Sequence[str]) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from .run_record import Decode
 from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import DecodeParts
 
 
-def run_decode(engine: EngineParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
+def run_decode(engine: DecodeParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
     """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
     b = engine.batch.fill(call)
     for obs in engine.observers:
@@ -56,7 +56,7 @@ def run_decode(engine: EngineParts, call: DecodeCall) -> tuple[float, dict[str, 
 
 
 def decode(
-    engine: EngineParts,
+    engine: DecodeParts,
     call: DecodeCall,
     *,
     phase: str = "decode",

@@ -1,10 +1,11 @@
-"""What the engine's stage modules are handed: the parts of one session, as a protocol.
+"""What the engine's stage modules are handed: the parts of one session, one protocol each.
 
-``prompt``, ``decode``, ``sequences``, ``shift``, ``paths`` and ``verify`` each run one
-stage on the session :class:`~tui.engine.session.Engine` puts together. They are typed with
-:class:`EngineParts`, not with ``Engine``, so none of them imports the module that imports
-them all (no import circle, not even one made only for type hints). This module imports only
-the engine's leaf records.
+``decode``, ``prompt``, ``paths``, ``shift``, ``sequences`` and ``verify`` each run one stage
+on the session :class:`~tui.engine.session.Engine` puts together, and the decode observers
+read it. Each is typed with its own protocol, naming only what that module touches (a stage
+that calls another's functions extends that one's protocol), not with ``Engine``: none of them
+imports the module that imports them all (no import circle, not even one made only for type
+hints). :class:`EngineParts` is all of them. This module imports only the engine's leaf records.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ if TYPE_CHECKING:
     from .surprise import SurpriseLog
 
 
+class ObservedParts(Protocol):
+    """What the decode observers (attention, lens, graph, cell map) read of the session."""
+
+    model: Model
+    info: ModelInfo
+    vocab: Vocab
+    kv: KVMirror
+
+    @property
+    def ctx(self) -> llama_cpp.llama_context_p: ...
+
+
 class DecodeObserver(Protocol):
     """Something that watches every ``llama_decode`` (e.g. the attention capture).
 
@@ -40,29 +53,17 @@ class DecodeObserver(Protocol):
 
     def configure(self, params: llama_cpp.llama_context_params) -> None: ...
 
-    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None: ...
+    def before_decode(self, engine: ObservedParts, call: DecodeCall) -> None: ...
 
     def after_decode(
-        self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]
+        self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]
     ) -> None: ...
 
 
-class EngineParts(Protocol):
-    """One session's parts as the stage modules use them (the Engine is the one maker)."""
+class DecodeParts(ObservedParts, Protocol):
+    """``decode``: the batch, the logits memory, the records and the observers of one call."""
 
-    # the model and its context
-    model: Model
-    info: ModelInfo
-    config: EngineConfig
-    vocab: Vocab
-    n_ctx: int
-    n_cells: int
-    type_k: int
-    type_v: int
-    flash_attn_resolved: str
-    # the decoder: the batch, the KV mirror, the logits memory, the records
     batch: LlamaBatch
-    kv: KVMirror
     logits_memory: LogitsMemory
     records: RecordLog
     replay: ReplayLog
@@ -70,26 +71,6 @@ class EngineParts(Protocol):
     work: WorkCounter
     observers: list[DecodeObserver]
     decode_gate: Callable[[], AbstractContextManager[object]] | None
-    score_prompt: bool
-    surprise: SurpriseLog
-    turns: list[PrefillTurn]
-    shifts: list[ShiftEvent]
-    # the sampler and the sequences
-    settings: SamplerSettings
-    chain: SamplerChain
-    gen_start: int
-    branches: dict[int, Branch]
-    parked: dict[int, Parked]
-
-    @property
-    def n_prompt(self) -> int:  # the first prompt's length (``--keep -1``)
-        ...
-
-    @property
-    def ctx(self) -> llama_cpp.llama_context_p: ...
-
-    @property
-    def tokens(self) -> list[int]: ...
 
     @property
     def n_past(self) -> int: ...
@@ -97,20 +78,25 @@ class EngineParts(Protocol):
     @property
     def kv_bytes_used(self) -> int: ...
 
+    def set_seq_logits(self, seq: int, logits: np.ndarray, record: int) -> None: ...
+
+
+class PromptParts(DecodeParts, Protocol):
+    """``prompt``: a prompt into the context, its turn, the prompt rows' surprise."""
+
+    config: EngineConfig
+    n_ctx: int
+    score_prompt: bool
+    surprise: SurpriseLog
+    turns: list[PrefillTurn]
+    branches: dict[int, Branch]
+    parked: dict[int, Parked]
+
+    @property
+    def tokens(self) -> list[int]: ...
+
     @property
     def logits(self) -> np.ndarray | None: ...
-
-    @property
-    def logits_record(self) -> int | None: ...
-
-    @property
-    def generated(self) -> list[int]: ...
-
-    @property
-    def seq_ids(self) -> list[int]: ...
-
-    @property
-    def stop_reason(self) -> str | None: ...
 
     def stopped(self, reason: str | None, seq: int = 0) -> None:
         """Generation ended for ``reason`` (None: it may go on); ``seq``: a fork's own."""
@@ -118,9 +104,14 @@ class EngineParts(Protocol):
     def first_prompt(self, n: int) -> None:
         """A prompt of ``n`` tokens went into an empty context (``--keep -1`` keeps it)."""
 
-    def set_seq_logits(self, seq: int, logits: np.ndarray, record: int) -> None: ...
 
-    def seq_logits(self, seq: int) -> np.ndarray | None: ...
+class PathParts(PromptParts, Protocol):
+    """``paths``: park, restore and drop the sequences of the paths not taken."""
+
+    n_cells: int
+
+    @property
+    def logits_record(self) -> int | None: ...
 
     def truncate(self, n_keep: int) -> None: ...
 
@@ -128,4 +119,54 @@ class EngineParts(Protocol):
 
     def ensure_logits(self) -> None: ...
 
+
+class ShiftParts(PathParts, Protocol):
+    """``shift``: llama.cpp's context shift, and the record of what it forgot."""
+
+    shifts: list[ShiftEvent]
+
+    @property
+    def n_prompt(self) -> int:  # the first prompt's length (``--keep -1``)
+        ...
+
+    @property
+    def seq_ids(self) -> list[int]: ...
+
+
+class SequenceParts(ShiftParts, Protocol):
+    """``sequences``: forks, each with its own sampler chain, stepped in one batch."""
+
+    settings: SamplerSettings
+    chain: SamplerChain
+    gen_start: int
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    def seq_logits(self, seq: int) -> np.ndarray | None: ...
+
     def new_chain(self, seed: int) -> SamplerChain: ...
+
+
+class VerifyParts(Protocol):
+    """``verify``: a second context like the session's, to recompute the context in."""
+
+    model: Model
+    info: ModelInfo
+    config: EngineConfig
+    n_cells: int
+    type_k: int
+    type_v: int
+    flash_attn_resolved: str
+    kv: KVMirror
+    shifts: list[ShiftEvent]
+    branches: dict[int, Branch]
+
+    @property
+    def logits_record(self) -> int | None: ...
+
+    def seq_logits(self, seq: int) -> np.ndarray | None: ...
+
+
+class EngineParts(SequenceParts, VerifyParts, Protocol):
+    """The whole session as its stages see it (the Engine is the one maker)."""

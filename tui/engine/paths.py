@@ -23,7 +23,7 @@ from .run_record import Restore as RunRestore
 from .step import Parked
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import PathParts
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Restored:
     common: int = 0  # tokens of sequence 0 kept as they were (their picks stay in the record)
 
 
-def holds(engine: EngineParts, seq: int | None, tokens: Sequence[int]) -> bool:
+def holds(engine: PathParts, seq: int | None, tokens: Sequence[int]) -> bool:
     """Does llama.cpp still hold ``tokens`` (a whole context, from position 0) in the cells of
     parked sequence ``seq``? Asked of llama.cpp itself: ``llama_memory_seq_pos_min`` and
     ``llama_memory_seq_pos_max`` of ``seq`` must span the positions those tokens were decoded
@@ -60,13 +60,13 @@ def holds(engine: EngineParts, seq: int | None, tokens: Sequence[int]) -> bool:
     return 0 <= lo <= pos[0] and hi >= pos[len(tokens) - 1]
 
 
-def free_seqs(engine: EngineParts) -> list[int]:
+def free_seqs(engine: PathParts) -> list[int]:
     """seq_ids neither forked nor parked."""
     used = set(engine.branches) | set(engine.parked)
     return [s for s in range(1, engine.config.n_seq_max) if s not in used]
 
 
-def park(engine: EngineParts) -> int | None:
+def park(engine: PathParts) -> int | None:
     """Copy sequence 0 into a free seq_id so its cells outlive a rewind; None when every seq_id
     is taken (the path can still be recomputed from its tokens)."""
     free = free_seqs(engine)
@@ -82,7 +82,7 @@ def park(engine: EngineParts) -> int | None:
     return seq
 
 
-def park_fork(engine: EngineParts, seq: int) -> None:
+def park_fork(engine: PathParts, seq: int) -> None:
     """A forked sequence stops being stepped but keeps its cells, as a parked path."""
     br = engine.branches.pop(seq)
     br.chain.free()
@@ -91,7 +91,7 @@ def park_fork(engine: EngineParts, seq: int) -> None:
     engine.parked[seq] = Parked(seq, tokens, br.logits, br.record, values)
 
 
-def drop(engine: EngineParts, seq: int) -> None:
+def drop(engine: PathParts, seq: int) -> None:
     """Forget a parked sequence: the cells only it still sees are freed."""
     if engine.parked.pop(seq, None) is None:
         return
@@ -99,12 +99,12 @@ def drop(engine: EngineParts, seq: int) -> None:
     engine.kv.seq_rm(seq, 0, -1)
 
 
-def drop_all(engine: EngineParts) -> None:
+def drop_all(engine: PathParts) -> None:
     for seq in list(engine.parked):
         drop(engine, seq)
 
 
-def make_room(engine: EngineParts, n: int) -> None:
+def make_room(engine: PathParts, n: int) -> None:
     """Drop parked sequences (oldest first) until ``n`` more cells fit in the cache."""
     for seq in list(engine.parked):
         if engine.kv.used + n <= engine.n_cells:
@@ -122,7 +122,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def restore(
-    engine: EngineParts,
+    engine: PathParts,
     tokens: list[int],
     seq: int | None = None,
     values: Sequence[Pick | None] | None = None,
@@ -152,7 +152,7 @@ def restore(
     return got
 
 
-def _from_parked(engine: EngineParts, parked: Parked, tokens: list[int], common: int) -> Restored:
+def _from_parked(engine: PathParts, parked: Parked, tokens: list[int], common: int) -> Restored:
     # Keep only the prefix whose cells the parked sequence shares: a cell sequence 0 decoded
     # again after parking sits at the same position as the parked one and must go.
     common = min(common, engine.kv.shared_prefix(0, parked.seq))

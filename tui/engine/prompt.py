@@ -20,10 +20,10 @@ from .step import PrefillTurn, StepRecord
 from .surprise import Surprise, score_rows
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import PromptParts
 
 
-def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
+def prefill(engine: PromptParts, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
     """Decode a prompt (after what is already in the context), split into n_batch calls."""
     if not tokens:
         raise TokenstepError("the prompt is empty: there is nothing to decode.")
@@ -42,7 +42,7 @@ def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[
     return _decode_prompt(engine, tokens, reused)
 
 
-def keep_in_order(engine: EngineParts, n_new: int = 0) -> int:
+def keep_in_order(engine: PromptParts, n_new: int = 0) -> int:
     """Before ``n_new`` tokens of sequence 0 are decoded one by one (0: none, after cells were
     copied in): decode its tail again first when they would otherwise land out of position
     order (see :mod:`tui.engine.model.kv_order`). Returns how many tokens were decoded again."""
@@ -52,7 +52,7 @@ def keep_in_order(engine: EngineParts, n_new: int = 0) -> int:
     return len(again)
 
 
-def _take_back(engine: EngineParts, n_new: int, *, merged: bool) -> list[int]:
+def _take_back(engine: PromptParts, n_new: int, *, merged: bool) -> list[int]:
     """Remove the tail of sequence 0 that must be decoded again to keep its cells in
     position order; returns its tokens. The same tokens come back at the same indices, so
     their picks (the pending one's too: it is not decoded yet) and scores stay."""
@@ -67,7 +67,7 @@ def _take_back(engine: EngineParts, n_new: int, *, merged: bool) -> list[int]:
     return tokens[k:]
 
 
-def _decode_prompt(engine: EngineParts, tokens: list[int], reused: int) -> list[StepRecord]:
+def _decode_prompt(engine: PromptParts, tokens: list[int], reused: int) -> list[StepRecord]:
     n_past = engine.n_past
     cfg = engine.config
     score = engine.score_prompt
@@ -94,7 +94,7 @@ def _decode_prompt(engine: EngineParts, tokens: list[int], reused: int) -> list[
     return recs
 
 
-def _score_first(engine: EngineParts, token: int) -> None:
+def _score_first(engine: PromptParts, token: int) -> None:
     """The prompt's first new token, scored from the logits row the context already holds
     for its last position (kept by the rewind memory), when there is one."""
     logits = engine.logits
@@ -106,7 +106,7 @@ def _score_first(engine: EngineParts, token: int) -> None:
     )
 
 
-def _score_call(engine: EngineParts, tokens: list[int], start: int, n_past: int, n: int) -> None:
+def _score_call(engine: PromptParts, tokens: list[int], start: int, n_past: int, n: int) -> None:
     """Every row of a prompt chunk decoded with all logits: row j scores the token after it."""
     targets = [tokens[start + j + 1] if start + j + 1 < len(tokens) else None for j in range(n)]
     scores = score_rows(engine.ctx, n, targets, engine.info.n_vocab)
@@ -117,7 +117,7 @@ def _score_call(engine: EngineParts, tokens: list[int], start: int, n_past: int,
             engine.surprise.note(idx, Surprise(t, got[0], None, got[1], True))
 
 
-def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
+def sync_prompt(engine: PromptParts, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
     """Make the context hold exactly ``tokens``, re-using the longest common prefix already
     cached (prompt/prefix caching) and prefilling only the rest."""
     common = 0
@@ -143,7 +143,7 @@ def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -
     return recs
 
 
-def truncate(engine: EngineParts, n_keep: int, *, picks_from: int | None = None) -> None:
+def truncate(engine: PromptParts, n_keep: int, *, picks_from: int | None = None) -> None:
     """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``); the logits of
     the new last position come back from the rewind memory when it still holds them. The
     record drops the picks from context index ``picks_from`` on (default ``n_keep``: the

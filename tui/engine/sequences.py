@@ -26,10 +26,10 @@ from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import SequenceParts
 
 
-def sample(engine: EngineParts, seq: int, force: int | None = None) -> Sampled:
+def sample(engine: SequenceParts, seq: int, force: int | None = None) -> Sampled:
     """Stages 5 and 6 for one sequence: sample (or take ``force``) from its logits row with its
     own chain, note the pick on the record that produced the row, and check for an
     end-of-generation token (which stops that sequence)."""
@@ -47,7 +47,7 @@ def sample(engine: EngineParts, seq: int, force: int | None = None) -> Sampled:
 
 
 def sample_row(
-    engine: EngineParts,
+    engine: SequenceParts,
     seq: int,
     logits: np.ndarray,
     record: int | None,
@@ -107,7 +107,7 @@ def pick_p(
     return float(probs[token]), entropy_bits(probs)
 
 
-def fork(engine: EngineParts, src: int = 0) -> int:
+def fork(engine: SequenceParts, src: int = 0) -> int:
     """Copy sequence ``src`` into a new seq_id with ``llama_memory_seq_cp``: the new
     sequence sees the same cells (nothing is recomputed or copied in memory, the cells are
     tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
@@ -142,7 +142,7 @@ def fork(engine: EngineParts, src: int = 0) -> int:
     return dst
 
 
-def drop_seq(engine: EngineParts, seq: int) -> None:
+def drop_seq(engine: SequenceParts, seq: int) -> None:
     """Forget a forked sequence: its own cells are freed, shared ones stay for the others."""
     br = engine.branches.pop(seq, None)
     if br is None:
@@ -152,7 +152,7 @@ def drop_seq(engine: EngineParts, seq: int) -> None:
     br.chain.free()
 
 
-def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepRecord | None:
+def step_seqs(engine: SequenceParts, force: dict[int, int] | None = None) -> StepRecord | None:
     """One turn for every live sequence: each samples from its own logits row with its own
     chain, then ONE ``llama_decode`` carries one token per sequence (each with its own
     seq_id and position, all asking for logits). None when every sequence has stopped."""
@@ -182,14 +182,14 @@ def step_seqs(engine: EngineParts, force: dict[int, int] | None = None) -> StepR
     return decode(engine, call, shift=shift, seq_rows=picks, purpose="forks")
 
 
-def _full(engine: EngineParts, picks: list[tuple[int, int]]) -> bool:
+def _full(engine: SequenceParts, picks: list[tuple[int, int]]) -> bool:
     """No room for one more token in some sequence (-c) or in the cache's cells."""
     return any(engine.kv.count(s) + 1 > engine.n_ctx for s, _ in picks) or (
         engine.kv.used + len(picks) > engine.n_cells
     )
 
 
-def _stopped(engine: EngineParts, seq: int) -> bool:
+def _stopped(engine: SequenceParts, seq: int) -> bool:
     if seq == 0:
         return engine.stop_reason is not None
     return engine.branches[seq].stop_reason is not None

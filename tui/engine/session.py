@@ -133,6 +133,11 @@ class Engine:
         return self._caps
 
     @property
+    def local(self) -> Engine:
+        """This session: its context is here (forks, verify, observers)."""
+        return self
+
+    @property
     def tokens(self) -> list[int]:
         """The tokens in the context (sequence 0), oldest first."""
         return self.kv.tokens(0)

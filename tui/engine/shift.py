@@ -18,10 +18,10 @@ from .run_record import Shift
 from .step import ShiftEvent
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import ShiftParts
 
 
-def keep_count(engine: EngineParts) -> int:
+def keep_count(engine: ShiftParts) -> int:
     """Tokens a context shift keeps, as llama.cpp's ``--keep`` counts them: -1 (or more
     than the prompt) keeps the whole first prompt; otherwise N, plus the BOS token."""
     n_keep = engine.config.n_keep
@@ -33,7 +33,7 @@ def keep_count(engine: EngineParts) -> int:
     return n_keep
 
 
-def context_shift(engine: EngineParts) -> ShiftEvent | None:
+def context_shift(engine: ShiftParts) -> ShiftEvent | None:
     """Make room the way llama.cpp's context shift does: keep the first n_keep tokens,
     remove the oldest half of the rest (``llama_memory_seq_rm``) and move the newer half
     back to close the gap (``llama_memory_seq_add``; llama.cpp re-rotates their keys at

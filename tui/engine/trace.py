@@ -26,8 +26,11 @@ class _Pieces(Protocol):
 class Source(Protocol):
     """What a record needs from its backend: the local Engine or the remote one."""
 
-    n_ctx: int
-    layout: KVLayout
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def layout(self) -> KVLayout: ...
 
     @property
     def vocab(self) -> _Pieces: ...

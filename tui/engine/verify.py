@@ -28,7 +28,7 @@ from .model.errors import TokenstepError
 from .sampler.sampling import top_k_by_logit
 
 if TYPE_CHECKING:
-    from .parts import EngineParts
+    from .parts import VerifyParts
 
 MODES = ("batched", "replay")
 
@@ -135,7 +135,7 @@ class VerifyResult:
 class Verifier:
     """A separate context for recomputation; created on the first check, reused after."""
 
-    def __init__(self, engine: EngineParts) -> None:
+    def __init__(self, engine: VerifyParts) -> None:
         self.engine = engine
         cfg = engine.config
         p = llama_cpp.llama_context_default_params()

@@ -15,8 +15,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..engine.backend import LOCAL, Capabilities
 from ..worker.stages import STAGES
-from .keys import CHAT_KEYS, KEYS, PANE_KEYS, PANE_TITLES
+from .keys import CHAT_KEYS, KEYS, PANE_KEYS, PANE_TITLES, off
 from .pipeline import EXPLAIN
 
 H = Style(bold=True, color="bright_white")
@@ -97,7 +98,10 @@ class _Help:
         return HelpText(*self.parts, plain="\n".join(self.plain))
 
 
-def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
+def help_text(
+    autosave: str | None, browser: bool | None = None, caps: Capabilities = LOCAL
+) -> HelpText:
+    """The help; ``caps``: the backend's, so a key it cannot honour says why it is off."""
     t = _Help()
     t.append("tokenstep", H)
     t.append(" steps a real llama.cpp model one llama_decode at a time.\n", DIM)
@@ -114,7 +118,11 @@ def help_text(autosave: str | None, browser: bool | None = None) -> HelpText:
         t.append(f"{title}\n", H)
         for k in KEYS:
             if k.group == g and k.label:
-                t.row(k.label, k.help)
+                why = off(k, caps)
+                if why is None:
+                    t.row(k.label, k.help)
+                else:
+                    t.row(k.label, f"{k.help} {why}", DIM, DIM)
     t.append("In a bottom pane (it has the focus; the key bar shows these there)\n", H)
     for pane, keys in PANE_KEYS.items():
         rows = [k for k in keys if k.label]
@@ -170,12 +178,13 @@ class HelpScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, autosave: str | None) -> None:
+    def __init__(self, autosave: str | None, caps: Capabilities = LOCAL) -> None:
         super().__init__()
         self.autosave = autosave
+        self.caps = caps
 
     def compose(self) -> ComposeResult:
-        box = VerticalScroll(Static(help_text(self.autosave)))
+        box = VerticalScroll(Static(help_text(self.autosave, caps=self.caps)))
         box.border_title = "Help · keys and the loop"
         box.border_subtitle = "↑↓ PgUp PgDn scroll · Esc closes"
         yield box

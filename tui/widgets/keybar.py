@@ -13,8 +13,10 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
+from ..engine.backend import LOCAL, Capabilities
+from ..worker.views import View
 from .common import DIM
-from .keys import CHAT_KEYS, KEYS, PANE_KEYS, Key
+from .keys import CHAT_KEYS, KEYS, PANE_KEYS, Key, off
 
 KEY = Style(color="black", bgcolor="bright_cyan", bold=True)
 GROUP = {
@@ -70,11 +72,12 @@ def families(keys: tuple[Key, ...]) -> list[tuple[Key, list[str], list[Key]]]:
 
 
 def bar_items(
-    pane: str | None, spec: bool = False
+    pane: str | None, spec: bool = False, caps: Capabilities = LOCAL
 ) -> list[tuple[Item, tuple[tuple[str, str], ...]]]:
     """The chips for the controls with ``pane`` focused: each item with the (key name,
     action) pairs it stands for, pane actions unprefixed, app actions as ``app.NAME``;
-    ``spec``: speculation runs, so its keys get a chip too."""
+    ``spec``: speculation runs, so its keys get a chip too; a key whose backend lacks what it
+    ``needs`` (``caps``: fork and verify over llama-server) gets none."""
     mine = tuple(k for k in PANE_KEYS.get(pane or "", ()) if not k.action.startswith("app."))
     taken = {n: k for k in mine for n in _names(k)}  # an "app." pane key keeps the app's chip
     out: list[tuple[Item, tuple[tuple[str, str], ...]]] = []
@@ -82,7 +85,7 @@ def bar_items(
         pairs = tuple((n, m.action) for m in members for n in _names(m))
         out.append(((k.label, k.short, f"app.simulate_key('{own[0]}')", "pane"), pairs))
     for k, own, members in sorted(families(KEYS), key=lambda f: ORDER[f[0].group]):
-        if (k.spec and not spec) or not k.bar:
+        if (k.spec and not spec) or not k.bar or off(k, caps) is not None:
             continue
         pairs = tuple(
             (n, f"app.{m.action}") for m in members for n in _names(m) if n not in taken
@@ -111,20 +114,23 @@ class KeyBar(Widget):
         self.queued = False
         self.pane: str | None = None  # the focused bottom pane, when it takes keys
         self.spec = False  # a round has run (--spec-type): its keys get chips
+        self.caps = LOCAL  # the backend's: a key it cannot honour gets no chip
 
-    def set_context(
-        self, chat_focused: bool, queued: bool = False, pane: str | None = None, spec: bool = False
-    ) -> None:
+    def set_context(self, chat_focused: bool, pane: str | None, view: View | None) -> None:
+        """``view``: a message queued, a round run (--spec-type: its keys get chips), and
+        the backend's capabilities (a key it cannot honour gets none)."""
         pane = pane if pane in PANE_KEYS else None
-        now = (chat_focused, queued, pane, spec)
-        if now != (self.chat_focused, self.queued, self.pane, self.spec):
-            self.chat_focused, self.queued, self.pane, self.spec = now
+        queued, spec = bool(view and view.header.queued), bool(view and view.header.spec)
+        caps = view.capabilities if view is not None else LOCAL
+        now = (chat_focused, queued, pane, spec, caps)
+        if now != (self.chat_focused, self.queued, self.pane, self.spec, self.caps):
+            self.chat_focused, self.queued, self.pane, self.spec, self.caps = now
             self.refresh()
 
     def meaning(self, key: str) -> tuple[str, str, str] | None:
         """What the bar says ``key`` (a Textual key name) does on the controls now: (chip
         label, its words, the action the chip stands for)."""
-        for (label, what, _, _), pairs in bar_items(self.pane, self.spec):
+        for (label, what, _, _), pairs in bar_items(self.pane, self.spec, self.caps):
             for name, action in pairs:
                 if name == key:
                     return label, what, action
@@ -143,7 +149,7 @@ class KeyBar(Widget):
                     )
                 )
             return out
-        return [item for item, _ in bar_items(self.pane, self.spec)]
+        return [item for item, _ in bar_items(self.pane, self.spec, self.caps)]
 
     def layout_lines(self, items: list[Item], width: int, short: bool) -> list[Text]:
         lines: list[Text] = [Text(no_wrap=True, overflow="ellipsis")]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine.backend import Capabilities
+
 
 @dataclass(frozen=True)
 class Key:
@@ -16,6 +18,13 @@ class Key:
     anywhere: bool = False  # also works while typing in the chat box
     spec: bool = False  # only does something with --spec-type: the bar shows it only then
     bar: bool = True  # False: the help lists it, the key bar leaves it out (a rare key)
+    needs: str = ""  # a Capabilities field: without it the bar leaves the key out, help says why
+
+
+def off(k: Key, caps: Capabilities) -> str | None:
+    """Why ``k`` does nothing on this backend, in one sentence (None: it works)."""
+    missing = caps.missing(k.needs) if k.needs else None
+    return None if missing is None else f"Off here: {k.needs} {missing}."
 
 
 KEYS: tuple[Key, ...] = (
@@ -123,6 +132,7 @@ KEYS: tuple[Key, ...] = (
         "Attention capture on/off, in an observer context of its own (flash attention off "
         "there) that replays the run's decodes; the run's context is never rebuilt.",
         "view",
+        needs="attention",
     ),
     Key(
         "A",
@@ -131,6 +141,7 @@ KEYS: tuple[Key, ...] = (
         "all layers",
         "Attention for every layer in one replay: [ and ] then switch layers at once.",
         "view",
+        needs="attention",
     ),
     Key(
         "9",
@@ -170,6 +181,7 @@ KEYS: tuple[Key, ...] = (
         "Verify the KV cache: recompute the context from scratch and compare the logits "
         "(v in as few batches as -b allows, V replaying the same decode calls).",
         "step",
+        needs="verify",
     ),
     Key("V", "verify('replay')", "", "", "", "step"),
     Key(
@@ -179,6 +191,7 @@ KEYS: tuple[Key, ...] = (
         "fork",
         "Fork sequence 0 into seq 1 (llama_memory_seq_cp); → steps both in one batch.",
         "step",
+        needs="fork",
     ),
     Key("b", "boundaries", "b", "boundaries", "Show token boundaries in the text.", "view"),
     Key(

@@ -17,11 +17,11 @@ from ..engine.model.errors import TokenstepError
 from ..engine.model.model import ModelInfo
 from ..engine.observe.attention_capture import AttentionCapture
 from ..engine.observe.attention_map import ContextAttention, context_attention
-from ..engine.session import Engine
 from .caches import Memo
 from .commands import AttentionLayer
 
 if TYPE_CHECKING:
+    from ..engine.backend import Backend
     from .parts import WorkerParts
 
 
@@ -71,13 +71,13 @@ class AttentionControl:
             lambda: context_attention(self._seen(), self.layer),
         )
 
-    def _seen(self) -> Engine:
+    def _seen(self) -> Backend:
         """The observer's session (its context holds what the run's holds, replayed)."""
         eng = self.w.observers.engine
         return eng if eng is not None else self.engine
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> Backend:
         return self.w.engine
 
     @property

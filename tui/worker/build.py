@@ -222,9 +222,10 @@ class ViewBuilder:
     def cache(self) -> CacheView:
         """The cache tabs: memory, work, verify, prefix reuse per turn, context shifts."""
         eng, s = self.w.engine, self.w.state
+        local = eng.local
         shifts = eng.shifts[s.shifts_from :]
         return CacheView(
-            memory=memory_report(eng) if eng.capabilities.kv_cells else None,
+            memory=memory_report(local) if local is not None and eng.capabilities.kv_cells else None,
             work=self.work.get(),
             verify=s.verify,
             turns=eng.run.turns(),
@@ -240,8 +241,8 @@ class ViewBuilder:
         )
 
     def seq_views(self) -> tuple[SeqView, ...]:
-        eng, s = self.w.engine, self.w.state
-        if s.fork_at is None:
+        eng, s = self.w.engine.local, self.w.state
+        if s.fork_at is None or eng is None:  # only a local session forks
             return ()
         out = []
         for seq in eng.seq_ids:

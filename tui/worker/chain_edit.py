@@ -91,7 +91,8 @@ def _parse(w: WorkerParts, name: str, field: str, raw: str, s: SamplerSettings) 
             return ""
         text = schema_to_gbnf(raw) if name == "json-schema" else raw
         w.desk.refuse_unbuildable(replace(s, grammar=text))  # no vocabulary (a server without -m): before parsing
-        check_grammar(w.engine.chain.env.vocab, text)
+        if (chain := w.engine.chain) is not None:  # None: the backend is closed
+            check_grammar(chain.env.vocab, text)
         return text
     kind = type(getattr(s, field))
     try:

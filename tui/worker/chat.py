@@ -248,7 +248,7 @@ def send_now(w: WorkerParts, text: str) -> None:
     was_cut = s.activity == "generating" and s.reply_start is not None
     plan = planned(w, text)
     messages, tokens, spans, text_tokens = plan.messages, plan.tokens, plan.spans, plan.text_tokens
-    if eng.branches:
+    if len(eng.seq_ids) > 1:
         w.drop_forks()
     paths.new_turn(w)
     held = list(eng.tokens)

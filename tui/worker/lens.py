@@ -19,10 +19,10 @@ from ..engine.model.errors import TokenstepError
 from ..engine.model.tokens import display_bytes
 from ..engine.observe.lens_capture import LensCapture
 from ..engine.observe.lens_grid import GRID_MAX
-from ..engine.session import Engine
 from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
+    from ..engine.backend import Backend
     from ..engine.step import StepRecord
     from .parts import WorkerParts
 
@@ -116,7 +116,7 @@ class LensControl:
         )
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> Backend:
         return self.w.engine
 
     # -- commands (worker thread) ----------------------------------------------------------------

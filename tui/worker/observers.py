@@ -82,7 +82,10 @@ class Observers:
         """A new observer context: it replays everything since the engine's last clear."""
         self.close(keep_head=True)
         try:
-            self.ctx = ObserverContext(self.w.engine, self.wants, self._head)
+            local = self.w.engine.local
+            if local is None:  # attention, lens and scored prompts replay a local context
+                raise TokenstepError(f"attention {self.w.engine.capabilities.missing('attention')}.")
+            self.ctx = ObserverContext(local, self.wants, self._head)
         except TokenstepError:
             self.wants = Wants()
             raise

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..engine.backend import Backend, LocalSession
     from ..engine.model.lens import LensHead
     from ..engine.observe.observer_context import ObserverContext, Wants
     from ..engine.sampler.sampling import ChainResult
@@ -30,7 +31,6 @@ class AttentionPart(Protocol):
     """The attention control as the other parts use it."""
 
     on: bool  # capturing attention
-    want_census: bool  # the Anatomy tab is showing
 
     def state(self) -> dict[str, Any]: ...
 
@@ -62,14 +62,6 @@ class ObserversPart(Protocol):
 
     def may_replay(self) -> bool: ...
 
-    def close(self) -> None: ...
-
-
-class LensPart(Protocol):
-    """The lens control as the other parts use it."""
-
-    grid: bool  # G: the grid over every position
-
 
 class WorkerParts(Protocol):
     """One worker's parts as its command modules use them."""
@@ -91,10 +83,7 @@ class WorkerParts(Protocol):
     def desk(self) -> SamplerDesk: ...
 
     @property
-    def autosave_dir(self) -> Path | None: ...
-
-    @property
-    def engine(self) -> Engine: ...
+    def engine(self) -> Backend: ...
 
     @property
     def state(self) -> State: ...
@@ -104,9 +93,6 @@ class WorkerParts(Protocol):
 
     @property
     def attention(self) -> AttentionPart: ...
-
-    @property
-    def lens(self) -> LensPart: ...
 
     @property
     def observers(self) -> ObserversPart: ...
@@ -128,7 +114,7 @@ class WorkerParts(Protocol):
 
     def busy(self, what: str) -> AbstractContextManager[None]: ...
 
-    def require(self, what: str) -> None: ...
+    def require(self, what: str) -> LocalSession: ...
 
     def take_queued(self, kind: type[Command]) -> Command | None: ...
 

@@ -18,6 +18,7 @@ from ..engine.run_record import Pick
 from ..engine.sequences import pick_p
 
 if TYPE_CHECKING:
+    from ..engine.backend import LocalSession
     from .parts import WorkerParts
     from .state import PathBranch
 
@@ -31,6 +32,7 @@ def _reply(w: WorkerParts) -> tuple[int, list[int]]:
 
 def _add(
     w: WorkerParts,
+    eng: LocalSession,
     tokens: list[int],
     values: list[Pick | None],
     how: str,
@@ -40,7 +42,7 @@ def _add(
     """Keep a branch unless a known one already contains it; drop those it contains, except
     ``keep`` (the path a jump is about to take: it stays, with its cells, until the jump
     takes it)."""
-    s, eng = w.state, w.engine
+    s = w.state
     if not tokens:
         if seq is not None:
             paths.drop(eng, seq)
@@ -60,13 +62,12 @@ def _add(
     s.add_path(t, tuple(values), how, seq)
 
 
-def _park(w: WorkerParts, keep: int | None = None) -> int | None:
+def _park(w: WorkerParts, eng: LocalSession, keep: int | None = None) -> int | None:
     """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken (never
     those of ``keep``, the parked path a jump is about to take back: with no other seq_id the
     live reply is left without cells and is decoded again if it is wanted later). Only while
     the tree pane is showing: otherwise a rewind frees its cells as it always did, and a jump
     decodes the path again."""
-    eng = w.engine
     if not w.state.paths_shown:
         return None
     if not paths.free_seqs(eng):
@@ -83,22 +84,23 @@ def _park(w: WorkerParts, keep: int | None = None) -> int | None:
 def leave_live(w: WorkerParts, how: str, keep: PathBranch | None = None) -> None:
     """The live reply becomes a branch (before a rewind or a jump), its cells parked (in a
     seq_id other than ``keep``'s, the jump's target, which stays a branch until taken)."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         return
     start, tokens = _reply(w)
     if not tokens or any(b.tokens[: len(tokens)] == tuple(tokens) for b in w.state.paths):
         return
-    seq = _park(w, keep.seq if keep is not None else None)
-    values = list(w.engine.run.picks_along(w.engine.tokens))[start:]
-    _add(w, tokens, values, how, seq, keep)
+    seq = _park(w, eng, keep.seq if keep is not None else None)
+    values = list(eng.run.picks_along(eng.tokens))[start:]
+    _add(w, eng, tokens, values, how, seq, keep)
 
 
 def leave_forks(w: WorkerParts, keep: PathBranch | None = None) -> None:
     """Every forked sequence becomes a parked branch instead of being dropped (``keep``: a
     jump's target, which stays a branch)."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         return
-    eng = w.engine
     start = w.state.reply_start
     for seq in list(eng.branches):
         if start is None:
@@ -107,20 +109,20 @@ def leave_forks(w: WorkerParts, keep: PathBranch | None = None) -> None:
         if w.state.paths_shown:
             paths.park_fork(eng, seq)
             parked = eng.parked[seq]
-            _add(w, parked.tokens[start:], parked.values[start:], "fork", seq, keep)
+            _add(w, eng, parked.tokens[start:], parked.values[start:], "fork", seq, keep)
             continue
         tokens = eng.kv.tokens(seq)
         values = list(eng.run.picks_along(tokens, seq))  # its own, and its parent's before it
         eng.drop_seq(seq)
-        _add(w, tokens[start:], values[start:], "fork", None, keep)
+        _add(w, eng, tokens[start:], values[start:], "fork", None, keep)
     w.state.unforked()
 
 
 def leave_pick(w: WorkerParts, forced: int) -> None:
     """Before a force: the token the sampler would have picked is a one-token branch."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         return
-    eng = w.engine
     if w.state.reply_start is None or eng.logits is None or eng.branches:
         return
     pick = eng.preview().selected
@@ -134,14 +136,15 @@ def leave_pick(w: WorkerParts, forced: int) -> None:
     # the pick the chain would have made: written to the record if a jump takes this path
     value = Pick(0, eng.n_past, pick, p, chain.p_final(pick), entropy, False, eng.chain.seed, cuts, eng.logits_record)
     values = list(eng.run.picks_along(eng.tokens))[start:]
-    _add(w, [*tokens, pick], [*values, value], "force", None)
+    _add(w, eng, [*tokens, pick], [*values, value], "force", None)
 
 
 def jump(w: WorkerParts, branch_id: int) -> None:
     """Make branch ``branch_id`` the live reply; the live one becomes a branch."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         raise TokenstepError(w.engine.capabilities.missing("fork") or "no paths here.")
-    s, eng = w.state, w.engine
+    s = w.state
     b = next((b for b in s.paths if b.id == branch_id), None)
     if b is None:
         raise TokenstepError(f"there is no path {branch_id} in this turn.")
@@ -180,9 +183,10 @@ def jump(w: WorkerParts, branch_id: int) -> None:
 
 def new_turn(w: WorkerParts) -> None:
     """A new message: the branches were of the last turn; their parked cells are freed."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         return
-    paths.drop_all(w.engine)
+    paths.drop_all(eng)
     w.state.new_turn()
 
 
@@ -204,7 +208,8 @@ def to_json(w: WorkerParts) -> dict[str, Any]:
 
 def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
     """Branches of a saved session (their cells are gone: a jump decodes them again)."""
-    if not w.engine.capabilities.fork:  # a remote backend holds no sequences to park
+    eng = w.engine.local
+    if eng is None:  # a server backend holds no sequences to park
         return 0
     if not data or data.get("reply_start") != w.state.reply_start:
         return 0
@@ -220,7 +225,7 @@ def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
             None if v is None else Pick(0, start + j, t, float(v[0]), v[1], float(v[2]), False, -1, (), None)
             for j, (t, v) in enumerate(zip(tokens, raw, strict=True))
         ]
-        _add(w, tokens, values, str(d.get("how", "rewind")), None)
+        _add(w, eng, tokens, values, str(d.get("how", "rewind")), None)
     return len(w.state.paths)
 
 
@@ -250,7 +255,7 @@ class PathsView:
 
 
 def _row(
-    w: WorkerParts,
+    eng: LocalSession,
     start: int,
     id: int,
     how: str,
@@ -259,14 +264,14 @@ def _row(
     others: list[tuple[int, tuple[int, ...]]],
     seq: int | None,
 ) -> PathRow:
-    piece = w.engine.vocab.piece
+    piece = eng.vocab.piece
     at, parent = 0, 0
     for oid, other in others:
         n = paths.common_prefix(list(tokens), list(other))
         if n > at or (n == at and oid == 0):
             at, parent = n, oid
     v = values[at] if at < len(values) else None
-    held = paths.holds(w.engine, seq, w.engine.tokens[:start] + list(tokens))
+    held = paths.holds(eng, seq, eng.tokens[:start] + list(tokens))
     return PathRow(
         id,
         how,
@@ -282,8 +287,8 @@ def _row(
 
 
 def paths_view(w: WorkerParts) -> PathsView:
-    s, eng = w.state, w.engine
-    if s.reply_start is None or not eng.capabilities.fork:
+    s, eng = w.state, w.engine.local
+    if s.reply_start is None or eng is None:
         return PathsView(shown=s.paths_shown)
     start = s.reply_start
     live = tuple(eng.tokens[start:])
@@ -295,7 +300,7 @@ def paths_view(w: WorkerParts) -> PathsView:
     ]
     known = [(0, live)]
     for b in sorted(branches, key=lambda b: b.id):
-        rows.append(_row(w, start, b.id, b.how, b.tokens, b.values, known, b.seq))
+        rows.append(_row(eng, start, b.id, b.how, b.tokens, b.values, known, b.seq))
         known.append((b.id, b.tokens))
     rows[1:] = sorted(rows[1:], key=lambda r: (r.at, r.id))
     return PathsView(tuple(rows), s.path_note, s.paths_shown, len(paths.free_seqs(eng)))

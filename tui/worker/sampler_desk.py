@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from ..engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
+    from ..engine.backend import Backend
     from ..engine.sampler.sampler_settings import SamplerSettings
     from ..engine.sampler.sampling import ChainResult
-    from ..engine.session import Engine
 
 # (the logits record, the settings it ran on, the chain's result) of the pick of an end token
 Ended = tuple[int | None, str, "ChainResult"]
@@ -33,7 +33,7 @@ Ended = tuple[int | None, str, "ChainResult"]
 class SamplerDesk:
     """The settings' changes, the chain cursor and the chain that picked an end token."""
 
-    def __init__(self, backend: Callable[[], Engine]) -> None:
+    def __init__(self, backend: Callable[[], Backend]) -> None:
         self._backend = backend  # the worker may replace its engine (attention, lens)
         self.cursor = 0
         self.ended: Ended | None = None
@@ -49,7 +49,8 @@ class SamplerDesk:
     def refuse_unbuildable(self, trial: SamplerSettings) -> None:
         """One sentence, and nothing changes, when the backend cannot build a stage ``trial``
         turns on (DRY or a grammar without a vocabulary: llama.cpp would end the process)."""
-        refused = self._backend().chain.refusal(trial)
+        chain = self._backend().chain  # None: the backend is closed
+        refused = chain.refusal(trial) if chain is not None else None
         if refused is not None:
             raise TokenstepError(refused)
 

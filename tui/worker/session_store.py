@@ -16,14 +16,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.model import secret
 from ..engine.model.chat_template import Message
 from ..engine.model.errors import TokenstepError
-from ..engine.session import Engine
 from ..engine.step import StepRecord
 from ..engine.trace import record_to_dict
+
+if TYPE_CHECKING:
+    from ..engine.backend import Backend
 
 FORMAT_VERSION = 1
 
@@ -52,7 +54,7 @@ def autosave_name(started: float, chat_no: int) -> str:
     return f"session-{stamp}-{os.getpid()}-chat{chat_no}.jsonl"
 
 
-def server_of(engine: Engine) -> dict[str, Any] | None:
+def server_of(engine: Backend) -> dict[str, Any] | None:
     """``{"url", "api"}`` for a backend that steps a server, None for a local context."""
     url = getattr(engine, "url", None)
     if not isinstance(url, str):
@@ -61,7 +63,7 @@ def server_of(engine: Engine) -> dict[str, Any] | None:
 
 
 def session_header(
-    engine: Engine, messages: list[Message], *, raw: bool, prefix_cache: bool
+    engine: Backend, messages: list[Message], *, raw: bool, prefix_cache: bool
 ) -> dict[str, Any]:
     """The first line of a session file. Over a server the batch sizes are the server's own,
     unknown here: they are null (resuming takes -b/-ub, or their defaults), and ``server``
@@ -98,7 +100,7 @@ def session_header(
 
 
 def session_rows(
-    engine: Engine,
+    engine: Backend,
     records: Iterable[StepRecord | dict[str, Any]],
     messages: list[Message],
     *,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..engine import loop
+from ..engine.model.errors import TokenstepError
 from ..engine.model.tokens import quoted
 from ..engine.sampler.sampling import softmax
 from ..engine.step import StepRecord
@@ -37,7 +38,9 @@ def step(w: WorkerParts, run: SpecRun, ended: Callable[[WorkerParts], None]) -> 
     """One round: draft after the pick waiting (the reply's first pick is sampled here as
     usual), verify in one llama_decode, accept, and cut the rejected tail. ``ended`` is
     playback's own end of a reply (why it stopped, the autosave, the queued message)."""
-    s, eng = w.state, w.engine
+    s, eng = w.state, w.engine.local
+    if eng is None:  # --spec-type is refused with --server before the worker starts
+        raise TokenstepError(f"--spec-type {w.engine.capabilities.missing('fork')}.")
     before = eng.kv.used
     s.ran("step", unsaved=True)
     if run.pending is None:  # the reply's first pick, from the prompt's logits

@@ -52,7 +52,7 @@ def step(w: WorkerParts, forced: int | None) -> None:
         s.playback.pause()
         s.note(f"The reply has ended ({eng.stop_reason}). ← rewinds; or type a new message.")
         return
-    if eng.branches:
+    if len(eng.seq_ids) > 1:
         step_forked(w, forced)
         return
     if w.spec is not None and forced is None:  # --spec-type: one draft-verify round
@@ -128,7 +128,7 @@ def shifted(w: WorkerParts, ev: ShiftEvent) -> None:
 def step_forked(w: WorkerParts, forced: int | None) -> None:
     """After a fork: every live sequence samples from its own logits row with its own
     chain, and ONE llama_decode carries one token per sequence."""
-    s, eng = w.state, w.engine
+    s, eng = w.state, w.require("fork")
     before = eng.kv.used
     # Sequence 0's row, as the logits pane shows it: its pick is stage 5's (the preview runs
     # on a clone of the same RNG, so it names the token the step takes).
@@ -223,7 +223,7 @@ def rewind(w: WorkerParts, n: int) -> None:
     s, eng = w.state, w.engine
     s.playback.pause()  # rewinding is stepping: autoplay would resample at once
     n = min(n, chat.reply_tokens(w))
-    if eng.branches:
+    if len(eng.seq_ids) > 1:
         paths.leave_forks(w)  # each fork is a path not taken, its cells parked
     if n <= 0:
         s.note("Nothing to rewind: the reply is empty (rewind stops at your message).")
@@ -248,8 +248,7 @@ def rewind(w: WorkerParts, n: int) -> None:
 
 def fork(w: WorkerParts) -> None:
     """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
-    s, eng = w.state, w.engine
-    w.require("fork")
+    s, eng = w.state, w.require("fork")
     if s.activity == "done" and not eng.branches:
         s.playback.reopen()  # a fork may continue where the reply ended
         eng.stopped(None)
@@ -271,7 +270,8 @@ def jump(w: WorkerParts, branch_id: int) -> None:
 
 
 def drop_forks(w: WorkerParts) -> None:
-    eng = w.engine
-    for seq in list(eng.branches):
-        eng.drop_seq(seq)
+    eng = w.engine.local
+    if eng is not None:  # only a local session forks
+        for seq in eng.seq_ids[1:]:
+            eng.drop_seq(seq)
     w.state.unforked()

@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..engine.backend import Backend, LocalSession
 from ..engine.model import secret
 from ..engine.model.errors import TokenstepError
 from ..engine.sampler.sampling import ChainResult
-from ..engine.session import Engine
 from ..engine.wire.remote_http import ServerError
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
 from . import commands as cmd_types
@@ -56,7 +56,7 @@ class Worker:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: Backend,
         *,
         raw: bool = False,
         prefix_cache: bool = True,
@@ -65,9 +65,8 @@ class Worker:
         on_view: Callable[[View], None] | None = None,
         close_engine: bool = True,
     ) -> None:
-        # The engine is typed as the local Engine: the worker reads its KV mirror, vocab and
-        # logits, which the Backend protocol does not promise; what a backend lacks is asked
-        # of ``engine.capabilities`` before use.
+        # Any backend: what only a local llama.cpp session can do goes through
+        # ``engine.local`` (None over a server), checked with ``engine.capabilities``.
         self.engine = engine
         self.raw = raw
         self.prefix_cache = prefix_cache
@@ -128,7 +127,8 @@ class Worker:
         # interval hands the GIL over sooner.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._run, name="tokenstep-decode", daemon=True)
-        self.engine.decode_gate = self.lane.decoding
+        if (local := self.engine.local) is not None:  # a server decodes in its own process
+            local.decode_gate = self.lane.decoding
         self._thread.start()
         self.lane.start()
 
@@ -297,11 +297,13 @@ class Worker:
         """Write the chat to its autosave file now (a message was just sent)."""
         saving.autosave(self)
 
-    def require(self, what: str) -> None:
-        """Refuse a command the backend cannot do (a ``Capabilities`` field), in its words."""
-        missing = self.engine.capabilities.missing(what)
-        if missing is not None:
-            raise TokenstepError(f"{what} {missing}.")
+    def require(self, what: str) -> LocalSession:
+        """The local session for a command that needs ``what`` (a ``Capabilities`` field);
+        a backend without it refuses, in its words."""
+        local, missing = self.engine.local, self.engine.capabilities.missing(what)
+        if local is None or missing is not None:
+            raise TokenstepError(f"{what} {missing or 'needs a local model'}.")
+        return local
 
     def handle(self, cmd: cmd_types.Command) -> None:
         """Run one command now, on this thread (the worker loop, or a test driving it)."""

@@ -13,13 +13,13 @@ if TYPE_CHECKING:
 
 def verify(w: WorkerParts, mode: str) -> None:
     s = w.state
-    w.require("verify")
+    local = w.require("verify")
     if w.engine.logits is None:
         s.note("Nothing to verify yet: send a message first.", "warn")
         return
     n = len(w.engine.tokens)
     with w.busy(f"Verify ({mode}): recomputing the {n} tokens from scratch in a fresh context"):
-        res = w.engine.verify_last(mode)
+        res = local.verify_last(mode)
     s.verified(res)
     top1 = quoted(w.engine.vocab.piece(res.top1_cached), res.top1_cached)
     agree = f"agrees ({top1})" if res.top1_agree else f"DISAGREES (cached {top1})"

@@ -26,9 +26,9 @@ from .graph_tap import GraphTap
 from .tensor import get_name, op_name, read_tensor, src_ptr
 
 if TYPE_CHECKING:
+    from ..backend import LocalSession
     from ..batch import DecodeCall
-    from ..parts import EngineParts
-    from ..session import Engine
+    from ..parts import ObservedParts
 
 SOFTMAX_NODE = "kq_soft_max-{}"
 K_IDXS_INPUT = b"attn_inp_k_idxs"
@@ -122,7 +122,7 @@ class AttentionCapture(GraphTap):
 
     # -- which llama.cpp cell holds which token (the CellMap) ---------------------------------
     def key_rows(
-        self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None
+        self, engine: ObservedParts, seq: int = 0, fresh: list[Slot] | None = None
     ) -> np.ndarray:
         """The keys of sequence ``seq``, (4, n): pos, llama.cpp cell, kv_id, token
         (:meth:`~tui.engine.observe.cell_map.CellMap.key_rows`)."""
@@ -133,13 +133,13 @@ class AttentionCapture(GraphTap):
         """The kv_id the next cell write gets (every id handed out so far is below it)."""
         return self.cell_map.next_kv_id
 
-    def live_keys(self, engine: EngineParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
+    def live_keys(self, engine: ObservedParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
         position. Raises KeyError for a token this capture never saw decoded."""
         return self.cell_map.live_keys(engine, seq)
 
     # -- GraphTap hooks --------------------------------------------------------------------------
-    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
+    def before_decode(self, engine: ObservedParts, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._kidx = []
         self._kidx_graph = -1
@@ -165,7 +165,7 @@ class AttentionCapture(GraphTap):
         else:
             super().on_data(name, ptr, graph)
 
-    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         problems: list[str] = []
         cells = np.concatenate(self._kidx) if self._kidx else np.empty(0, np.int64)
@@ -203,7 +203,7 @@ class AttentionCapture(GraphTap):
 
     def _assemble(
         self,
-        engine: EngineParts,
+        engine: ObservedParts,
         seqs: list[int],
         fresh: list[Slot],
         call: DecodeCall,
@@ -317,7 +317,7 @@ class AttentionCapture(GraphTap):
                 keys[name] = store.put_ints(keys[name])
 
 
-def find_capture(engine: Engine) -> AttentionCapture | None:
+def find_capture(engine: LocalSession) -> AttentionCapture | None:
     """The engine's attention capture among its decode observers, or None."""
     for obs in engine.observers:
         if isinstance(obs, AttentionCapture):

@@ -16,7 +16,7 @@ import numpy as np
 from .attention_capture import RowSource, find_capture
 
 if TYPE_CHECKING:
-    from ..session import Engine
+    from ..backend import Backend
 
 
 class ContextAttention:
@@ -126,17 +126,18 @@ def _addr(a: np.ndarray) -> int:
     return int(a.__array_interface__["data"][0])
 
 
-def context_attention(engine: Engine, layer: int, seq: int = 0) -> ContextAttention | None:
+def context_attention(engine: Backend, layer: int, seq: int = 0) -> ContextAttention | None:
     """Rows for every token now in sequence ``seq``, each from the decode that computed it,
     matched token for token by ``kv_id``. None without a capture or any row of ``layer``.
 
     O(n) in the context (a lookup per row), nothing n × n. Call it on the thread that owns
     the engine, as everything else."""
-    cap = find_capture(engine)
-    if cap is None:
+    local = engine.local  # a server backend captures nothing
+    cap = find_capture(local) if local is not None else None
+    if cap is None or local is None:
         return None
     try:
-        keys = cap.key_rows(engine, seq)
+        keys = cap.key_rows(local, seq)
     except KeyError:
         return None
     return rows_from_sources(layer, keys, cap.row_sources.get(layer, {}), cap.next_kv_id)

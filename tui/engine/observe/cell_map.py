@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from ..batch import DecodeCall
     from ..model.kvcache import KVCell
-    from ..parts import EngineParts
+    from ..parts import ObservedParts
 
 # One cell write: (the mirror's cell object, llama.cpp cell index, kv_id).
 Slot = tuple["KVCell", int, int]
@@ -52,7 +52,7 @@ class CellMap:
         self._by_cell.clear()
         self._key_cache.clear()
 
-    def remember(self, engine: EngineParts, call: DecodeCall, cells: list[int]) -> list[Slot] | str:
+    def remember(self, engine: ObservedParts, call: DecodeCall, cells: list[int]) -> list[Slot] | str:
         """Tie the mirror cells this decode appended to the llama.cpp cells it wrote; returns
         (cell object, llama.cpp cell, kv_id) of each, or what went wrong."""
         n = call.n_tokens
@@ -80,7 +80,7 @@ class CellMap:
         return fresh
 
     def key_rows(
-        self, engine: EngineParts, seq: int = 0, fresh: list[Slot] | None = None
+        self, engine: ObservedParts, seq: int = 0, fresh: list[Slot] | None = None
     ) -> np.ndarray:
         """:meth:`live_keys` as an int64 array (4, n): pos, llama.cpp cell, kv_id, token.
 
@@ -104,7 +104,7 @@ class CellMap:
         pos, cell, kv_id = (lst.copy() for lst in self._key_cache[seq].lists)
         return pos, cell, kv_id
 
-    def live_keys(self, engine: EngineParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
+    def live_keys(self, engine: ObservedParts, seq: int = 0) -> list[tuple[int, int, int, int]]:
         """(pos, llama.cpp cell, kv_id, token) of every token sequence ``seq`` sees, by
         position. Raises KeyError for a token this map never saw decoded."""
         objs = sorted((c for c in engine.kv.cells if seq in c.seqs), key=lambda c: c.pos)

@@ -27,7 +27,7 @@ from .tensor import check_layout, get_name, nbytes, op_name, read_tensor
 
 if TYPE_CHECKING:
     from ..batch import DecodeCall
-    from ..parts import EngineParts
+    from ..parts import ObservedParts
 
 
 class GraphTap:
@@ -100,7 +100,7 @@ class GraphTap:
         if self.flash_attn_off:
             params.flash_attn_type = 0  # flash attention fuses the softmax away: no kq_soft_max
 
-    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
+    def before_decode(self, engine: ObservedParts, call: DecodeCall) -> None:
         self.captured = {}
         self.errors = []
         self._nodes, self._times = [], []
@@ -118,7 +118,7 @@ class GraphTap:
         else:
             self._start_learn([], [], -1)
 
-    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         if self._mode == "learn":
             self._plan = AskPlan(self._plan_key(), [*self._rec, END], self._starts)
             self._rec = []

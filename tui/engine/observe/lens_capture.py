@@ -25,9 +25,9 @@ from .lens_grid import grid_figures
 from .tensor import read_last_row, read_tensor
 
 if TYPE_CHECKING:
+    from ..backend import LocalSession
     from ..batch import DecodeCall
-    from ..parts import EngineParts
-    from ..session import Engine
+    from ..parts import ObservedParts
     from ..step import StepRecord
 
 LOUT_NODE = "l_out-{}"
@@ -90,7 +90,7 @@ class LensCapture(GraphTap):
     def head(self) -> LensHead | None:
         return self._lens_head
 
-    def lens_head(self, engine: EngineParts) -> LensHead:
+    def lens_head(self, engine: ObservedParts) -> LensHead:
         """The model's head as float32, read from the GGUF file on first use and dequantized
         (SmolLM2's 49,152 x 576 Q8_0 matrix: 113 MB as float32, about 1 s here). ``trace``
         reads it before the first decode; :attr:`head_load_ms` says how long it took, and the
@@ -103,13 +103,13 @@ class LensCapture(GraphTap):
         return self._lens_head
 
     # -- GraphTap hooks --------------------------------------------------------------------------
-    def before_decode(self, engine: EngineParts, call: DecodeCall) -> None:
+    def before_decode(self, engine: ObservedParts, call: DecodeCall) -> None:
         super().before_decode(engine, call)
         self._rows = {}
         self._grid = {}
         self._last = None
 
-    def note_pick(self, engine: Engine, rec: StepRecord) -> bool:
+    def note_pick(self, engine: LocalSession, rec: StepRecord) -> bool:
         """Once the token generated from ``rec``'s logits is known (sampled or forced), add
         its per-layer rank and p to ``rec``'s lens (:func:`tui.engine.model.lens.pick_figures`).
         Only for the newest decode, whose lens logits are kept until the next one (one
@@ -147,7 +147,7 @@ class LensCapture(GraphTap):
         if row is not None:  # a later ubatch's row replaces an earlier one's
             self._rows[layer] = (graph, row)
 
-    def after_decode(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def after_decode(self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         super().after_decode(engine, call, extras)
         if self.grid_on and call.tokens:
             self._add_grid(engine, call, extras)
@@ -171,7 +171,7 @@ class LensCapture(GraphTap):
         extras["lens"] = layers
         extras["lens_check"] = summary
 
-    def _add_grid(self, engine: EngineParts, call: DecodeCall, extras: dict[str, Any]) -> None:
+    def _add_grid(self, engine: ObservedParts, call: DecodeCall, extras: dict[str, Any]) -> None:
         if self._skipped:
             extras["lens_problems"] = [
                 "lens grid not captured: it would exceed the capture memory limit"
@@ -208,7 +208,7 @@ class AttentionLensCapture(LensCapture, AttentionCapture):
     n_layer=..., layers=[...], lens=True)``."""
 
 
-def find_lens(engine: Engine) -> LensCapture | None:
+def find_lens(engine: LocalSession) -> LensCapture | None:
     """The engine's lens capture among its decode observers, or None."""
     for obs in getattr(engine, "observers", ()):
         if isinstance(obs, LensCapture):

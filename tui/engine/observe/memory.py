@@ -18,7 +18,7 @@ from ..model import ggml
 from ..model.rules import QUANTIZED_V_NOTE, v_cache_is_quantized
 
 if TYPE_CHECKING:
-    from ..session import Engine
+    from ..backend import LocalSession
 
 CALC_TYPES = ("f16", "q8_0", "q4_0")
 MIB = 1 << 20
@@ -88,7 +88,7 @@ class KVBreakdown:
         )
 
 
-def breakdown_for(engine: Engine) -> KVBreakdown:
+def breakdown_for(engine: LocalSession) -> KVBreakdown:
     i = engine.info
     return KVBreakdown(
         i.n_layer,
@@ -152,7 +152,7 @@ class CacheAlloc:
         )
 
 
-def allocations(engine: Engine) -> list[CacheAlloc]:
+def allocations(engine: LocalSession) -> list[CacheAlloc]:
     """Every cache llama.cpp logged for this context, with our own byte count beside it."""
     info = engine.info
     out = []
@@ -197,7 +197,7 @@ class MemoryReport:
         return self.used_cells / self.n_cells if self.n_cells else 0.0
 
 
-def memory_report(engine: Engine) -> MemoryReport:
+def memory_report(engine: LocalSession) -> MemoryReport:
     """Everything the memory pane shows, from the running engine (cheap: no Python loop over
     cells, a few ggml size queries)."""
     bd = breakdown_for(engine)

@@ -31,6 +31,7 @@ from .lens_capture import AttentionLensCapture, LensCapture
 from .lens_grid import GRID_MAX
 
 if TYPE_CHECKING:
+    from ..backend import LocalSession
     from ..model.lens import LensHead
     from ..step import StepRecord
 
@@ -65,7 +66,7 @@ class ObserverEngine(Engine):
             super().set_seq_logits(seq, logits, record)
 
 
-def _capture(main: Engine, wants: Wants) -> LensCapture | AttentionCapture | None:
+def _capture(main: LocalSession, wants: Wants) -> LensCapture | AttentionCapture | None:
     n_layer = main.info.n_layer
     lens = wants.lens or wants.grid
     if wants.layers:
@@ -80,7 +81,7 @@ def _capture(main: Engine, wants: Wants) -> LensCapture | AttentionCapture | Non
 class ObserverContext:
     """A context of its own that replays the engine's decode calls (worker thread only)."""
 
-    def __init__(self, main: Engine, wants: Wants, head: LensHead | None = None) -> None:
+    def __init__(self, main: LocalSession, wants: Wants, head: LensHead | None = None) -> None:
         if wants.layers and main.config.cache_type_v not in ("f16", "f32"):
             raise TokenstepError(
                 f"attention needs flash attention off in its own context, and a "

@@ -33,12 +33,11 @@ if TYPE_CHECKING:
     from ..model.kvcache import KVMirror
     from ..model.model import ModelInfo
     from ..step import StepRecord
-    from ..verify import VerifyResult
 
 
 class NoLocalContext:
-    """What a backend without a local llama_context cannot do: one sequence, no cells to keep,
-    no fork and no verify, each refused with its capability's sentence."""
+    """What a backend without a local llama_context says of it: one sequence, no cells to
+    keep, no local session (``local`` is None: no fork, no verify, no observers)."""
 
     _capabilities: Capabilities
     settings: SamplerSettings
@@ -83,6 +82,11 @@ class NoLocalContext:
         return self._capabilities
 
     @property
+    def local(self) -> None:
+        """No llama.cpp session here: forks, verify and the observers are refused."""
+        return None
+
+    @property
     def flash_attn_note(self) -> str | None:
         return None
 
@@ -92,21 +96,6 @@ class NoLocalContext:
 
     def keep_count(self) -> int:
         return 0
-
-    def _refuse(self, what: str) -> TokenstepError:
-        return TokenstepError(f"{what} {self.capabilities.missing(what)}.")
-
-    def fork(self, src: int = 0) -> int:
-        raise self._refuse("fork")
-
-    def drop_seq(self, seq: int) -> None:
-        raise self._refuse("fork")
-
-    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None:
-        raise self._refuse("fork")
-
-    def verify_last(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
-        raise self._refuse("verify")
 
     def context_shift(self) -> None:
         return None

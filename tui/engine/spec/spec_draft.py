@@ -28,6 +28,8 @@ from ..session import Engine
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..backend import LocalSession
+
 N_MAX, N_MIN, P_MIN = 3, 0, 0.0  # common.h: common_params_speculative_draft
 DRAFT_TOP_K = 10  # the draft sampler: top-k 10 only (common_speculative_impl_draft_simple)
 VOCAB_MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
@@ -61,7 +63,7 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
 class DraftSimple:
     """The draft model, its own context, and the last draft's cost."""
 
-    target: Engine
+    target: LocalSession
     path: str | Path
     n_max: int = N_MAX  # --spec-draft-n-max
     n_min: int = N_MIN  # --spec-draft-n-min

@@ -31,7 +31,7 @@ from .spec_ngram import NgramSimple
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ..session import Engine
+    from ..backend import LocalSession
     from ..step import StepRecord
 
 
@@ -124,7 +124,7 @@ class Speculator:
     def name(self) -> str:
         return self.drafter.name
 
-    def room(self, engine: Engine, n_remaining: int) -> int:
+    def room(self, engine: LocalSession, n_remaining: int) -> int:
         """The longest draft this round may verify (llama-server's ``get_n_draft_max``,
         and what the batch and the cells hold)."""
         room = engine.n_ctx - engine.n_past - 2
@@ -133,7 +133,7 @@ class Speculator:
         room = min(room, engine.batch.capacity - 1, engine.n_cells - engine.kv.used - 1)
         return max(room, 0) if not engine.branches else 0
 
-    def round(self, engine: Engine, last: int, n_remaining: int = -1) -> StepRecord | None:
+    def round(self, engine: LocalSession, last: int, n_remaining: int = -1) -> StepRecord | None:
         """One round after ``last`` (the pick not yet fed); ``n_remaining`` tokens may still
         be generated (-1: no limit). Returns the decode's record (its ``spec`` says what the
         round did; the record's ``sampled`` is the new pick not yet fed), or None when the
@@ -179,7 +179,7 @@ class Speculator:
         engine.run.note(Round(rec.index, True, len(spec.picks), draft_decodes, draft_ms))
         return rec
 
-    def _verify(self, engine: Engine, last: int, draft: list[int]) -> StepRecord:
+    def _verify(self, engine: LocalSession, last: int, draft: list[int]) -> StepRecord:
         """The verify decode, the picks row by row, and the cut of the rejected tail."""
         make_room(engine, len(draft) + 1)
         n0 = engine.n_past
@@ -226,7 +226,7 @@ class Speculator:
         spec.draft_removed = self._keep(engine)
         return rec
 
-    def _keep(self, engine: Engine) -> int:
+    def _keep(self, engine: LocalSession) -> int:
         """The draft context drops what the target dropped; the cells it removed."""
         return self.drafter.keep(engine.n_past)
 
@@ -235,7 +235,7 @@ class Speculator:
 
 
 def generate(
-    engine: Engine,
+    engine: LocalSession,
     spec: Speculator,
     n_predict: int,
     prompt: list[int] | None = None,

@@ -1,0 +1,219 @@
+"""The parts protocols are narrow: each names only what the modules typed with it touch.
+
+A stage module (``tui/engine/decode.py``, ``prompt.py`` ...) or a command module of the worker
+(``chat.py``, ``stepping.py`` ...) is handed the session or the worker as a protocol of
+``parts.py``, not as the class. A member a protocol declares that none of its users reads,
+writes or calls is a dependency nobody has: this test names it. Read off the source with
+``ast``: a user is a function with a parameter annotated with the protocol (its aliases
+``x = engine`` too), or a class that keeps such a parameter as ``self.NAME`` (then
+``self.NAME.member`` anywhere in the class). Members a protocol inherits are checked on the
+protocol that declares them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tui
+
+ROOT = Path(tui.__file__).parent
+PARTS = ("engine/parts.py", "worker/parts.py")
+
+
+def _protocols(source: str) -> dict[str, set[str]]:
+    """Each Protocol class of ``source`` and the members it declares itself."""
+    out = {}
+    for cls in ast.parse(source).body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        if not any(ast.unparse(b).endswith("Protocol") for b in cls.bases):
+            continue
+        own = set()
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                own.add(node.target.id)
+            elif isinstance(node, ast.FunctionDef):
+                own.add(node.name)
+        out[cls.name] = own
+    return out
+
+
+def _annotation(a: ast.expr | None) -> str | None:
+    """The class an annotation names (``"Engine"``, ``Engine``, ``parts.Engine``)."""
+    if a is None:
+        return None
+    text = a.value if isinstance(a, ast.Constant) and isinstance(a.value, str) else ast.unparse(a)
+    return text.strip("'\"").split(".")[-1]
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    return fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+
+
+def _aliases(fn: ast.AST, names: set[str], is_handle) -> set[str]:
+    """``names`` and the local names bound to one of them (``x = engine``; ``s, eng = w.state,
+    engine``; ``eng = self.engine`` when ``is_handle`` says so)."""
+    names = set(names)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            t, v = node.targets[0], node.value
+            pairs = (
+                zip(t.elts, v.elts, strict=False)
+                if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
+                else [(t, v)]
+            )
+            for name, value in pairs:
+                if isinstance(name, ast.Name) and is_handle(value, names):
+                    names.add(name.id)
+    return names
+
+
+def _chains(node: ast.AST, is_handle, names: set[str]) -> set[tuple[str, ...]]:
+    """``(member,)`` and ``(member, sub)`` of every ``h.member`` / ``h.member.sub`` touched."""
+    out: set[tuple[str, ...]] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and is_handle(n.value, names):
+            out.add((n.attr,))
+        if (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Attribute)
+            and is_handle(n.value.value, names)
+        ):
+            out.add((n.value.attr, n.attr))
+    return out
+
+
+def _scan(fn: ast.AST, is_handle) -> set[tuple[str, ...]]:
+    """The chains ``fn`` touches through a handle (or a local alias of one), and through a
+    local bound to a member of one (``eng = w.engine; eng.kv`` is ``("engine", "kv")``)."""
+    names = _aliases(fn, set(), is_handle)
+    found = _chains(fn, is_handle, names)
+
+    def local(e: ast.expr, ns: set[str]) -> bool:
+        return isinstance(e, ast.Name) and e.id in ns
+
+    for member in {c[0] for c in found}:
+
+        def of_member(e: ast.expr, _: set[str], m: str = member) -> bool:
+            return isinstance(e, ast.Attribute) and e.attr == m and is_handle(e.value, names)
+
+        subs = _aliases(fn, set(), of_member)
+        if subs:
+            found |= {(member, c[0]) for c in _chains(fn, local, subs)}
+    return found
+
+
+def touched_chains(source: str, proto: str) -> set[tuple[str, ...]]:
+    """What ``source`` touches of a ``proto`` it is handed: members, and members of members."""
+    tree = ast.parse(source)
+    found: set[tuple[str, ...]] = set()
+    for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+        kept = set()  # self.NAME = a parameter typed proto
+        for fn in [n for n in cls.body if isinstance(n, ast.FunctionDef)]:
+            typed = {a.arg for a in _params(fn) if _annotation(a.annotation) == proto}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
+                    if node.value.id not in typed:
+                        continue
+                    for t in node.targets:
+                        if isinstance(t, ast.Attribute) and ast.unparse(t.value) == "self":
+                            kept.add(t.attr)
+        for fn in [n for n in ast.walk(cls) if isinstance(n, ast.FunctionDef)] if kept else []:
+
+            def self_kept(e: ast.expr, names: set[str], kept: set[str] = kept) -> bool:
+                return (isinstance(e, ast.Name) and e.id in names) or (
+                    isinstance(e, ast.Attribute)
+                    and e.attr in kept
+                    and ast.unparse(e.value) == "self"
+                )
+
+            found |= _scan(fn, self_kept)
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        typed = {a.arg for a in _params(fn) if _annotation(a.annotation) == proto}
+        if typed:
+
+            def param(e: ast.expr, names: set[str], typed: set[str] = typed) -> bool:
+                return isinstance(e, ast.Name) and (e.id in typed or e.id in names)
+
+            found |= _scan(fn, param)
+    return found
+
+
+def touched(source: str, proto: str) -> set[str]:
+    """The members of ``proto`` that ``source`` touches through a handed object."""
+    return {c[0] for c in touched_chains(source, proto)}
+
+
+def _returns(source: str) -> dict[tuple[str, str], str]:
+    """(protocol, member) -> the protocol that member gives (``WorkerParts.attention`` ->
+    ``AttentionPart``): what is touched through it counts for that one."""
+    out = {}
+    for cls in ast.parse(source).body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                out[(cls.name, node.target.id)] = _annotation(node.annotation) or ""
+            elif isinstance(node, ast.FunctionDef):
+                out[(cls.name, node.name)] = _annotation(node.returns) or ""
+    return out
+
+
+# Not a part handed to a stage: the decode observers' interface, called on each observer.
+NOT_PARTS = {"DecodeObserver"}
+
+
+def unused_members() -> list[str]:
+    sources = [p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))]
+    texts = {part: (ROOT / part).read_text(encoding="utf-8") for part in PARTS}
+    protos = {name: (part, own) for part, t in texts.items() for name, own in _protocols(t).items()}
+    gives = {k: v.replace(" | None", "") for t in texts.values() for k, v in _returns(t).items()}
+    used: dict[str, set[str]] = {name: set() for name in protos}
+    for name in protos:
+        for src in sources:
+            for chain in touched_chains(src, name):
+                used[name].add(chain[0])
+                inner = gives.get((name, chain[0]))
+                if len(chain) == 2 and inner in used:
+                    used[inner].add(chain[1])
+    return [
+        f"{part} {name}.{m}"
+        for name, (part, own) in protos.items()
+        if name not in NOT_PARTS
+        for m in sorted(own - used[name])
+    ]
+
+
+def test_the_check_finds_a_member_nobody_touches():
+    parts = "class P(Protocol):\n    a: int\n    b: int\n    def c(self) -> None: ...\n"
+    assert _protocols(parts) == {"P": {"a", "b", "c"}}
+    user = (
+        "def f(x: 'P'):\n    y = x\n    y.c()\n"
+        "class K:\n    def __init__(self, p: P):\n        self.p = p\n"
+        "    def g(self):\n        return self.p.a\n"
+    )
+    assert touched(user, "P") == {"a", "c"}  # b: declared, never touched
+    assert touched(user, "Q") == set()
+
+
+def test_every_parts_protocol_names_only_what_its_users_touch():
+    left = unused_members()
+    assert left == [], "\n".join(left)
+
+
+def test_the_engine_stages_each_have_their_own_protocol():
+    """No stage module is typed with the whole session: each names its own part."""
+    whole = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "engine").glob("*.py"))
+        if p.name not in ("parts.py", "backend.py")
+        and touched(p.read_text(encoding="utf-8"), "EngineParts")
+    ]
+    assert whole == []
+    protos = _protocols((ROOT / "engine/parts.py").read_text(encoding="utf-8"))
+    assert {"DecodeParts", "PromptParts", "PathParts", "ShiftParts", "SequenceParts"} <= set(
+        protos
+    )
+    assert protos["EngineParts"] == set()  # all of them, nothing of its own
