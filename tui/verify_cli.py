@@ -7,6 +7,13 @@ import argparse
 import sys
 
 from .args import read_prompt
+from .engine import TokenstepError
+from .engine.backend import Backend
+from .engine.model.tokens import display_bytes
+from .engine.spec.spec_verify import Speculator
+from .engine.step import StepRecord
+from .engine.verify import VerifyResult
+from .spec_flags import check_spec, speculator_from_args
 from .trace_cli import (
     _safe,
     config_from_args,
@@ -15,13 +22,6 @@ from .trace_cli import (
     prompt_tokens,
     settings_from_args,
 )
-from .engine import TokenstepError
-from .engine.backend import Backend
-from .engine.model.tokens import display_bytes
-from .engine.spec.spec_verify import Speculator
-from .engine.step import StepRecord
-from .engine.verify import VerifyResult
-from .spec_flags import check_spec, speculator_from_args
 
 
 def spec_summary(spec: Speculator) -> str:

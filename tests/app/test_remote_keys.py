@@ -4,6 +4,9 @@ each is off, and the worker still refuses the key if it is pressed. A local mode
 
 from __future__ import annotations
 
+from tests.support.app import SIZE, run_async, send, wait_for
+from tests.support.compare_records import screen_text
+from tests.support.llama_server import llama_server  # noqa: F401
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.engine.backend import LOCAL, Capabilities
@@ -11,10 +14,6 @@ from tui.engine.remote.remote import RemoteBackend
 from tui.widgets.help import HelpScreen, help_text
 from tui.widgets.keybar import KeyBar, bar_items
 from tui.widgets.keys import KEYS, off
-
-from .compare_records import screen_text
-from .llama_server import llama_server  # noqa: F401
-from .test_app import SIZE, run_async, send, wait_for
 
 OFF_OVER_HTTP = {"F": "fork", "v/V": "verify", "a": "attention", "A": "attention"}
 
