@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .model.model import Model, ModelInfo
     from .model.tokens import Vocab
     from .model.work import WorkCounter
+    from .overlap import Overlap
     from .records import RecordLog
     from .replay import ReplayLog
     from .run_record import RunRecord
@@ -69,6 +70,7 @@ class EngineParts(Protocol):
     run: RunRecord
     work: WorkCounter
     observers: list[DecodeObserver]
+    overlap: Overlap  # the step's views, off the decode's critical path (overlap.py)
     decode_gate: Callable[[], AbstractContextManager[object]] | None
     score_prompt: bool
     surprise: SurpriseLog

@@ -107,6 +107,7 @@ def make_room(engine: EngineParts, n: int) -> None:
     for seq in list(engine.parked):
         if engine.kv.used + n <= engine.n_cells:
             return
+        engine.overlap.settle()  # dropping reads the surprise values the last pick noted
         drop(engine, seq)
 
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 def prefill(engine: EngineParts, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
     """Decode a prompt (after what is already in the context), split into n_batch calls."""
+    engine.overlap.settle()
     if not tokens:
         raise TokenstepError("the prompt is empty: there is nothing to decode.")
     n_past, n_ctx = engine.n_past, engine.n_ctx
@@ -61,6 +62,7 @@ def _take_back(engine: EngineParts, n_new: int, *, merged: bool) -> list[int]:
     k = kv_order.keep_from(engine.kv, n_new, cfg.n_batch, cfg.n_ubatch, merged=merged)
     if k is None:
         return []
+    engine.overlap.settle()  # the pending pick's value is read below
     tokens = engine.tokens
     values = engine.surprise.from_index(k)  # the pending pick's value too: it is not decoded yet
     truncate(engine, k)
@@ -122,6 +124,7 @@ def _score_call(engine: EngineParts, tokens: list[int], start: int, n_past: int,
 def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
     """Make the context hold exactly ``tokens``, re-using the longest common prefix already
     cached (prompt/prefix caching) and prefilling only the rest."""
+    engine.overlap.settle()
     common = 0
     if reuse:
         have = engine.tokens
@@ -148,6 +151,7 @@ def sync_prompt(engine: EngineParts, tokens: list[int], *, reuse: bool = True) -
 def truncate(engine: EngineParts, n_keep: int) -> None:
     """Keep the first ``n_keep`` tokens of sequence 0 (``llama_memory_seq_rm``); the logits of
     the new last position come back from the rewind memory when it still holds them."""
+    engine.overlap.settle()
     if n_keep >= engine.n_past:
         return
     positions = engine.kv.positions(0)
