@@ -23,7 +23,7 @@ def _run(make_engine, *, off: bool, n: int = 24):
     assert eng.overlap.threaded is off
     eng.rewind(3)  # an engine call after the run settles the views first
     recs += [r for r in (eng.step() for _ in range(4)) if r is not None]
-    eng.settle()
+    eng.overlap.settle()
     return eng, recs
 
 

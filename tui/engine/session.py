@@ -42,13 +42,13 @@ from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
 from .trace import record_to_dict
-from .verify import Verifier, VerifyResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     from .backend import Backend
+    from .verify import Verifier, VerifyResult
 
 
 class Engine:
@@ -190,12 +190,9 @@ class Engine:
             self.branches[seq].logits, self.branches[seq].record = logits, record
 
     def observe_off_thread(self, on: bool) -> None:
-        """Each step's views on a worker thread while the next decode runs (overlap.py)."""
+        """Each step's views on a worker thread while the next decode runs (overlap.py);
+        ``overlap.settle()`` waits until every record so far is complete."""
         self.overlap.start(self.observers) if on else self.overlap.stop()
-
-    def settle(self) -> None:
-        """Wait until every record so far is complete (its views computed and noted)."""
-        self.overlap.settle()
 
     # -- the prompt ----------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
@@ -369,6 +366,8 @@ class Engine:
         with this one and compare its last logits row with the cached step's (see verify.py).
         Call it on the thread that owns the engine: it runs llama_decode on a second context."""
         if self._verifier is None:
+            from .verify import Verifier  # a second context's machinery: not at start-up
+
             self._verifier = Verifier(self)
         return self._verifier.check(mode, seq)
 
