@@ -6,8 +6,9 @@ worker run, on any :class:`~tui.engine.backend.Backend`. :func:`generate` repeat
 record once the token sampled from its logits is known, BEFORE that token is fed (so a caller
 may still look at, or verify, the context the record left); the last sampled token is not
 decoded unless ``decode_last``. With observation off the decode thread
-(:meth:`Engine.observe_off_thread`) a record comes AFTER that token's decode instead, the
-decode that its views were computed beside (``tokenstep trace`` reads only the record).
+(:meth:`Engine.observe_off_thread`) a record comes after that token's decode instead (its
+views were computed beside it), just before the decode after it, so that what the caller
+does with it (``tokenstep trace`` hands it to its writer thread) also runs beside a decode.
 """
 
 from __future__ import annotations
@@ -71,18 +72,22 @@ def generate(
     overlap = getattr(engine, "overlap", None)
     late = overlap is not None and overlap.threaded  # views computed during the next decode
     pending = engine.prefill(prompt) if prompt is not None else []
+    ready: list[StepRecord] = []  # late: complete (a decode settled their views, decode.py)
     for i in range(max(n_predict, 0)):
         turn = sample_step(engine)
+        yield from ready if late else pending  # late: handed on just before the next decode
+        ready = []
         if not late:
-            yield from pending
             pending = []
         if i == n_predict - 1 and not decode_last:
             break
         rec = feed_step(engine, turn).record
         if rec is None:
             break
-        yield from pending  # late: the decode settled the pick's views (decode.py)
+        if late:
+            ready = pending
         pending = [rec]
     if overlap is not None and late:
         overlap.settle()
+    yield from ready
     yield from pending
