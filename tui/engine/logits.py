@@ -46,7 +46,7 @@ def top_candidates(logits: np.ndarray, vocab: Vocab) -> tuple[list[Candidate], f
 
 def observe_row(rec: StepRecord, logits: np.ndarray, vocab: Vocab) -> None:
     """A record's views of its logits row: the top candidates and the entropy."""
-    rec.top, rec.entropy = top_candidates(logits, vocab)
+    rec.note_views(*top_candidates(logits, vocab))
 
 
 class LogitsMemory:
