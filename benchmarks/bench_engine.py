@@ -1,5 +1,7 @@
 """Benchmark 1: greedy generation through the engine, every per-step record computed
-(top-k, probabilities, entropy, sampler stages, KV mirror check), against the bare loop.
+(top-k, probabilities, entropy, sampler stages, KV mirror check), against the bare loop. As
+``tokenstep trace`` runs it: a step's views on the observation thread while the next decode
+runs (``Engine.observe_off_thread``), every record complete when a stretch's time stops.
 
 Both keep a context alive and take turns in stretches of ``chunk`` tokens until each has made
 ``n``, so a neighbour's burst of load hits both alike; each pair of stretches gives a ratio and
@@ -26,6 +28,7 @@ def _engine_decode(eng: Engine, n: int, outside: list[float] | None = None) -> f
         if rec is None:
             raise RuntimeError("engine stopped early")
         decode_ms += rec.decode_ms
+    eng.overlap.settle()  # the stretch ends when its records are complete
     took = time.perf_counter() - t0
     if outside is not None:
         outside.append((took * 1000.0 - decode_ms) / n)
@@ -58,12 +61,14 @@ def bookkeeping_cpu_ms(model: Model, prompt: list[int], n: int = 128) -> float:
         model, EngineConfig(n_ctx=4096, n_threads=THREADS), SamplerSettings(temp=0.0), [cpu]
     )
     out = []
+    eng.overlap.start()  # as observe_off_thread; this observer only reads the clock
     try:
         eng.prefill(prompt)
         for _ in range(4):
             cpu.inside, t0 = 0.0, time.thread_time()
             for _ in range(n // 4):
                 eng.feed(eng.sample().token)
+            eng.overlap.settle()
             out.append((time.thread_time() - t0 - cpu.inside) * 1000.0 / (n // 4))
     finally:
         eng.close()
@@ -83,6 +88,7 @@ def compare(
     for _ in range(rounds):
         b = Bare(model, prompt, threads=THREADS)
         eng = Engine(model, EngineConfig(n_ctx=4096, n_threads=THREADS), SamplerSettings(temp=0.0))
+        eng.observe_off_thread(True)
         try:
             eng.prefill(prompt)
             b.decode(4)
@@ -112,7 +118,7 @@ def run(model: Model, rounds: int = 3, n: int = 256) -> list[Row]:
                 f"{median(ours):.1f} vs bare {median(bare):.1f} tok/s (medians of "
                 f"{len(ours)} alternating 32-token stretches, {rounds} runs); "
                 f"outside llama_decode a token: {median(outside):.3f} ms wall, {cpu:.3f} ms "
-                "CPU",
+                "CPU on the decode thread",
             )
         )
     return rows

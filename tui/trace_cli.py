@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from .args import DEFAULT_N_CTX, read_prompt
 from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
@@ -210,21 +210,28 @@ def trace_main(args: argparse.Namespace) -> int:
     try:
         spec = speculator_from_args(args, engine)
         toks = prompt_tokens(engine, text, chat=args.chat, special=args.special)
-        out, n_sampled, seen = sys.stdout, 0, 0
-        lens = None
+        n_sampled, seen = 0, 0
+        lens, local = None, engine.local
         if getattr(args, "lens", False):  # the capture's modules load only with --lens
             from .engine.observe.lens_capture import find_lens
 
-            local = engine.local  # --lens with --server is refused before connecting
+            # --lens with --server is refused before connecting
             lens = find_lens(local) if local is not None else None
-        for rec in generate_records(engine, spec, args.n_predict, toks):
-            if lens is not None and local is not None:  # the token joins llama.cpp's top-1
-                lens.note_pick(local, rec)
-            out.write(secret.redact(trace.dumps(engine, rec)) + "\n")
-            if getattr(args, "events", False):  # the app's own record, through its serializer
-                seen = write_events(out, engine, seen)
-            out.flush()
-            n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
+        events = getattr(args, "events", False)
+        if isinstance(engine, Engine) and spec is None and not events and not engine.observers:
+            engine.observe_off_thread(True)  # each record's views beside the next decode
+        writer = trace.LineWriter(engine, sys.stdout, secret.redact)  # JSON off this thread
+        try:
+            for rec in generate_records(engine, spec, args.n_predict, toks):
+                if lens is not None and local is not None:  # the token joins llama.cpp's top-1
+                    lens.note_pick(local, rec)
+                new: tuple[object, ...] = ()
+                if events:  # the app's own record, through its serializer
+                    new, seen = new_events(engine, seen)
+                writer.put(rec, new)
+                n_sampled += len(rec.spec.picks) if rec.spec else rec.sampled is not None
+        finally:
+            writer.close()
         if n_sampled < args.n_predict and engine.stop_reason:
             print(secret.redact(stopped_early(engine, n_sampled, args.n_predict)), file=sys.stderr)
     finally:
@@ -234,16 +241,12 @@ def trace_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def write_events(out: IO[str], engine: Backend, seen: int) -> int:
-    """The run record's events since the ``seen``-th, one JSON line each
-    (:func:`tui.engine.run_record.event_to_dict`); returns how many were noted so far."""
-    from .engine.run_record import event_to_dict
-
+def new_events(engine: Backend, seen: int) -> tuple[tuple[object, ...], int]:
+    """The run record's events since the ``seen``-th (``trace --events`` writes each as one
+    JSON line, :func:`tui.engine.run_record.event_to_dict`), and how many were noted so far."""
     run = engine.run
     kept = run.recent()
-    for ev in kept[max(0, len(kept) - (run.n - seen)) :]:
-        out.write(secret.redact(json.dumps(event_to_dict(ev), ensure_ascii=False)) + "\n")
-    return run.n
+    return kept[max(0, len(kept) - (run.n - seen)) :], run.n
 
 
 def generate_records(

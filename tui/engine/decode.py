@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
 from .batch import DecodeCall
-from .logits import read_row, top_candidates
+from .logits import observe_row, read_row, top_candidates
 from .model.errors import ContextFullError, TokenstepError
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .replay import DecodeOp
@@ -76,6 +77,7 @@ def decode(
     ``purpose`` goes to the replay log (:mod:`tui.engine.replay`): "prompt" for a prefill
     chunk, "step", "verify" or "forks"."""
     ms, extras = run_decode(engine, call)
+    engine.overlap.settle()  # the last step's views are noted before this decode (in order)
     seqs = tuple(s for s, _ in seq_rows)
     engine.replay.note(DecodeOp(call, len(engine.records), purpose, has_logits, all_rows, seqs))
     rec = StepRecord(
@@ -119,7 +121,8 @@ def decode(
     elif has_logits:
         logits = read_row(engine.ctx, -1, n_vocab)
         engine.set_seq_logits(0, logits, rec.index)
-        rec.top, rec.entropy = top_candidates(logits, engine.vocab)
+        # the top and entropy wait for the pick (overlap.py): it needs the chain only
+        engine.overlap.defer(partial(observe_row, rec, logits, engine.vocab))
         contexts.append(rec.n_ctx_tokens)
     engine.records.append(rec)
     engine.run.note(Decode(rec.index, purpose, phase, call.n_tokens, ms, rec.n_ctx_tokens))

@@ -17,7 +17,7 @@ import numpy as np
 from .model.errors import TokenstepError
 from .model.tokens import Vocab
 from .sampler.sampling import top_stats
-from .step import Candidate
+from .step import Candidate, StepRecord
 
 TOP_N = 10
 LOGITS_KEEP = 64  # logits kept for rewinding without recomputation
@@ -42,6 +42,11 @@ def top_candidates(logits: np.ndarray, vocab: Vocab) -> tuple[list[Candidate], f
         Candidate(t, piece(t), float(logits[t]), pt)
         for t, pt in zip(top.tolist(), p.tolist(), strict=True)
     ], entropy
+
+
+def observe_row(rec: StepRecord, logits: np.ndarray, vocab: Vocab) -> None:
+    """A record's views of its logits row: the top candidates and the entropy."""
+    rec.note_views(*top_candidates(logits, vocab))
 
 
 class LogitsMemory:

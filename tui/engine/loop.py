@@ -5,7 +5,10 @@ worker run, on any :class:`~tui.engine.backend.Backend`. :func:`generate` repeat
 ``tokenstep trace``, ``tokenstep verify``, :meth:`Engine.generate` and the tests. It yields a
 record once the token sampled from its logits is known, BEFORE that token is fed (so a caller
 may still look at, or verify, the context the record left); the last sampled token is not
-decoded unless ``decode_last``.
+decoded unless ``decode_last``. With observation off the decode thread
+(:meth:`Engine.observe_off_thread`) a record comes after that token's decode instead (its
+views were computed beside it), just before the decode after it, so that what the caller
+does with it (``tokenstep trace`` hands it to its writer thread) also runs beside a decode.
 """
 
 from __future__ import annotations
@@ -66,15 +69,25 @@ def generate(
     record once it is complete (a record is complete when the token sampled from its logits
     is known). Each token is decoded except the last, which is only sampled (its K/V would be
     needed only for a token after it), unless ``decode_last``."""
+    overlap = getattr(engine, "overlap", None)
+    late = overlap is not None and overlap.threaded  # views computed during the next decode
     pending = engine.prefill(prompt) if prompt is not None else []
+    ready: list[StepRecord] = []  # late: complete (a decode settled their views, decode.py)
     for i in range(max(n_predict, 0)):
         turn = sample(engine)
-        yield from pending
-        pending = []
+        yield from ready if late else pending  # late: handed on just before the next decode
+        ready = []
+        if not late:
+            pending = []
         if i == n_predict - 1 and not decode_last:
             break
         rec = feed(engine, turn).record
         if rec is None:
             break
+        if late:
+            ready = pending
         pending = [rec]
+    if overlap is not None and late:
+        overlap.settle()
+    yield from ready
     yield from pending

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .model.model import Model, ModelInfo
     from .model.tokens import Vocab
     from .model.work import WorkCounter
+    from .overlap import Overlap
     from .records import RecordLog
     from .replay import ReplayLog
     from .run_record import RunRecord
@@ -70,6 +71,7 @@ class DecodeParts(ObservedParts, Protocol):
     run: RunRecord
     work: WorkCounter
     observers: list[DecodeObserver]
+    overlap: Overlap  # the step's views, off the decode's critical path (overlap.py)
     decode_gate: Callable[[], AbstractContextManager[object]] | None
 
     @property
@@ -161,6 +163,7 @@ class VerifyParts(Protocol):
     kv: KVMirror
     shifts: list[ShiftEvent]
     branches: dict[int, Branch]
+    overlap: Overlap  # settled first: the records verify reads are complete
 
     @property
     def logits_record(self) -> int | None: ...

@@ -109,6 +109,7 @@ def make_room(engine: PathParts, n: int) -> None:
     for seq in list(engine.parked):
         if engine.kv.used + n <= engine.n_cells:
             return
+        engine.overlap.settle()  # dropping reads the picks the last step noted
         drop(engine, seq)
 
 

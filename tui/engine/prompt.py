@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 def prefill(engine: PromptParts, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
     """Decode a prompt (after what is already in the context), split into n_batch calls."""
+    engine.overlap.settle()
     if not tokens:
         raise TokenstepError("the prompt is empty: there is nothing to decode.")
     n_past, n_ctx = engine.n_past, engine.n_ctx
@@ -62,6 +63,7 @@ def _take_back(engine: PromptParts, n_new: int, *, merged: bool) -> list[int]:
     k = kv_order.keep_from(engine.kv, n_new, cfg.n_batch, cfg.n_ubatch, merged=merged)
     if k is None:
         return []
+    engine.overlap.settle()  # the pending pick's value is read below
     tokens = engine.tokens
     truncate(engine, k, picks_from=len(tokens) + 1)
     return tokens[k:]
@@ -120,6 +122,7 @@ def _score_call(engine: PromptParts, tokens: list[int], start: int, n_past: int,
 def sync_prompt(engine: PromptParts, tokens: list[int], *, reuse: bool = True) -> list[StepRecord]:
     """Make the context hold exactly ``tokens``, re-using the longest common prefix already
     cached (prompt/prefix caching) and prefilling only the rest."""
+    engine.overlap.settle()
     common = 0
     if reuse:
         have = engine.tokens
@@ -149,6 +152,7 @@ def truncate(engine: PromptParts, n_keep: int, *, picks_from: int | None = None)
     record drops the picks from context index ``picks_from`` on (default ``n_keep``: the
     removed tokens'; ``n_keep + 1`` keeps the pick waiting to be decoded, as a speculative
     round's cut does; past the end keeps every pick, for a tail decoded again as it was)."""
+    engine.overlap.settle()
     n_past = engine.n_past
     if n_keep >= n_past:
         return

@@ -9,6 +9,7 @@ own seeded chain, and :func:`step_seqs` carries one token per sequence in ONE
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,7 @@ from .step import Branch, Sampled, StepRecord
 
 if TYPE_CHECKING:
     from .parts import SequenceParts
+    from .sampler.chain_result import ChainResult
 
 
 def sample(engine: SequenceParts, seq: int, force: int | None = None) -> Sampled:
@@ -82,12 +84,35 @@ def sample_row(
             engine.stopped("end of generation")
         else:
             engine.stopped("end of generation", seq)
+    forced = force is not None
+    args = (engine, seq, logits, source, token, result, len(history), forced, chain.seed, record)
+    if seq == 0 and engine.overlap.threaded:  # p, entropy and the Pick while the next decode runs
+        engine.overlap.submit(partial(note_pick, *args))
+        return Sampled(seq, token, result, logits, source, forced, eog, None)
+    engine.overlap.settle()  # the row's own views first: the pick's p reads them
+    return Sampled(seq, token, result, logits, source, forced, eog, note_pick(*args))
+
+
+def note_pick(
+    engine: SequenceParts,
+    seq: int,
+    logits: np.ndarray,
+    source: StepRecord | None,
+    token: int,
+    result: ChainResult,
+    index: int,
+    forced: bool,
+    seed: int,
+    record: int | None,
+) -> float:
+    """What a pick leaves beside its token: p (raw softmax) and the row's entropy, the run
+    record's :class:`Pick` at context index ``index``; returns p."""
     p, entropy = pick_p(logits, source, token, seq)
     cuts = tuple((st.name, st.n) for st in result.stages)
     engine.run.note(  # the one place a pick's p, p', entropy are kept: the run chart reads it
-        Pick(seq, len(history), token, p, result.p_final(token), entropy, force is not None, chain.seed, cuts, record)
+        Pick(seq, index, token, p, result.p_final(token), entropy, forced, seed, cuts, record)
     )
-    return Sampled(seq, token, result, logits, source, force is not None, eog, p)
+    return p
 
 
 def pick_p(
@@ -111,6 +136,7 @@ def fork(engine: SequenceParts, src: int = 0) -> int:
     """Copy sequence ``src`` into a new seq_id with ``llama_memory_seq_cp``: the new
     sequence sees the same cells (nothing is recomputed or copied in memory, the cells are
     tagged with both ids) and gets its own sampler chain, seeded with seed + seq_id."""
+    engine.overlap.settle()
     if src != 0 and src not in engine.branches:
         raise TokenstepError(f"there is no sequence {src} to fork.")
     if engine.seq_logits(src) is None or engine.kv.count(src) == 0:
@@ -144,6 +170,7 @@ def fork(engine: SequenceParts, src: int = 0) -> int:
 
 def drop_seq(engine: SequenceParts, seq: int) -> None:
     """Forget a forked sequence: its own cells are freed, shared ones stay for the others."""
+    engine.overlap.settle()
     br = engine.branches.pop(seq, None)
     if br is None:
         raise TokenstepError(f"there is no forked sequence {seq}.")
@@ -156,6 +183,7 @@ def step_seqs(engine: SequenceParts, force: dict[int, int] | None = None) -> Ste
     """One turn for every live sequence: each samples from its own logits row with its own
     chain, then ONE ``llama_decode`` carries one token per sequence (each with its own
     seq_id and position, all asking for logits). None when every sequence has stopped."""
+    engine.overlap.settle()
     force = force or {}
     picks: list[tuple[int, int]] = []
     for seq in engine.seq_ids:

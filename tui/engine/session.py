@@ -33,6 +33,7 @@ from .model.model import Model
 from .model.offload import placement
 from .model.tokens import Vocab
 from .model.work import WorkCounter
+from .overlap import Overlap
 from .records import RecordLog
 from .replay import ReplayLog
 from .run_record import Clear, RunRecord
@@ -41,13 +42,13 @@ from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
 from .surprise import SurpriseLog
 from .trace import record_to_dict
-from .verify import Verifier, VerifyResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     from .backend import Backend
+    from .verify import Verifier, VerifyResult
 
 
 class Engine:
@@ -111,6 +112,7 @@ class Engine:
         # runs them again (observer_context.py), so this one is never rebuilt for a view.
         self.replay = ReplayLog()
         self.run = RunRecord()  # the one record of the run (run_record.py): panes read it
+        self.overlap = Overlap()  # a step's views: inline, or while the next decode runs
 
     def _record_dict(self, rec: StepRecord) -> dict[str, Any]:
         return record_to_dict(self, rec, weights=False)  # spilled: as a saved session
@@ -191,6 +193,11 @@ class Engine:
             self.logits_memory.set(logits, record, self.n_past)
         else:
             self.branches[seq].logits, self.branches[seq].record = logits, record
+
+    def observe_off_thread(self, on: bool) -> None:
+        """Each step's views on a worker thread while the next decode runs (overlap.py);
+        ``overlap.settle()`` waits until every record so far is complete."""
+        self.overlap.start(self.observers) if on else self.overlap.stop()
 
     # -- the prompt ----------------------------------------------------------------------------
     def prefill(self, tokens: list[int], *, reused: int = 0) -> list[StepRecord]:
@@ -297,6 +304,7 @@ class Engine:
         return n
 
     def reset(self) -> None:
+        self.overlap.settle()
         replay.clear(self.ctx, self.replay)
         self.run.note(Clear())
         for br in self.branches.values():
@@ -351,10 +359,13 @@ class Engine:
         with this one and compare its last logits row with the cached step's (see verify.py).
         Call it on the thread that owns the engine: it runs llama_decode on a second context."""
         if self._verifier is None:
+            from .verify import Verifier  # a second context's machinery: not at start-up
+
             self._verifier = Verifier(self)
         return self._verifier.check(mode, seq)
 
     def close(self) -> None:
+        getattr(self, "overlap", Overlap()).stop()  # the worker first: it may still be noting
         context = getattr(self, "context", None)
         if context is not None and context.ctx:
             if self._verifier is not None:

@@ -43,6 +43,7 @@ def context_shift(engine: ShiftParts) -> ShiftEvent | None:
     They all drop the SAME positions (half of the longest one's rest): the cells they
     share have one position each, so they can only move if every sequence moves them by
     the same amount (see :meth:`KVMirror.shift_seqs`)."""
+    engine.overlap.settle()  # the record's picks move with the tokens
     drop_all(engine)  # parked paths would not move with the window: they are dropped
     kv = engine.kv
     mem = llama_cpp.llama_get_memory(engine.ctx)

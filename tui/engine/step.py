@@ -132,6 +132,11 @@ class StepRecord:
     scored_rows: int = 0  # prompt rows asked for logits only to score the prompt (surprise map)
     spec: SpecInfo | None = None  # a speculative round's verify decode (spec_verify.py)
 
+    def note_views(self, top: list[Candidate], entropy: float) -> None:
+        """Write the top candidates and the entropy of the record's logits row (on the
+        observation thread when it runs: overlap.py; before anyone reads the record)."""
+        self.top, self.entropy = top, entropy
+
     def note_pick(
         self,
         seq: int,

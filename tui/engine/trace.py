@@ -6,7 +6,10 @@ them down (arrays rounded, token pieces shown with their bytes)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Protocol
+import queue
+import threading
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -210,3 +213,48 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps makes one pe
 
 def dumps(engine: Source, rec: StepRecord) -> str:
     return _ENCODE(record_to_dict(engine, rec))
+
+
+class LineWriter:
+    """``tokenstep trace``'s output, built and written on a thread of its own: the decode
+    thread hands over a finished record (and the run-record events that go after it) and
+    goes on to the next decode; the JSON is built while that decode runs. The queue is
+    bounded (a slow reader makes the decode thread wait, never memory grow); a write error
+    (a closed pipe) is raised on the decode thread at the next :meth:`put` or :meth:`close`."""
+
+    def __init__(self, engine: Source, out: IO[str], redact: Callable[[str], str]) -> None:
+        self._engine, self._out, self._redact = engine, out, redact
+        self._q: queue.Queue[tuple[StepRecord, tuple[Any, ...]] | None] = queue.Queue(64)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, rec: StepRecord, events: tuple[Any, ...] = ()) -> None:
+        self._raise()
+        self._q.put((rec, events))
+
+    def close(self) -> None:
+        """Write what is queued, flush, and stop the thread."""
+        self._q.put(None)
+        self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        from .run_record import event_to_dict
+
+        while (item := self._q.get()) is not None:
+            if self._error is not None:
+                continue  # drain: the decode thread stops at its next put
+            rec, events = item
+            try:
+                lines = [dumps(self._engine, rec)]
+                lines += [_ENCODE(event_to_dict(ev)) for ev in events]
+                self._out.write("".join(self._redact(line) + "\n" for line in lines))
+                self._out.flush()
+            except BaseException as exc:
+                self._error = exc

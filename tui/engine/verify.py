@@ -188,6 +188,7 @@ class Verifier:
 
     def check(self, mode: str = "batched", seq: int = 0) -> VerifyResult:
         eng = self.engine
+        eng.overlap.settle()  # the records it reads are complete
         cached = eng.seq_logits(seq)
         if cached is None:
             raise TokenstepError("there are no logits yet: send a prompt first.")

@@ -25,7 +25,6 @@ import numpy as np
 from ..model import llama_log
 from ..model.errors import TokenstepError
 from .bounds import check_grammar_size
-from .schema_gbnf import json_schema_to_grammar
 
 # llama.cpp's converter writes a count as a repetition ("char{0,12}", "item (\",\" space
 # item){1,4}"), and llama.cpp's grammar parser expands it into copies of the rule: it refuses a
@@ -86,6 +85,8 @@ def schema_to_gbnf(schema_text: str) -> str:
     except ValueError as e:
         raise TokenstepError(f"-j/--json-schema is not valid JSON ({e}).") from None
     check_schema_cost(schema)
+    from .schema_gbnf import json_schema_to_grammar  # 4 modules only -j needs: not at start-up
+
     try:
         return json_schema_to_grammar(schema)
     except RecursionError:
