@@ -13,7 +13,7 @@ Threaded, jobs run one at a time in the order they were given, through a bounded
 full queue makes the decode thread wait: back-pressure); :meth:`settle` waits until all have
 run, and the decoder settles before it notes the next decode, so the run record's events stay
 in order and a record is never read half-observed. Both modes run the same functions on the
-same arrays: the records are the same, bit for bit (``tests/test_overlap.py``).
+same arrays: the records are the same, bit for bit (``tests/engine/test_overlap.py``).
 """
 
 from __future__ import annotations
