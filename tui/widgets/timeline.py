@@ -36,10 +36,15 @@ class TimelinePane(Pane):
         t.append("\n")
         t.append(" decode  ", Style(color="black", bgcolor="green3", bold=True))
         if not (tot.verify_calls or tot.draft_calls):
-            t.append(f" {_n(dn, 'step')}, {fmt_ms(self, dms)} → ")
+            if tot.decode_calls == dn:
+                t.append(f" {_n(dn, 'step')}, {fmt_ms(self, dms)} → ")
+            else:  # a fork steps its sequences in one call: calls and tokens apart
+                t.append(
+                    f" {_n(tot.decode_calls, 'call')}, {_n(dn, 'token')}, {fmt_ms(self, dms)} → "
+                )
             t.append(fmt_rate(self, dn, dms), Style(bold=True))
-            if dn:
-                t.append(f" (mean {fmt_ms(self, dms / dn)})", DIM)
+            if tot.decode_calls:
+                t.append(f" (mean {fmt_ms(self, dms / tot.decode_calls)})", DIM)
             return t
         # --spec-type: calls and emitted tokens apart (a verify's rejected rows emit nothing),
         # and the draft model's own decodes in the time the tokens cost.

@@ -123,9 +123,9 @@ class WorkCounter:
         for b in range(len(edges) - 1):
             sel = ms[which == b]
             if sel.size:
-                out.append(
-                    TimeBin(int(edges[b]), int(edges[b + 1]) - 1, float(np.median(sel)), sel.size)
-                )
+                # the bin holds the whole lengths in [edges[b], edges[b + 1]): its label too
+                lo_b, hi_b = int(np.ceil(edges[b])), int(np.ceil(edges[b + 1])) - 1
+                out.append(TimeBin(lo_b, hi_b, float(np.median(sel)), sel.size))
         return out
 
     def ms_per_1k_context(self) -> float | None:
