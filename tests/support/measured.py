@@ -25,6 +25,7 @@ class Measured:
     stderr: bytes
     seconds: float
     peak_mib: float
+    cpu_seconds: float = 0.0  # user + system CPU of the process: what a loaded machine leaves alone
 
 
 def _limit() -> None:
@@ -90,7 +91,8 @@ def run_measured(*args: str, timeout: float = 120, module: bool = True) -> Measu
             with open(hwm.name) as fh:
                 peak = int(fh.read()) / 1024
             os.unlink(hwm.name)
-        return Measured(proc.returncode, out.read(), err.read(), seconds, peak)
+        cpu = usage.ru_utime + usage.ru_stime
+        return Measured(proc.returncode, out.read(), err.read(), seconds, peak, cpu)
 
 
 def refused(m: Measured, *needles: str, seconds: float = 30, mib: float = 400) -> str:

@@ -102,7 +102,7 @@ def render_template(
         )
     try:
         tmpl = _compiled(template)
-        tmpl.environment.deadline = time.monotonic() + BUDGET_S  # type: ignore[attr-defined]
+        tmpl.environment.deadline = time.thread_time() + BUDGET_S  # type: ignore[attr-defined]
         return tmpl.render(
             messages=[{"role": m.role, "content": m.content} for m in messages],
             add_generation_prompt=add_generation_prompt,

@@ -4,7 +4,8 @@ A chat template is code written by whoever made the GGUF file. On top of Jinja2'
 sandbox: an unsafe attribute fails at once (the stock sandbox renders ``{{ ''.__class__ }}``
 as nothing); operations that blow up memory or CPU in one step (``'a' * 10**10``, ``9**9**9``,
 a huge ``%``/``format`` width) are refused before they run, and built values stay under a
-size limit; the render has a time budget, its output a size limit (``MAX_OUTPUT``: a
+size limit; the render has a budget of its thread's CPU time (so a loaded machine stops the same
+templates at the same point), its output a size limit (``MAX_OUTPUT``: a
 10^5 × 10^5 loop of literal text reached 955 MB within the budget, as literal output checks no
 clock), and ``range`` a count. Defence in depth for one process, not a jail.
 """
@@ -24,7 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError, safe_ra
 MAX_LEN = 16 * 2**20  # characters in one string, items in one list
 MAX_WIDTH = 100_000  # a number a template passes as a width, count or repeat
 MAX_INT_BITS = 4096
-BUDGET_S = 5.0
+BUDGET_S = 5.0  # CPU seconds of the rendering thread (time.thread_time)
 MAX_OUTPUT = MAX_LEN  # characters one render (or one {% set %} block) may produce
 MAX_RANGE_ITEMS = 1_000_000  # items of every range() of one render together
 _CHUNK = 4096  # output pieces joined between two checks
@@ -82,7 +83,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.ranged = 0
-        self.deadline = time.monotonic() + BUDGET_S
+        self.deadline = time.thread_time() + BUDGET_S
         self.filters = {name: self._guard_filter(f) for name, f in self.filters.items()}
         self.globals["range"] = self._range
 
@@ -97,8 +98,8 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         self._deadline, self.ranged = when, 0
 
     def tick(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise SecurityError(f"the template ran for more than {BUDGET_S:.0f} seconds")
+        if time.thread_time() > self.deadline:
+            raise SecurityError(f"the template ran for more than {BUDGET_S:.0f} seconds of CPU")
 
     def _range(self, *args: int) -> range:
         self.tick()
