@@ -140,6 +140,11 @@ class Engine:
         return self
 
     @property
+    def server(self) -> None:
+        """No server: the context is in this process."""
+        return None
+
+    @property
     def tokens(self) -> list[int]:
         """The tokens in the context (sequence 0), oldest first."""
         return self.kv.tokens(0)
