@@ -217,3 +217,59 @@ def test_the_engine_stages_each_have_their_own_protocol():
         protos
     )
     assert protos["EngineParts"] == set()  # all of them, nothing of its own
+
+
+# A backend's facts are read through the protocol (``engine.server``, ``engine.local``), not
+# probed by name: a ``getattr`` on one is a member no protocol names and mypy cannot check.
+BACKEND_NAMES = {"engine", "eng", "backend", "local", "session", "server"}
+BACKEND_TYPES = {"Backend", "Engine", "LocalSession", "ServerFacts", "RemoteBackend"}
+
+
+def _is_backend(e: ast.expr, typed: set[str]) -> bool:
+    """``engine``, ``w.engine``, ``self.w.engine``, a parameter typed as a backend."""
+    name = e.attr if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else None
+    return name in BACKEND_NAMES or (isinstance(e, ast.Name) and e.id in typed)
+
+
+def backend_getattrs(source: str, where: str = "") -> list[str]:
+    """``where:line`` of every ``getattr(x, ...)`` (or ``hasattr``) whose ``x`` is a backend."""
+    out = []
+    tree = ast.parse(source)
+    for fn in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]:
+        typed = (
+            {a.arg for a in _params(fn) if _annotation(a.annotation) in BACKEND_TYPES}
+            if isinstance(fn, ast.FunctionDef)
+            else set()
+        )
+        for n in ast.walk(fn):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id in ("getattr", "hasattr")
+                and n.args
+                and _is_backend(n.args[0], typed)
+            ):
+                out.append(f"{where}:{n.lineno}")
+    return sorted(set(out))
+
+
+def test_the_getattr_check_finds_a_backend_probed_by_name():
+    src = (
+        "def f(args, b: 'Backend'):\n"
+        "    x = getattr(args, 'server', None)\n"
+        "    y = getattr(w.engine, 'url', None)\n"
+        "    z = getattr(getattr(b, 'model', None), 'repack', None)\n"
+    )
+    assert backend_getattrs(src) == [":3", ":4"]
+
+
+def test_no_backend_is_probed_with_getattr_outside_the_engine():
+    """The worker, the app and the command lines read server facts through ``Backend.server``
+    and local ones through ``Backend.local``."""
+    files = [p for p in sorted(ROOT.rglob("*.py")) if "engine" not in p.relative_to(ROOT).parts]
+    found = [
+        hit
+        for p in files
+        for hit in backend_getattrs(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))
+    ]
+    assert found == []
