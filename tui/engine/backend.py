@@ -13,7 +13,8 @@ Pure Python: no llama.cpp call here, so a remote backend can import it without a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -190,6 +191,9 @@ class LocalSession(EngineParts, Backend, Protocol):
 
     @property
     def flash_attn_note(self) -> str | None: ...
+
+    def gate_decodes(self, gate: Callable[[], AbstractContextManager[object]] | None) -> None:
+        """The worker's key lane opens ``gate`` while llama_decode runs (decode.py)."""
 
     # several sequences (capability ``fork``)
     def fork(self, src: int = 0) -> int: ...

@@ -233,6 +233,10 @@ class Engine:
         """A sampler chain for one more sequence (a fork), with its own seeded RNGs."""
         return SamplerChain(self.info.n_vocab, seed, self.model.vocab, self.n_ctx)
 
+    def gate_decodes(self, gate: Callable[[], AbstractContextManager[object]] | None) -> None:
+        """Enter ``gate`` around each llama_decode no observer watches (None: nothing)."""
+        self.decode_gate = gate
+
     def use_settings(self, settings: SamplerSettings) -> None:
         """From now on sample with ``settings`` (a whole new object, never changed in place:
         a pick on the decode thread reads the old settings or the new ones, not half of each)."""
