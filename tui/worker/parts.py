@@ -47,8 +47,8 @@ class PathSession(PathParts, Protocol):
 
 
 class ForkSession(Protocol):
-    """The local session as ``stepping.py``'s forks use it: fork, step every sequence in one
-    batch, drop them (capability ``fork``)."""
+    """The local session as ``stepping.py``'s forks and ``build.py``'s fork panes use it: fork,
+    step every sequence in one batch, drop them (capability ``fork``)."""
 
     @property
     def kv(self) -> KVMirror: ...
