@@ -6,7 +6,8 @@ A stage module (``tui/engine/decode.py``, ``prompt.py`` ...) or a command module
 writes or calls is a dependency nobody has: this test names it. Read off the source with
 ``ast``: a user is a function with a parameter annotated with the protocol (its aliases
 ``x = engine`` too), or a class that keeps such a parameter as ``self.NAME`` (then
-``self.NAME.member`` anywhere in the class). Members a protocol inherits are checked on the
+``self.NAME.member`` anywhere in the class), or a local annotated with it (``eng: PathSession |
+None = w.engine.local``). Members a protocol inherits are checked on the
 protocol that declares them."""
 
 from __future__ import annotations
@@ -132,6 +133,13 @@ def touched_chains(source: str, proto: str) -> set[tuple[str, ...]]:
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         typed = {a.arg for a in _params(fn) if _annotation(a.annotation) == proto}
+        typed |= {  # a local typed with it: ``eng: PathSession | None = w.engine.local``
+            n.target.id
+            for n in ast.walk(fn)
+            if isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Name)
+            and (_annotation(n.annotation) or "").removesuffix(" | None") == proto
+        }
         if typed:
 
             def param(e: ast.expr, names: set[str], typed: set[str] = typed) -> bool:
@@ -186,6 +194,73 @@ def unused_members() -> list[str]:
     ]
 
 
+# What a backend hands out (``backend.py``): the local session and the server facts. Their
+# users do not get them as a parameter but from ``engine.local`` / ``w.require(...)`` /
+# ``engine.server``: a local name bound to one (``eng = w.engine.local``, ``if (server :=
+# engine.server)``) is a handle too.
+FACETS = {"LocalSession": ("local", "require"), "ServerFacts": ("server",)}
+
+
+def _facet(e: ast.expr, how: tuple[str, ...]) -> bool:
+    """``x.local``, ``x.require(...)``, ``x.server`` (``how`` names which)."""
+    if isinstance(e, ast.Call):
+        e = e.func
+    return isinstance(e, ast.Attribute) and e.attr in how
+
+
+def facet_users(source: str, proto: str) -> set[str]:
+    """The members of ``proto`` that ``source`` touches: through a parameter typed with it, a
+    local bound to the facet, or the facet itself (``w.engine.local.fork()``)."""
+    how = FACETS[proto]
+    found = touched(source, proto)
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        names = {  # ``(x := w.engine.local)``, ``x: ForkSession = w.require("fork")``
+            n.target.id
+            for n in ast.walk(fn)
+            if isinstance(n, ast.NamedExpr | ast.AnnAssign)
+            and isinstance(n.target, ast.Name)
+            and n.value is not None
+            and _facet(n.value, how)
+        }
+        names |= _aliases(fn, names, lambda e, ns: _facet(e, how))
+
+        def handle(e: ast.expr, ns: set[str]) -> bool:
+            return (isinstance(e, ast.Name) and e.id in ns) or _facet(e, how)
+
+        found |= {c[0] for c in _chains(fn, handle, names)}
+    return found - set(how)
+
+
+def unused_facet_members() -> list[str]:
+    sources = [p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))]
+    protos = _protocols((ROOT / "engine/backend.py").read_text(encoding="utf-8"))
+    return [
+        f"engine/backend.py {name}.{m}"
+        for name in FACETS
+        for m in sorted(protos[name] - set().union(*(facet_users(s, name) for s in sources)))
+    ]
+
+
+def test_the_facet_check_follows_a_local_session_out_of_the_backend():
+    src = (
+        "def f(w):\n    eng = w.engine.local\n    eng.fork()\n    w.require('x').verify_last()\n"
+        "    e: 'P | None' = w.engine.local\n    e.drop_seq()\n"
+        "def g(engine):\n    if (server := engine.server) is not None:\n        server.url\n"
+    )
+    assert facet_users(src, "LocalSession") == {"fork", "verify_last", "drop_seq"}
+    assert facet_users(src, "ServerFacts") == {"url"}
+
+
+def test_the_local_session_and_the_server_facts_name_only_what_their_users_touch():
+    """``LocalSession`` adds to the stages' parts only what the worker, trace and verify use
+    of a context in this process; ``ServerFacts`` only what the panes and the saved session
+    read of a server."""
+    left = unused_facet_members()
+    assert left == [], "\n".join(left)
+
+
 def test_the_check_finds_a_member_nobody_touches():
     parts = "class P(Protocol):\n    a: int\n    b: int\n    def c(self) -> None: ...\n"
     assert _protocols(parts) == {"P": {"a", "b", "c"}}
@@ -195,6 +270,7 @@ def test_the_check_finds_a_member_nobody_touches():
         "    def g(self):\n        return self.p.a\n"
     )
     assert touched(user, "P") == {"a", "c"}  # b: declared, never touched
+    assert touched("def h(w):\n    z: P | None = w.local\n    z.b\n", "P") == {"b"}
     assert touched(user, "Q") == set()
 
 
@@ -217,3 +293,59 @@ def test_the_engine_stages_each_have_their_own_protocol():
         protos
     )
     assert protos["EngineParts"] == set()  # all of them, nothing of its own
+
+
+# A backend's facts are read through the protocol (``engine.server``, ``engine.local``), not
+# probed by name: a ``getattr`` on one is a member no protocol names and mypy cannot check.
+BACKEND_NAMES = {"engine", "eng", "backend", "local", "session", "server"}
+BACKEND_TYPES = {"Backend", "Engine", "LocalSession", "ServerFacts", "RemoteBackend"}
+
+
+def _is_backend(e: ast.expr, typed: set[str]) -> bool:
+    """``engine``, ``w.engine``, ``self.w.engine``, a parameter typed as a backend."""
+    name = e.attr if isinstance(e, ast.Attribute) else e.id if isinstance(e, ast.Name) else None
+    return name in BACKEND_NAMES or (isinstance(e, ast.Name) and e.id in typed)
+
+
+def backend_getattrs(source: str, where: str = "") -> list[str]:
+    """``where:line`` of every ``getattr(x, ...)`` (or ``hasattr``) whose ``x`` is a backend."""
+    out = []
+    tree = ast.parse(source)
+    for fn in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))]:
+        typed = (
+            {a.arg for a in _params(fn) if _annotation(a.annotation) in BACKEND_TYPES}
+            if isinstance(fn, ast.FunctionDef)
+            else set()
+        )
+        for n in ast.walk(fn):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id in ("getattr", "hasattr")
+                and n.args
+                and _is_backend(n.args[0], typed)
+            ):
+                out.append(f"{where}:{n.lineno}")
+    return sorted(set(out))
+
+
+def test_the_getattr_check_finds_a_backend_probed_by_name():
+    src = (
+        "def f(args, b: 'Backend'):\n"
+        "    x = getattr(args, 'server', None)\n"
+        "    y = getattr(w.engine, 'url', None)\n"
+        "    z = getattr(getattr(b, 'model', None), 'repack', None)\n"
+    )
+    assert backend_getattrs(src) == [":3", ":4"]
+
+
+def test_no_backend_is_probed_with_getattr_outside_the_engine():
+    """The worker, the app and the command lines read server facts through ``Backend.server``
+    and local ones through ``Backend.local``."""
+    files = [p for p in sorted(ROOT.rglob("*.py")) if "engine" not in p.relative_to(ROOT).parts]
+    found = [
+        hit
+        for p in files
+        for hit in backend_getattrs(p.read_text(encoding="utf-8"), str(p.relative_to(ROOT)))
+    ]
+    assert found == []

@@ -74,7 +74,8 @@ def start_notes(
     a resumed session's): the last run's crash, flags --server ignores, and extra buffers
     turned off (or forced on over the AMX kernels), so whoever sees a slower prefill knows
     why."""
-    choice = getattr(getattr(engine, "model", None), "repack", None)
+    local = engine.local  # extra buffers are a local model's choice (a server made its own)
+    choice = local.model.repack if local is not None else None
     notes = [crashed] if crashed else []
     if ignored:
         notes.append(ignored[0].upper() + ignored[1:])

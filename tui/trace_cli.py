@@ -268,7 +268,7 @@ def stopped_early(engine: Backend, n_sampled: int, n_predict: int) -> str:
     stays 0: stopping is the loop's rule, not an error)."""
     why = engine.stop_reason or ""
     line = f"tokenstep: stopped after {n_sampled} of -n {n_predict} tokens: {why}"
-    if why.startswith("context full") and isinstance(getattr(engine, "url", None), str):
+    if why.startswith("context full") and engine.server is not None:
         line += (
             f" ({engine.n_past} of the server's {engine.n_ctx} tokens; its own -c and "
             "--context-shift decide, not tokenstep's)"

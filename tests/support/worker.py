@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 
@@ -23,6 +24,14 @@ def wait(c: Worker, pred: Callable[[View], bool], what: str, timeout: float = 12
     raise AssertionError(
         f"timed out waiting for {what}; last notice: {c.latest and c.latest.notice}"
     )
+
+
+def gate_decodes(w: Worker, gate: Callable[[], AbstractContextManager[object]]) -> None:
+    """Enter ``gate`` around each llama_decode of ``w``'s local session, in place of the key
+    lane's (a test's gate wraps ``w.lane.decoding`` to act while the decode is held)."""
+    local = w.engine.local
+    assert local is not None, "a server decodes in its own process: no decode to gate"
+    local.gate_decodes(gate)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tests.support.serve_server import wait_for
-from tests.support.worker import playing_worker, wait
+from tests.support.worker import gate_decodes, playing_worker, wait
 from tui.worker import Worker
 from tui.worker.commands import Adjust, RewindTokens
 
@@ -35,7 +35,7 @@ def test_a_sampler_key_is_answered_while_the_decode_is_in_flight(make_engine):
             yield
 
     try:
-        w.engine.decode_gate = gate
+        gate_decodes(w, gate)
         n0 = len(w.latest.text.tokens)  # type: ignore[union-attr]
         w.step()
         v = wait(w, lambda v: len(v.text.tokens) == n0 + 1, "the step, after the key")
@@ -77,7 +77,7 @@ def test_no_lending_while_an_observer_runs_in_the_graph(make_engine):
         def before_decode(self, engine: object, call: object) -> None: ...
         def after_decode(self, engine: object, call: object, extras: dict) -> None: ...
 
-    eng.decode_gate = gate
+    eng.gate_decodes(gate)
     eng.prefill(eng.vocab.tokenize("Hello", add_special=True))
     assert opened == [True]
     eng.observers.append(Watcher())

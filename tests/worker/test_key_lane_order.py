@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tests.support.serve_server import wait_for
-from tests.support.worker import playing_worker, wait
+from tests.support.worker import gate_decodes, playing_worker, wait
 from tui.engine import SamplerSettings
 from tui.worker import Worker
 from tui.worker.commands import Step
@@ -47,7 +47,7 @@ def test_a_step_queued_before_a_key_picks_with_the_old_setting(make_engine):
             yield
 
     try:
-        w.engine.decode_gate = gate
+        gate_decodes(w, gate)
         temp0 = w.latest.settings.temp  # type: ignore[union-attr]
         n0 = len(w.latest.text.tokens)  # type: ignore[union-attr]
         w.step()
@@ -98,7 +98,7 @@ def test_no_view_shows_a_message_half_sent(make_engine):
     try:
         w.start()
         wait(w, lambda v: True, "the first view")
-        w.engine.decode_gate = gate
+        gate_decodes(w, gate)
         w.send(MESSAGE)
         v = wait(w, lambda v: v.settings.temp > 0.8 and v.logits.candidates != (), "the key")
         assert len(free) >= 2  # a multi-chunk prefill (n_batch 8)
@@ -152,7 +152,7 @@ def test_a_failure_in_a_keys_view_is_said_and_the_next_key_answered(make_engine)
 
     try:
         run.timeline = timeline  # type: ignore[method-assign]
-        w.engine.decode_gate = gate
+        gate_decodes(w, gate)
         n0 = len(w.latest.text.tokens)  # type: ignore[union-attr]
         assert w.latest.settings.temp == 0.8  # type: ignore[union-attr]
         w.step()

@@ -13,7 +13,8 @@ Pure Python: no llama.cpp call here, so a remote backend can import it without a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from .model.context import EngineConfig
     from .model.kvcache import KVLayout, KVLogReport, KVMirror
     from .model.model import ModelInfo
+    from .model.offload import Placement
     from .model.tokens import Vocab
     from .model.work import WorkCounter
     from .records import RecordLog
@@ -61,6 +63,24 @@ LOCAL = Capabilities("local llama.cpp")
 LOCAL_LENS = Capabilities("local llama.cpp", lens=True)  # the model has a head the lens reads
 
 
+class ServerFacts(Protocol):
+    """What only a backend that steps a server knows (:attr:`Backend.server`): where it runs,
+    who picks, and what the last request left unsent. Saved sessions, the header and the
+    logits pane read these; a local context has none (``server`` is None)."""
+
+    url: str
+    api: str  # "llama-server" (its native /completion) or "openai" (/v1/completions)
+    slot: int  # the server's slot that holds this conversation
+    pick: str  # "tokenstep" or "server"
+    n_probs: int  # the top K each request asks for
+    ids_prompt: bool  # False: the server takes text only, the prompt goes as the ids' text
+
+    @property
+    def unsent_pick(self) -> int | None: ...
+
+    def exactness(self, settings: SamplerSettings | None = None) -> str | None: ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """The operations the worker drives; the local Engine satisfies it structurally."""
@@ -81,6 +101,10 @@ class Backend(Protocol):
     def local(self) -> LocalSession | None:
         """The llama.cpp session in this process, None over a server: forks, verify, prompt
         scoring, speculative rounds and the observers' replays need its context."""
+
+    @property
+    def server(self) -> ServerFacts | None:
+        """The server this backend steps, None for a local context."""
 
     @property
     def tokens(self) -> list[int]: ...
@@ -163,9 +187,13 @@ class LocalSession(EngineParts, Backend, Protocol):
     verify, prompt scoring, speculative rounds and the observers' replays drive."""
 
     stop_reason: str | None
+    placement: Placement  # where llama.cpp put the layers and the KV cache (its load log)
 
     @property
     def flash_attn_note(self) -> str | None: ...
+
+    def gate_decodes(self, gate: Callable[[], AbstractContextManager[object]] | None) -> None:
+        """The worker's key lane opens ``gate`` while llama_decode runs (decode.py)."""
 
     # several sequences (capability ``fork``)
     def fork(self, src: int = 0) -> int: ...

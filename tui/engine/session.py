@@ -140,6 +140,11 @@ class Engine:
         return self
 
     @property
+    def server(self) -> None:
+        """No server: the context is in this process."""
+        return None
+
+    @property
     def tokens(self) -> list[int]:
         """The tokens in the context (sequence 0), oldest first."""
         return self.kv.tokens(0)
@@ -227,6 +232,10 @@ class Engine:
     def new_chain(self, seed: int) -> SamplerChain:
         """A sampler chain for one more sequence (a fork), with its own seeded RNGs."""
         return SamplerChain(self.info.n_vocab, seed, self.model.vocab, self.n_ctx)
+
+    def gate_decodes(self, gate: Callable[[], AbstractContextManager[object]] | None) -> None:
+        """Enter ``gate`` around each llama_decode no observer watches (None: nothing)."""
+        self.decode_gate = gate
 
     def use_settings(self, settings: SamplerSettings) -> None:
         """From now on sample with ``settings`` (a whole new object, never changed in place:

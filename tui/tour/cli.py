@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..engine import EngineConfig
+
+if TYPE_CHECKING:
+    from ..engine.backend import Backend
 
 
 def tour_parser() -> argparse.ArgumentParser:
@@ -63,11 +67,11 @@ def open_tour(app: object) -> None:
     from .screen import TourScreen, locale_lang
 
     assert isinstance(app, App)
-    engine = app.worker.engine  # type: ignore[attr-defined]
-    model = getattr(engine, "model", None)
-    local = engine.capabilities.attention and model is not None
-    path = getattr(model, "path", None) if local else None
-    config = getattr(engine, "config", None) if local else None
+    engine: Backend = app.worker.engine  # type: ignore[attr-defined]
+    session = engine.local  # the tour's context loads the same file, so it needs a local one
+    local = engine.capabilities.attention and session is not None
+    path = session.model.path if session is not None and local else None
+    config = engine.config if local else None
     boxes = app.query("#chat").results(Input)
     prompt = next((b.value.strip() for b in boxes if b.value.strip()), None)
     lang = locale_lang()

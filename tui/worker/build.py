@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from .attention import AttentionView
     from .lens import LensView
-    from .parts import WorkerParts
+    from .parts import ForkSession, WorkerParts
 
 Cells = tuple[tuple[int, int, tuple[int, ...]], ...]  # (token, pos, seq_ids) per used cell
 Candidates = tuple[tuple[CandidateRow, ...], ChainResult | None, float | None, int | None]
@@ -241,7 +241,8 @@ class ViewBuilder:
         )
 
     def seq_views(self) -> tuple[SeqView, ...]:
-        eng, s = self.w.engine.local, self.w.state
+        s = self.w.state
+        eng: ForkSession | None = self.w.engine.local
         if s.fork_at is None or eng is None:  # only a local session forks
             return ()
         out = []

@@ -12,19 +12,77 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..engine.parts import PathParts
+
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import numpy as np
+
     from ..engine.backend import Backend, LocalSession
+    from ..engine.model.kvcache import KVMirror
     from ..engine.model.lens import LensHead
+    from ..engine.model.tokens import Vocab
     from ..engine.observe.observer_context import ObserverContext, Wants
-    from ..engine.sampler.sampling import ChainResult
+    from ..engine.sampler.sampling import ChainResult, SamplerChain, SamplerSettings
     from ..engine.session import Engine
+    from ..engine.step import Branch, StepRecord
     from .commands import Command
     from .key_lane import KeyLane
     from .sampler_desk import SamplerDesk
     from .spec_run import SpecRun
     from .state import State
+
+
+class PathSession(PathParts, Protocol):
+    """The local session as ``worker/paths.py`` uses it: the engine's ``paths`` stage, and the
+    forks it drops and the pick it previews when a path is left."""
+
+    @property
+    def chain(self) -> SamplerChain: ...
+
+    def drop_seq(self, seq: int) -> None: ...
+
+    def preview(self, settings: SamplerSettings | None = None) -> ChainResult: ...
+
+
+class ForkSession(Protocol):
+    """The local session as ``stepping.py``'s forks and ``build.py``'s fork panes use it: fork,
+    step every sequence in one batch, drop them (capability ``fork``)."""
+
+    @property
+    def kv(self) -> KVMirror: ...
+
+    @property
+    def vocab(self) -> Vocab: ...
+
+    @property
+    def settings(self) -> SamplerSettings: ...
+
+    @property
+    def branches(self) -> dict[int, Branch]: ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def logits(self) -> np.ndarray | None: ...
+
+    @property
+    def n_past(self) -> int: ...
+
+    @property
+    def seq_ids(self) -> list[int]: ...
+
+    def preview(self, settings: SamplerSettings | None = None) -> ChainResult: ...
+
+    def stopped(self, reason: str | None, seq: int = 0) -> None: ...
+
+    def fork(self, src: int = 0) -> int: ...
+
+    def step_seqs(self, force: dict[int, int] | None = None) -> StepRecord | None: ...
+
+    def drop_seq(self, seq: int) -> None: ...
 
 
 class AttentionPart(Protocol):

@@ -18,8 +18,7 @@ from ..engine.run_record import Pick
 from ..engine.sequences import pick_p
 
 if TYPE_CHECKING:
-    from ..engine.backend import LocalSession
-    from .parts import WorkerParts
+    from .parts import PathSession, WorkerParts
     from .state import PathBranch
 
 
@@ -32,7 +31,7 @@ def _reply(w: WorkerParts) -> tuple[int, list[int]]:
 
 def _add(
     w: WorkerParts,
-    eng: LocalSession,
+    eng: PathSession,
     tokens: list[int],
     values: list[Pick | None],
     how: str,
@@ -62,7 +61,7 @@ def _add(
     s.add_path(t, tuple(values), how, seq)
 
 
-def _park(w: WorkerParts, eng: LocalSession, keep: int | None = None) -> int | None:
+def _park(w: WorkerParts, eng: PathSession, keep: int | None = None) -> int | None:
     """Park sequence 0, giving up the oldest branch's cells when every seq_id is taken (never
     those of ``keep``, the parked path a jump is about to take back: with no other seq_id the
     live reply is left without cells and is decoded again if it is wanted later). Only while
@@ -84,7 +83,7 @@ def _park(w: WorkerParts, eng: LocalSession, keep: int | None = None) -> int | N
 def leave_live(w: WorkerParts, how: str, keep: PathBranch | None = None) -> None:
     """The live reply becomes a branch (before a rewind or a jump), its cells parked (in a
     seq_id other than ``keep``'s, the jump's target, which stays a branch until taken)."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
     start, tokens = _reply(w)
@@ -98,7 +97,7 @@ def leave_live(w: WorkerParts, how: str, keep: PathBranch | None = None) -> None
 def leave_forks(w: WorkerParts, keep: PathBranch | None = None) -> None:
     """Every forked sequence becomes a parked branch instead of being dropped (``keep``: a
     jump's target, which stays a branch)."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
     start = w.state.reply_start
@@ -120,7 +119,7 @@ def leave_forks(w: WorkerParts, keep: PathBranch | None = None) -> None:
 
 def leave_pick(w: WorkerParts, forced: int) -> None:
     """Before a force: the token the sampler would have picked is a one-token branch."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
     if w.state.reply_start is None or eng.logits is None or eng.branches:
@@ -141,7 +140,7 @@ def leave_pick(w: WorkerParts, forced: int) -> None:
 
 def jump(w: WorkerParts, branch_id: int) -> None:
     """Make branch ``branch_id`` the live reply; the live one becomes a branch."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         raise TokenstepError(w.engine.capabilities.missing("fork") or "no paths here.")
     s = w.state
@@ -183,7 +182,7 @@ def jump(w: WorkerParts, branch_id: int) -> None:
 
 def new_turn(w: WorkerParts) -> None:
     """A new message: the branches were of the last turn; their parked cells are freed."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return
     paths.drop_all(eng)
@@ -208,7 +207,7 @@ def to_json(w: WorkerParts) -> dict[str, Any]:
 
 def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
     """Branches of a saved session (their cells are gone: a jump decodes them again)."""
-    eng = w.engine.local
+    eng: PathSession | None = w.engine.local
     if eng is None:  # a server backend holds no sequences to park
         return 0
     if not data or data.get("reply_start") != w.state.reply_start:
@@ -255,7 +254,7 @@ class PathsView:
 
 
 def _row(
-    eng: LocalSession,
+    eng: PathSession,
     start: int,
     id: int,
     how: str,
@@ -287,7 +286,8 @@ def _row(
 
 
 def paths_view(w: WorkerParts) -> PathsView:
-    s, eng = w.state, w.engine.local
+    s = w.state
+    eng: PathSession | None = w.engine.local
     if s.reply_start is None or eng is None:
         return PathsView(shown=s.paths_shown)
     start = s.reply_start

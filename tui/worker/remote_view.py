@@ -12,9 +12,13 @@ cache) says so, never the local engine's "scores kept" or "KV cells".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..engine.wire.remote_step import SERVER_PICK_NOTE
+
+if TYPE_CHECKING:
+    from ..engine.backend import Backend
+    from ..engine.step import StepRecord
 
 
 @dataclass(frozen=True)
@@ -57,20 +61,21 @@ class RemoteView:
         return first, second
 
 
-def remote_view(engine: Any) -> RemoteView | None:
-    """The remote summary of ``engine``; None for a backend with the whole vocabulary (the
-    capabilities say which, never the type)."""
-    if engine.capabilities.full_vocab or not engine.records:
+def remote_view(engine: Backend) -> RemoteView | None:
+    """The remote summary of ``engine``; None for a local context or a backend with the whole
+    vocabulary (the capabilities say which, never the type)."""
+    server = engine.server
+    if server is None or engine.capabilities.full_vocab or not engine.records:
         return None
-    pick = str(engine.pick)
+    pick = server.pick
     rec = engine.records.get(engine.logits_record) if engine.logits_record is not None else None
     rec = rec or engine.records[-1]
     step = rec.server
     if step is None:
         return None
-    note = engine.exactness() if pick == "tokenstep" else SERVER_PICK_NOTE
+    note = server.exactness() if pick == "tokenstep" else SERVER_PICK_NOTE
     newest = engine.records[-1].server
-    unsent = getattr(engine, "unsent_pick", None)
+    unsent = server.unsent_pick
     return RemoteView(
         url=step.url,
         pick=pick,
@@ -89,16 +94,16 @@ def remote_view(engine: Any) -> RemoteView | None:
         unsent_piece=engine.vocab.piece(unsent) if unsent is not None else b"",
         server_timed=step.server_timings,
         warning=step.warning,
-        as_text=not getattr(engine, "ids_prompt", True),
+        as_text=not server.ids_prompt,
         post_note=step.post_note,
     )
 
 
-def lost_cache_note(rec: Any) -> str:
+def lost_cache_note(rec: StepRecord) -> str:
     """One sentence when llama-server re-evaluated tokens its slot held before (it restarted,
     or another client used the slot); "" otherwise. The pane's "55 evaluated, 0 from its cache"
     alone does not say that anything was lost."""
-    step = getattr(rec, "server", None)
+    step = rec.server
     if step is None:
         return ""
     if step.warning:  # an OpenAI-compatible server's text prompt or candidate texts
@@ -112,10 +117,10 @@ def lost_cache_note(rec: Any) -> str:
     )
 
 
-def prefill_note(rec: Any) -> str | None:
+def prefill_note(rec: StepRecord) -> str | None:
     """A message's prefill over HTTP (None for a local context): what was sent and what the
     server evaluated or found in its slot's cache, as its own timings say."""
-    step = getattr(rec, "server", None)
+    step = rec.server
     if step is None:
         return None
     if not step.server_timings:
@@ -129,17 +134,18 @@ def prefill_note(rec: Any) -> str | None:
     )
 
 
-def rewind_note(engine: Any, removed: int) -> str | None:
+def rewind_note(engine: Backend, removed: int) -> str | None:
     """The rewind notice over HTTP (None for a local context, whose notice counts KV cells):
     nothing is sent, the slot keeps its cache, and the next request sends the shorter prefix."""
-    if engine.capabilities.kv_cells:
+    server = engine.server
+    if server is None or engine.capabilities.kv_cells:
         return None
     newest = engine.records[-1].server if engine.records else None
     held = newest.tokens_cached if newest is not None else 0
     if engine.logits is not None:
         then = "and its pick"
         how = (
-            f"the top {newest.n_top if newest else engine.n_probs} logprobs for the new last "
+            f"the top {newest.n_top if newest else server.n_probs} logprobs for the new last "
             "token came from memory"
         )
     else:
@@ -151,13 +157,13 @@ def rewind_note(engine: Any, removed: int) -> str | None:
     )
 
 
-def where_it_runs(engine: Any) -> str | None:
-    """The header's note on where the model runs: llama-server's URL, or (local) where
+def where_it_runs(engine: Backend) -> str | None:
+    """The header's note on where the model runs: the server's URL and slot, or (local) where
     llama.cpp put the layers and the KV cache when it says anything beyond the plain CPU."""
-    if not engine.capabilities.full_vocab:  # a model served elsewhere, in one of its slots
-        slot = getattr(engine, "slot", None)
-        return f"on {engine.capabilities.name}" + ("" if slot is None else f", slot {slot}")
-    placement = getattr(engine, "placement", None)
+    if (server := engine.server) is not None:  # a model served elsewhere, in one of its slots
+        return f"on {engine.capabilities.name}, slot {server.slot}"
+    local = engine.local
+    placement = local.placement if local is not None else None
     if placement is None or (not placement.gpu_build and placement.asked_layers == "0"):
         return None  # a CPU build asked for nothing: the header stays as it was
     return str(placement.describe())

@@ -56,10 +56,10 @@ def autosave_name(started: float, chat_no: int) -> str:
 
 def server_of(engine: Backend) -> dict[str, Any] | None:
     """``{"url", "api"}`` for a backend that steps a server, None for a local context."""
-    url = getattr(engine, "url", None)
-    if not isinstance(url, str):
+    server = engine.server
+    if server is None:
         return None
-    return {"url": url, "api": getattr(engine, "api", None) or "llama-server"}
+    return {"url": server.url, "api": server.api}
 
 
 def session_header(

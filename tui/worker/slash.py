@@ -108,8 +108,8 @@ def describe(w: Worker, token: int) -> str:
         st = standing(row, token)
     else:  # the ids the server sent (its top K), else the row's entries above its filler
         rec = eng.records.get(eng.logits_record) if eng.logits_record is not None else None
-        server = getattr(rec, "server", None)
-        known = getattr(server, "top_ids", None) or np.nonzero(row > row.min())[0]
+        step = rec.server if rec is not None else None
+        known = (step.top_ids if step is not None else None) or np.nonzero(row > row.min())[0]
         st = standing_top_k(row, np.asarray(known), token)
     chain = eng.preview()
     cut = chain.cut_by(token)

@@ -22,7 +22,7 @@ from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 from .state import LastPick
 
 if TYPE_CHECKING:
-    from .parts import WorkerParts
+    from .parts import ForkSession, WorkerParts
 
 
 def user_step(w: WorkerParts) -> None:
@@ -128,7 +128,8 @@ def shifted(w: WorkerParts, ev: ShiftEvent) -> None:
 def step_forked(w: WorkerParts, forced: int | None) -> None:
     """After a fork: every live sequence samples from its own logits row with its own
     chain, and ONE llama_decode carries one token per sequence."""
-    s, eng = w.state, w.require("fork")
+    s = w.state
+    eng: ForkSession = w.require("fork")
     before = eng.kv.used
     # Sequence 0's row, as the logits pane shows it: its pick is stage 5's (the preview runs
     # on a clone of the same RNG, so it names the token the step takes).
@@ -248,7 +249,8 @@ def rewind(w: WorkerParts, n: int) -> None:
 
 def fork(w: WorkerParts) -> None:
     """Copy sequence 0 into a new seq_id; later steps decode both in one batch."""
-    s, eng = w.state, w.require("fork")
+    s = w.state
+    eng: ForkSession = w.require("fork")
     if s.activity == "done" and not eng.branches:
         s.playback.reopen()  # a fork may continue where the reply ended
         eng.stopped(None)
@@ -270,7 +272,7 @@ def jump(w: WorkerParts, branch_id: int) -> None:
 
 
 def drop_forks(w: WorkerParts) -> None:
-    eng = w.engine.local
+    eng: ForkSession | None = w.engine.local
     if eng is not None:  # only a local session forks
         for seq in eng.seq_ids[1:]:
             eng.drop_seq(seq)

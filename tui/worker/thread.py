@@ -128,7 +128,7 @@ class Worker:
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         self._thread = threading.Thread(target=self._run, name="tokenstep-decode", daemon=True)
         if (local := self.engine.local) is not None:  # a server decodes in its own process
-            local.decode_gate = self.lane.decoding
+            local.gate_decodes(self.lane.decoding)
         self._thread.start()
         self.lane.start()
 

@@ -37,7 +37,7 @@ from .remote_pick import RemotePick
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 
 if TYPE_CHECKING:
-    from ..backend import Backend
+    from ..backend import Backend, ServerFacts
     from ..model.local_vocab import LocalVocab
     from ..model.model import ModelInfo
 
@@ -51,6 +51,8 @@ class RemoteBackend(RemotePick):
     n_ctx: int
     vocab: Any
     props: dict[str, Any]
+    api: str = "llama-server"  # its native /completion (OpenAIBackend: "openai")
+    ids_prompt: bool = True  # /completion takes token ids
 
     def __init__(
         self,
@@ -271,6 +273,11 @@ class RemoteBackend(RemotePick):
             self.local_vocab.close()
             self.local_vocab = None
 
+    @property
+    def server(self) -> RemoteBackend:
+        """This backend: its URL, API, slot and pick are the server facts the panes read."""
+        return self
+
     def __enter__(self) -> RemoteBackend:
         return self
 
@@ -282,3 +289,6 @@ if TYPE_CHECKING:
 
     def _is_a_backend(backend: RemoteBackend) -> Backend:
         return backend  # mypy checks that RemoteBackend satisfies the Backend protocol
+
+    def _has_server_facts(backend: RemoteBackend) -> ServerFacts:
+        return backend
