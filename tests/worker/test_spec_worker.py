@@ -79,11 +79,11 @@ def test_the_waiting_pick_is_decoded_before_a_verify_and_dropped_by_a_rewind(spe
     assert w.spec.pending is None and w.engine.n_past == n - 1
 
 
-def test_looking_keeps_the_pick_waiting_and_a_plain_call_decodes_it(worker):
+def test_looking_keeps_the_pick_waiting_and_a_plain_call_decodes_it(spec_worker):  # noqa: F811
     """The app's looking commands (attention's every layer, the lens's grid: a ``Look``) leave
     the waiting pick alone, as the other looking keys do; any other call may work on the
     context, so the pick is decoded first."""
-    w = worker
+    w = spec_worker
     w.handle(c.Send(LIST_X4))
     w.handle(c.Step())
     pending, n = w.spec.pending, w.engine.n_past

@@ -34,7 +34,7 @@ how = os.environ["HOW"]
 
 
 def run(self, *a, **k):
-    print("NOTICE", self.controller.state.notice, flush=True)
+    print("NOTICE", self.worker.state.notice, flush=True)
     if how == "kill":
         os.kill(os.getpid(), signal.SIGSEGV)
     if how == "llama":

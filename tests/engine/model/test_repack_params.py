@@ -42,7 +42,7 @@ def spy(path, params):
 llama_cpp.llama_model_load_from_file = spy
 if sys.argv[1] == "app":  # the whole start-up path, with the screen's event loop left out
     from tui.app import TokenstepApp
-    TokenstepApp.run = lambda self, *a, **k: print("NOTICE", self.controller.state.notice)
+    TokenstepApp.run = lambda self, *a, **k: print("NOTICE", self.worker.state.notice)
     TokenstepApp.quit_now = True
 from tui.cli import main
 sys.exit(main(sys.argv[2:]))

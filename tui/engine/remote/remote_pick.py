@@ -146,6 +146,3 @@ class RemotePick(NoLocalContext):
         if eog:
             self.stop_reason = "end of generation"
         return Sampled(0, token, result, logits, rec, force is not None, eog)
-
-    def sample_next(self, force: int | None = None) -> int:
-        return self.sample(force).token
