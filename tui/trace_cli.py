@@ -220,7 +220,8 @@ def trace_main(args: argparse.Namespace) -> int:
         events = getattr(args, "events", False)
         if isinstance(engine, Engine) and spec is None and not events and not engine.observers:
             engine.observe_off_thread(True)  # each record's views beside the next decode
-        writer = trace.LineWriter(engine, sys.stdout, secret.redact)  # JSON off this thread
+        # JSON off this thread where building it asks no server (a remote vocabulary's pieces)
+        writer = trace.LineWriter(engine, sys.stdout, secret.redact, build=local is not None)
         try:
             for rec in generate_records(engine, spec, args.n_predict, toks):
                 if lens is not None and local is not None:  # the token joins llama.cpp's top-1

@@ -222,16 +222,21 @@ class LineWriter:
     bounded (a slow reader makes the decode thread wait, never memory grow); a write error
     (a closed pipe) is raised on the decode thread at the next :meth:`put` or :meth:`close`."""
 
-    def __init__(self, engine: Source, out: IO[str], redact: Callable[[str], str]) -> None:
-        self._engine, self._out, self._redact = engine, out, redact
-        self._q: queue.Queue[tuple[StepRecord, tuple[Any, ...]] | None] = queue.Queue(64)
+    def __init__(
+        self, engine: Source, out: IO[str], redact: Callable[[str], str], *, build: bool = True
+    ) -> None:
+        """``build=False``: the JSON is built on the caller's thread and only written here (a
+        server backend's pieces come over its one HTTP connection, which the decode thread
+        uses between records)."""
+        self._engine, self._out, self._redact, self._build = engine, out, redact, build
+        self._q: queue.Queue[tuple[StepRecord | str, tuple[Any, ...]] | None] = queue.Queue(64)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="trace-writer", daemon=True)
         self._thread.start()
 
     def put(self, rec: StepRecord, events: tuple[Any, ...] = ()) -> None:
         self._raise()
-        self._q.put((rec, events))
+        self._q.put((rec if self._build else dumps(self._engine, rec), events))
 
     def close(self) -> None:
         """Write what is queued, flush, and stop the thread."""
@@ -252,7 +257,7 @@ class LineWriter:
                 continue  # drain: the decode thread stops at its next put
             rec, events = item
             try:
-                lines = [dumps(self._engine, rec)]
+                lines = [rec if isinstance(rec, str) else dumps(self._engine, rec)]
                 lines += [_ENCODE(event_to_dict(ev)) for ev in events]
                 self._out.write("".join(self._redact(line) + "\n" for line in lines))
                 self._out.flush()
