@@ -12,6 +12,8 @@ interrupts (``ISIG`` stays).
 
 from __future__ import annotations
 
+import os
+import signal
 import termios
 import threading
 import time
@@ -116,3 +118,45 @@ def quiet_keys(stream: Any) -> Iterator[None]:
     finally:
         termios.tcflush(fd, termios.TCIFLUSH)  # what was typed meanwhile was for no one
         termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+class CtrlC:
+    """Ctrl-C seen at the run's own checkpoints as well as where Python raises it.
+
+    CPython's C-level handler marks SIGINT and leaves raising ``KeyboardInterrupt`` to the
+    main thread's next bytecode; that raise can be lost: inside a ctypes callback (llama.cpp's
+    log while a model loads) or a finalizer it is printed and dropped, and on Python 3.11 a
+    SIGINT that lands on another thread (a ggml OpenMP worker, the progress ticker) may not
+    wake the main thread's check at all. The C handler writes the signal's number to the
+    wakeup fd whichever thread it runs on, so :meth:`check` (called between positions and
+    after the run) reads that pipe and raises what was lost. Only from the main thread;
+    elsewhere it does nothing."""
+
+    def __init__(self) -> None:
+        self.r = self.w = -1
+        self.old = -1
+        self.hit = False
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self.r, self.w = os.pipe()
+            os.set_blocking(self.r, False)
+            os.set_blocking(self.w, False)
+            self.old = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
+        return self
+
+    def check(self) -> None:
+        if self.r >= 0 and not self.hit:
+            try:
+                self.hit = signal.SIGINT in os.read(self.r, 4096)
+            except BlockingIOError:
+                pass
+        if self.hit:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        if self.r >= 0:
+            signal.set_wakeup_fd(self.old)
+            os.close(self.r)
+            os.close(self.w)
+            self.r = self.w = -1
