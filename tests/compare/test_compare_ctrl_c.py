@@ -12,13 +12,18 @@ import signal
 import subprocess
 import sys
 import termios
+from pathlib import Path
 
 import pytest
 
-from tests.compare.test_compare_progress import FLAGS, START
 from tests.support.pty import Terminal
 from tui.compare.progress import CtrlC
 
+TEXT = Path(__file__).parent / "compare_text.txt"
+# test_compare_progress.py's run: two chunks with B at -ub 1, 126 positions (63 a window)
+FLAGS = ("compare", "-f", str(TEXT), "-c", "128", "-b", "128", "-ub", "128", "--chunks")
+FLAGS += ("--text", "--vs", "-ub", "1")
+START = b"compare: 0 of 126 positions"
 SPIN = "while True: pass"
 
 
