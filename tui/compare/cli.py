@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
 from ..engine.model.errors import TokenstepError
-from .progress import Progress, is_tty, quiet_keys
+from .progress import CtrlC, Progress, is_tty, quiet_keys
 from .records import Position, Result
 from .sides import SIDE_FLAGS
 
@@ -294,25 +294,26 @@ def compare_main(
     # JSON lines on the same terminal are progress enough (a line between them would split one)
     shown = is_tty(sys.stderr) and not (a.json and is_tty(sys.stdout))
     progress = Progress(sys.stderr, tick=1.0) if shown else None
-    on_position = emit
-    if progress is not None:
+    ctrl_c = CtrlC()
 
-        def on_position(p: Position) -> None:
-            if emit is not None:
-                emit(p)
+    def on_position(p: Position) -> None:
+        ctrl_c.check()
+        if emit is not None:
+            emit(p)
+        if progress is not None:
             progress.step()
 
+    def on_total(n: int) -> None:
+        ctrl_c.check()  # a Ctrl-C while the models loaded
+        if progress is not None:
+            progress.start(n)
+
     try:
-        with quiet_keys(sys.stdin):
+        with quiet_keys(sys.stdin), ctrl_c:
             result = run_compare(
-                a,
-                b,
-                (ca, cb),
-                (sa, sb),
-                differs,
-                on_position=on_position,
-                on_total=progress.start if progress is not None else lambda n: None,
+                a, b, (ca, cb), (sa, sb), differs, on_position=on_position, on_total=on_total
             )
+            ctrl_c.check()  # one in the last window, after its last position
     except KeyboardInterrupt:
         if progress is not None:
             progress.clear()
