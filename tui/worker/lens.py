@@ -138,8 +138,11 @@ class LensControl:
     def set_visible(self, visible: bool) -> None:
         """The Lens tab shows (capture and project in the observer's context) or not."""
         self.visible = visible
-        if self.engine.capabilities.missing("lens") is not None:
-            return  # e.g. a llama-server backend: the tab says why
+        missing = self.engine.capabilities.missing("lens")
+        if missing is not None:  # e.g. a llama-server backend: the tab and the notice say why
+            if visible:  # the key's own answer replaces an earlier key's
+                self.w.state.note(f"The logit lens {missing}.")
+            return
         obs = self.w.observers
         if not visible:
             if obs.ctx is not None:
