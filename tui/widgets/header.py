@@ -68,7 +68,11 @@ class StatusHeader(Pane):
             }[v.activity]
             t.append(f" {what} ", Style(bold=True))
         t.append("│", DIM)
-        t.append(f" ctx {v.header.n_past:,}/{v.text.n_ctx:,} ")  # the record's sequence 0
+        cells = v.kv.kv_used if v.capabilities.kv_cells else v.header.n_past
+        if cells != v.header.n_past:  # a fork: sequence 0's tokens and the cells, each named
+            t.append(f" seq 0 ctx {v.header.n_past:,}/{v.text.n_ctx:,} · KV {cells:,} cells ")
+        else:
+            t.append(f" ctx {v.header.n_past:,}/{v.text.n_ctx:,} ")  # the record's sequence 0
         t.append("│ ", DIM)
         if v.capabilities.kv_cells and "fa" not in shed:  # a server does not say its -fa
             t.append(f"FA {v.header.flash_attn} ", DIM)
