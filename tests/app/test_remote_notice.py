@@ -3,12 +3,17 @@ lens's refusal, not attention's from the key before (issue #30's walk, at 100x30
 
 from __future__ import annotations
 
-from tests.app.test_remote_keys import on_controls
-from tests.support.app import run_async, wait_for
+from tests.support.app import run_async, send, wait_for
 from tests.support.llama_server import llama_server  # noqa: F401
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.engine.remote.remote import RemoteBackend
+
+
+async def on_controls(pilot, app: TokenstepApp) -> None:
+    await send(pilot, app, "Name a colour.")
+    await pilot.press("escape")  # the controls: a key goes to the app, not the chat box
+    await wait_for(pilot, lambda: not app.main.query_one("#chat").has_focus, "the controls")
 
 
 @run_async

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.spec.test_spec_stages import make_worker
 from tests.support.spec import LIST_X4
+from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_draft import DraftSimple
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator
 from tui.worker import commands as c
 from tui.worker.spec_run import SpecRun
+from tui.worker.thread import Worker
+
+
+def make_worker(model, drafter):
+    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
+    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    w.spec = SpecRun(Speculator(drafter))
+    return w, eng
+
 
 SHORT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
 
