@@ -102,9 +102,11 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
         n_vocab, n_embd = head.out.shape
         said = w.lens.view().head
         assert f"{n_vocab:,} x {n_embd:,}" in said and "kept while the lens is off" in said
-        arrays = (head.norm, head.norm_bias, head.out, head.out_bias, head.block_abs)
-        held = sum(a.nbytes for a in arrays if a is not None)  # what the kept head holds
-        assert held >= n_vocab * n_embd * 4 and f"{held / (1 << 20):.0f} MiB" in said
+        # what the kept head holds, array by array: the matrix, then its rounding bounds
+        assert head.out.nbytes == n_vocab * n_embd * 4
+        assert f"{head.out.nbytes / (1 << 20):.1f} MiB" in said
+        if head.block_abs is not None:
+            assert f"{head.block_abs.nbytes / (1 << 20):.1f} MiB of rounding bounds" in said
     finally:
         w.observers.close()
         assert w.observers.head is None  # the worker's stop frees it

@@ -121,7 +121,7 @@ def render_shifts(view: View, shifts: tuple[ShiftEvent, ...]) -> RenderableType:
     parts: list[RenderableType] = [
         Text.assemble(
             ("When the context fills ", "bold"),
-            f"({view.text.n_past:,} of {view.text.n_ctx:,} tokens in use now): {policy}",
+            f"({in_use(view)}): {policy}",
         )
     ]
     for ev, pieces in zip(shifts, view.cache.shift_pieces, strict=False):
@@ -174,6 +174,18 @@ def render_seqs(view: View) -> RenderableType:
                 row.append("·", "grey30")
         parts.append(row)
     return Group(*parts)
+
+
+def in_use(view: View) -> str:
+    """What fills the context, each figure named: the KV cells in use (a fork's shared cells
+    once), and sequence 0's tokens beside them when they differ; over llama-server, tokens."""
+    n_ctx = view.text.n_ctx
+    if not view.capabilities.kv_cells:
+        return f"{view.text.n_past:,} of {n_ctx:,} tokens in use now"
+    said = f"{view.kv.kv_used:,} of {n_ctx:,} KV cells in use now"
+    if view.kv.kv_used != view.text.n_past:
+        said += f"; sequence 0 holds {view.text.n_past:,} tokens"
+    return said
 
 
 def footer(view: View) -> str:

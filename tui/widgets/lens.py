@@ -213,6 +213,8 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
+            if lv.context:
+                rows.append(Text("lens " + lv.context, DIM))
             if lv.head:
                 rows.append(Text(lv.head, DIM))
             head.update(Group(*rows))
@@ -232,6 +234,8 @@ class LensTab(Vertical):
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
+            if lv.context:
+                parts.append(Text("lens " + lv.context, DIM))
             if lv.head:
                 parts.append(Text(lv.head, DIM))
             head.update(Group(*parts))

@@ -34,6 +34,30 @@ def spark(values: np.ndarray, top: float, width: int = CHART_W) -> str:
     return "".join(BLOCKS[int(v)] for v in levels)
 
 
+MIN_FIT_STEPS = 8  # fewer steps than this make a line through noise
+MIN_FIT_R2 = 0.5  # the line must explain at least half the spread of the step times
+
+
+def slope_line(snap: WorkSnapshot) -> str:
+    """The least-squares slope as a finding only when the fit means something: enough steps,
+    a line explaining most of the spread, and time growing with the history; else says why not."""
+    if snap.ms_per_1k is None:
+        return ""
+    n, r2 = int(snap.decode_ctx.size), snap.slope_r2
+    if n >= MIN_FIT_STEPS and r2 is not None and r2 >= MIN_FIT_R2 and snap.ms_per_1k > 0:
+        return (
+            f"  slope {snap.ms_per_1k:+.2f} ms per 1,000 tokens of context (least squares, "
+            f"R² {r2:.2f}): attention reads every cached K and V row once per step"
+        )
+    why = f"{n} steps" if n < MIN_FIT_STEPS else f"R² {r2 or 0.0:.2f} over {n} steps"
+    if n >= MIN_FIT_STEPS and r2 is not None and r2 >= MIN_FIT_R2:
+        why += ", falling"  # time cannot shrink with more history: the machine's load changed
+    return (
+        f"  no slope shown ({why}): the step times vary more with other work on the machine "
+        "than with the context length here"
+    )
+
+
 def render_work(snap: WorkSnapshot, width: int = CHART_W) -> RenderableType:
     parts: list[RenderableType] = [
         Text.assemble(
@@ -68,14 +92,9 @@ def render_work(snap: WorkSnapshot, width: int = CHART_W) -> RenderableType:
                     f" {b.median_ms:.2f} ms ({b.n} steps)",
                 )
             )
-        if snap.ms_per_1k is not None:
-            parts.append(
-                Text(
-                    f"  slope {snap.ms_per_1k:+.2f} ms per 1,000 tokens of context "
-                    "(least squares): attention reads every cached K and V row once per step",
-                    style="grey62",
-                )
-            )
+        line = slope_line(snap)
+        if line:
+            parts.append(Text(line, style="grey62"))
     return Group(*parts)
 
 

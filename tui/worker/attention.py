@@ -58,6 +58,7 @@ class AttentionControl:
         self.head = head
         self.want_matrix = False  # the Attention tab is showing
         self.want_census = False  # the Anatomy tab is showing
+        self.replaying: int | None = None  # operations its context replays now (a, A, [ ])
         # O(n) (a lookup per row, nothing n × n), so it is rebuilt whenever the observer's
         # context changed; the pane lays out only the rows it draws.
         self._matrix: Memo[tuple[Any, ...], ContextAttention | None] = Memo(
@@ -148,7 +149,12 @@ class AttentionControl:
     def _capture(self, layers: list[int], what: str) -> None:
         obs = self.w.observers
         obs.want(layers=tuple(layers), census=self.want_census)
-        obs.fill(what)
+        ctx = obs.ctx
+        self.replaying = ctx.pending() if ctx is not None and obs.may_replay() else None
+        try:  # a view sent during the replay says so (not "capture off")
+            obs.fill(what)
+        finally:
+            self.replaying = None
         self._matrix.clear()
 
     def capture_all(self) -> None:
@@ -222,6 +228,11 @@ class AttentionControl:
         missing = eng.capabilities.missing("attention")
         if missing is not None:
             status = f"attention {missing}"
+        elif self.replaying:
+            status = (
+                f"replaying the run's {self.replaying} operation(s) in its own context to "
+                "capture its attention weights…"
+            )
         elif not self.on:
             status = (
                 "attention capture off · press a to capture (in a context of its own: the "

@@ -148,6 +148,7 @@ class ViewBuilder:
             returned_text=s.returned_text,
             where=where_it_runs(eng),
             spec=w.spec.summary() if w.spec is not None else None,
+            spec_short=w.spec.summary(short=True) if w.spec is not None else None,
             n_past=eng.run.n_past(),
         )
 

@@ -23,6 +23,7 @@ from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
     from ..engine.backend import Backend
+    from ..engine.model.lens import LensHead
     from ..engine.step import StepRecord
     from .parts import WorkerParts
 
@@ -63,6 +64,7 @@ class LensView:
     observer: str = ""  # what the observer context the lens comes from is
     loading_since: float | None = None  # time.monotonic() when the head's load began
     head: str = ""  # what the lens's head the worker keeps is (empty: none read yet)
+    context: str = ""  # the observer context's kernel and KV memory, as attention says them
 
     def __post_init__(self) -> None:
         """A view without a step or grid always says why: an empty status becomes the
@@ -76,6 +78,25 @@ def first_layers(layers: list[dict[str, Any]], token: int) -> tuple[int | None, 
     first1 = next((e["layer"] for e in layers if e["top"][0]["id"] == token), None)
     first5 = next((e["layer"] for e in layers if any(t["id"] == token for t in e["top"][:5])), None)
     return first1, first5
+
+
+def head_note(head: LensHead) -> str:
+    """What the kept head holds, each array by its own nbytes: the matrix, the per-block sums
+    of |w| that bound llama.cpp's activation rounding, and the norm (and biases)."""
+    mib = 1 << 20
+    n_vocab, n_embd = head.out.shape
+    parts = [f"{head.out.nbytes / mib:.1f} MiB"]
+    if head.block_abs is not None:
+        parts.append(f"{head.block_abs.nbytes / mib:.1f} MiB of rounding bounds")
+    small = sum(a.nbytes for a in (head.norm, head.norm_bias, head.out_bias) if a is not None)
+    parts.append(
+        f"{small / 1024:.1f} KiB of norm"
+        + (" and biases" if head.out_bias is not None or head.norm_bias is not None else "")
+    )
+    return (
+        f"head: {head.out_name} as float32, {n_vocab:,} x {n_embd:,}, {' + '.join(parts)}, read "
+        "once and kept while the lens is off (one head), so 8 shows it again at once"
+    )
 
 
 class LensControl:
@@ -107,13 +128,7 @@ class LensControl:
         head = (obs.ctx.head if obs.ctx is not None else None) or obs.head
         if head is None:
             return ""
-        arrays = (head.norm, head.norm_bias, head.out, head.out_bias, head.block_abs)
-        mib = sum(a.nbytes for a in arrays if a is not None) / (1 << 20)
-        n_vocab, n_embd = head.out.shape
-        return (
-            f"head: {head.out_name} as float32, {n_vocab:,} x {n_embd:,}, {mib:.0f} MiB, read "
-            "once and kept while the lens is off (one head), so 8 shows it again at once"
-        )
+        return head_note(head)
 
     @property
     def engine(self) -> Backend:
@@ -123,8 +138,11 @@ class LensControl:
     def set_visible(self, visible: bool) -> None:
         """The Lens tab shows (capture and project in the observer's context) or not."""
         self.visible = visible
-        if self.engine.capabilities.missing("lens") is not None:
-            return  # e.g. a llama-server backend: the tab says why
+        missing = self.engine.capabilities.missing("lens")
+        if missing is not None:  # e.g. a llama-server backend: the tab and the notice say why
+            if visible:  # the key's own answer replaces an earlier key's
+                self.w.state.note(f"The logit lens {missing}.")
+            return
         obs = self.w.observers
         if not visible:
             if obs.ctx is not None:
@@ -263,4 +281,16 @@ class LensControl:
             status = ""
         obs_eng = self.w.observers.engine
         grid = grid_view(obs_eng) if self.grid and obs_eng is not None else None
-        return LensView(True, self.mode, step, n_layer, status, grid, observer, head=self.head_note())
+        ctx = self.w.observers.ctx
+        context = (ctx.problem or ctx.describe()) if ctx is not None else ""
+        return LensView(
+            True,
+            self.mode,
+            step,
+            n_layer,
+            status,
+            grid,
+            observer,
+            head=self.head_note(),
+            context=context,
+        )

@@ -40,12 +40,16 @@ class Observers:
         # The worker's thread once it runs: a view built on the key lane's thread (during the
         # run's llama_decode) reads the observer context as it is and never replays into it.
         self._owner: threading.Thread | None = None
+        self._filling = False  # fill() is about to replay: its busy view must not do it first
 
     def owned_by(self, thread: threading.Thread) -> None:
         self._owner = thread
 
     def may_replay(self) -> bool:
-        """Only the worker's thread touches the observer context (one thread per context)."""
+        """Only the worker's thread touches the observer context (one thread per context),
+        and a view built while :meth:`fill` starts reads it as it is (fill replays next)."""
+        if self._filling:
+            return False
         return self._owner is None or threading.current_thread() is self._owner
 
     @property
@@ -119,10 +123,15 @@ class Observers:
         """Catch up now, showing ``what`` is being done (a command that made the context)."""
         ctx = self.ctx
         if ctx is not None and ctx.pending() and self.may_replay():
-            with self.w.busy(
-                f"{what}: its own context replays the run's {ctx.pending()} operation(s)"
-            ):
-                ctx.catch_up()
+            self._filling = True  # the view busy() publishes shows the replay under way
+            try:
+                with self.w.busy(
+                    f"{what}: its own context replays the run's {ctx.pending()} operation(s)"
+                ):
+                    self._filling = False
+                    ctx.catch_up()
+            finally:
+                self._filling = False
 
     @property
     def head(self) -> LensHead | None:

@@ -65,10 +65,11 @@ class SpecRun:
         """A one-token decode outside a round: the plain figure the speed-up is against."""
         self.plain_ms.append(ms)
 
-    def summary(self) -> str | None:
+    def summary(self, short: bool = False) -> str | None:
         """``spec 47% of 19 · 3.25 tok/decode · 0.79x plain``: accepted over drafted, tokens
         emitted per llama_decode, and the rounds' tokens per second of decode time (verify,
-        one-token and draft-model decodes) over this run's plain one-token decodes'."""
+        one-token and draft-model decodes) over this run's plain one-token decodes'.
+        ``short``: the same figures in fewer words, for a narrow header."""
         st = self.spec.stats
         if not (st.rounds or st.plain):
             return None
@@ -76,14 +77,22 @@ class SpecRun:
         if st.acceptance is not None:
             parts.append(f"spec {st.acceptance:.0%} of {st.drafted}")
         else:
-            parts.append("spec: nothing drafted yet")
+            parts.append("spec: none drafted" if short else "spec: nothing drafted yet")
         if st.tokens_per_decode is not None:
-            parts.append(f"{st.tokens_per_decode:.2f} tok/decode")
+            parts.append(
+                f"{st.tokens_per_decode:.2f}/decode"
+                if short
+                else f"{st.tokens_per_decode:.2f} tok/decode"
+            )
         ms = st.verify_ms + st.plain_ms + st.draft_ms
         base = self.plain_ms
         if ms > 0 and base:
             one = sum(base) / len(base)  # ms of one plain token in this run
             parts.append(f"{st.emitted / ms * one:.2f}x plain")
         elif st.draft_ms > 0:  # no plain decode to compare with: say what the draft cost
-            parts.append(f"draft {st.draft_ms:.0f} ms vs verify {st.verify_ms:.0f} ms")
+            parts.append(
+                f"draft {st.draft_ms:.0f} vs verify {st.verify_ms:.0f} ms"
+                if short
+                else f"draft {st.draft_ms:.0f} ms vs verify {st.verify_ms:.0f} ms"
+            )
         return " · ".join(parts)

@@ -29,15 +29,34 @@ SHOWN = 8  # drafted tokens / accept rows a notice spells out (the rest are coun
 LIT = ((), (BATCH, DECODE, LOGITS), (SAMPLE, DETOKENIZE), (FEED_BACK,))
 
 
+def last_round(w: WorkerParts, keys: str) -> tuple[StepRecord | None, str]:
+    """The last round's record while it is still the newest decode (a reply that ended on it
+    included), or the true sentence why there is none: spec off, no round yet, or a later step
+    that drafted nothing (the waiting pick decoded alone, a forced token, a new prompt)."""
+    run = w.spec
+    if run is None:
+        return None, f"No round to look at: {keys} (--spec-type)."
+    rec = run.record
+    if rec is None or rec.spec is None:
+        return None, f"No round yet: {keys}; a step in a reply runs one."
+    newest = w.engine.records[-1] if w.engine.records else None
+    if newest is None or newest.index != rec.index:
+        return None, (
+            f"The last step drafted nothing: it was a plain decode after the round ({keys} "
+            "only until the next step)."
+        )
+    return rec, ""
+
+
 def next_stage(w: WorkerParts) -> None:
     """Advance the stage cursor over the last round (after the fourth: the first again)."""
     run, s = w.spec, w.state
-    rec = run.record if run is not None else None
-    if run is None or rec is None or rec.spec is None or run.pending is None:
-        s.note("No round to replay: . walks a draft-verify round's stages (--spec-type).")
+    rec, why = last_round(w, ". walks a draft-verify round's stages")
+    if run is None or rec is None or rec.spec is None:
+        s.note(why)
         return
     if not rec.spec.draft:
-        s.note("The last round drafted nothing: it was one plain one-token decode, no stages.")
+        s.note("The last step drafted nothing: it was one plain one-token decode, no stages.")
         return
     stage = 0 if run.stage is None else (run.stage + 1) % N_STAGES
     run.show_stage(stage)

@@ -172,9 +172,9 @@ def spec_row(w: WorkerParts, delta: int) -> None:
     """< and >: the logits pane shows the last verify batch's row before/after (past either
     end: the current logits again)."""
     run, s = w.spec, w.state
-    rec = run.record if run is not None else None
-    if run is None or rec is None or rec.spec is None or run.pending is None:
-        s.note("No verify batch to look at: < > move across a round's rows (--spec-type).")
+    rec, why = spec_stages.last_round(w, "< > move across a round's verify rows")
+    if run is None or rec is None or rec.spec is None:
+        s.note(why)
         return
     n = len(rec.spec.rows)
     at = (n if run.row is None else run.row) + delta

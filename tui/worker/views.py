@@ -72,6 +72,7 @@ class HeaderView:
     # Where the model runs: the layers and KV cache (llama.cpp's log), or the server's URL.
     where: str | None = None
     spec: str | None = None  # --spec-type: acceptance, tokens per decode, speed vs plain
+    spec_short: str | None = None  # the same in fewer words (a narrow header)
     n_past: int = 0  # sequence 0's cells, from the run's record (the header's ctx)
 
 

@@ -118,7 +118,7 @@ def test_the_view_after_a_round_carries_the_cut_cells(worker):
 def test_without_a_round_the_key_says_so(worker):
     w = worker
     w.handle(c.SpecStage())
-    assert w.state.notice.startswith("No round to replay")
+    assert w.state.notice.startswith("No round yet")
 
 
 def test_the_draft_models_stages_say_what_it_decoded_and_cut(worker, draft_model_path):

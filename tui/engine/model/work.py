@@ -49,6 +49,7 @@ class WorkSnapshot:
     decode_ms: np.ndarray  # its measured time
     time_bins: tuple[TimeBin, ...]
     ms_per_1k: float | None
+    slope_r2: float | None = None  # how much of the time's spread the line explains
 
 
 class WorkCounter:
@@ -137,6 +138,17 @@ class WorkCounter:
         slope = np.polyfit(ctx.astype(np.float64), ms, 1)[0]
         return float(slope * 1000.0)
 
+    def slope_r2(self) -> float | None:
+        """R² of that line: 1 when the step times lie on it, near 0 when the spread is noise
+        (other work on the machine) rather than the growing history."""
+        ctx, ms = self.decode_times()
+        if ctx.size < 3 or ctx.min() == ctx.max():
+            return None
+        x = ctx.astype(np.float64)
+        fit = np.polyval(np.polyfit(x, ms, 1), x)
+        total = float(np.sum((ms - ms.mean()) ** 2))
+        return 1.0 - float(np.sum((ms - fit) ** 2)) / total if total > 0 else 1.0
+
     def snapshot(self, n_bins: int = 8) -> WorkSnapshot:
         ctx, w, wo = self.series()
         dctx, ms = self.decode_times()
@@ -151,4 +163,5 @@ class WorkCounter:
             ms,
             tuple(self.decode_time_bins(n_bins)),
             self.ms_per_1k_context(),
+            self.slope_r2(),
         )

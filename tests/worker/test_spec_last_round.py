@@ -1,0 +1,87 @@
+"""--spec-type: `.` and `<` read the last round while it is the newest decode, a reply that
+ended on it included; after a plain step they say the last step drafted nothing, never the
+"(--spec-type)" of a run without speculation (issue #30's walk)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.spec import LIST_X4
+from tui.engine import Engine, EngineConfig, SamplerSettings
+from tui.engine.spec.spec_draft import DraftSimple
+from tui.engine.spec.spec_ngram import NgramSimple
+from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.worker import commands as c
+from tui.worker.spec_run import SpecRun
+from tui.worker.thread import Worker
+
+
+def make_worker(model, drafter):
+    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), SamplerSettings(greedy=True))
+    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    w.spec = SpecRun(Speculator(drafter))
+    return w, eng
+
+
+SHORT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_a_reply_that_ended_on_a_verify_round_keeps_it_replayable(model):
+    """The bundled model drafts for itself (greedy): its short reply ends on a round whose
+    picks hold the end token, which is never decoded; the round stays the newest decode."""
+    w, eng = make_worker(model, NgramDrafter(NgramSimple(3, 8)))
+    spec = Speculator(DraftSimple(eng, model.path, n_max=3))
+    w.spec = run = SpecRun(spec)
+    try:
+        w.handle(c.Send(SHORT))
+        for _ in range(40):
+            w.handle(c.Step())
+            if run.pending is None:
+                break
+        rec = run.record
+        assert run.pending is None and rec is not None and rec.spec is not None
+        assert eng.vocab.is_eog(rec.spec.picks[-1])  # the reply ended inside this round
+        assert rec.spec.draft and eng.records[-1].index == rec.index
+        w.handle(c.SpecStage())
+        assert w.state.notice.startswith("Round stage 1/4 · draft (draft-simple)")
+        w.handle(c.SpecStage())
+        n = len(rec.call.tokens)
+        assert f"ONE llama_decode of {n} tokens" in w.state.notice
+        w.handle(c.SpecRowMove(-1))
+        assert w.state.notice.startswith(f"Verify row {n} of {n} ")
+        assert w.build_view().logits is not None
+    finally:
+        spec.close()
+        w.stop()
+        eng.close()
+
+
+@pytest.fixture
+def ngram(model):
+    w, eng = make_worker(model, NgramDrafter(NgramSimple(3, 8)))
+    yield w
+    w.stop()
+    eng.close()
+
+
+def test_after_a_plain_step_the_keys_say_it_drafted_nothing(ngram):
+    w = ngram
+    w.handle(c.SpecStage())
+    assert w.state.notice.startswith("No round yet") and "--spec-type" not in w.state.notice
+    w.handle(c.Send(LIST_X4))
+    for _ in range(16):
+        w.handle(c.Step())
+        sp = w.spec.record.spec if w.spec.record is not None else None
+        if sp is not None and sp.draft:
+            break
+    assert w.spec.pending is not None and w.spec.record.spec.draft
+    w.handle(c.SpecStage())
+    assert w.state.notice.startswith("Round stage 1/4")
+    n = len(w.engine.records)
+    w.handle(c.Verify("batched"))  # it first decodes the waiting pick alone: a plain step
+    assert len(w.engine.records) > n and w.spec.pending is None
+    for key in (c.SpecStage(), c.SpecRowMove(-1)):
+        w.handle(key)
+        said = w.state.notice
+        assert said.startswith("The last step drafted nothing"), said
+        assert "--spec-type" not in said
