@@ -27,6 +27,7 @@ from .common import DIM
 from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
+ABOUT_ROWS = 30  # terminal rows from which the pane says what its observer context holds
 MARK = "bold bright_cyan"
 SEP = "│"
 NARROW = 48  # below this width the summary is one line
@@ -201,6 +202,15 @@ class LensTab(Vertical):
         else:
             rows.scroll_page_up(animate=False)
 
+    def _about(self, lv: LensView) -> list[RenderableType]:
+        """The observer context and the head it holds, one dim line each, where the terminal
+        has the rows (from :data:`ABOUT_ROWS` up): on a shorter one they would push the layer
+        rows out of the pane (at 80x24 the deep layers need every row)."""
+        if self.app.size.height < ABOUT_ROWS:
+            return []
+        lines = ["lens " + lv.context] if lv.context else []
+        return [Text(line, DIM) for line in [*lines, *([lv.head] if lv.head else [])]]
+
     def show(self, view: Any) -> None:
         lv: LensView | None = getattr(view, "lens", None)
         missing = view.capabilities.missing("lens")
@@ -213,10 +223,7 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
-            if lv.context:
-                rows.append(Text("lens " + lv.context, DIM))
-            if lv.head:
-                rows.append(Text(lv.head, DIM))
+            rows.extend(self._about(lv))
             head.update(Group(*rows))
             head.display = True
             key = (-1, lv.grid.n_tokens, "grid")
@@ -234,10 +241,7 @@ class LensTab(Vertical):
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
-            if lv.context:
-                parts.append(Text("lens " + lv.context, DIM))
-            if lv.head:
-                parts.append(Text(lv.head, DIM))
+            parts.extend(self._about(lv))
             head.update(Group(*parts))
             head.display = True
             key = (lv.step.record, lv.step.mark, lv.mode)
