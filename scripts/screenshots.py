@@ -199,14 +199,12 @@ PRONOUN = "The cat sat on the mat because it was tired."
 
 async def attention_screen(model: Model) -> None:
     """Tab 6 on a raw sentence, layer 13, head 8, the cursor on " it": what it attends to."""
-    from tui.engine.observe.attention_capture import AttentionCapture
     from tui.widgets.attention_tabs import AttentionTab
 
     layer, head = 13, 8
-    cap = AttentionCapture(model.info.n_layer, [layer])
-    config = EngineConfig(flash_attn="off")  # the capture needs the unfused softmax
-    engine = Engine(model, config, SamplerSettings(temp=0.0), [cap])
+    engine = Engine(model, EngineConfig(), SamplerSettings(temp=0.0))
     app = TokenstepApp(engine, raw=True, autoplay=False, autosave_dir=None)
+    app.worker.attention.start([layer])  # as --attention 13: captured in a context of its own
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press(*PRONOUN, "enter")
         await wait_for(pilot, lambda: app.view is not None and app.view.text.n_past > 0)
