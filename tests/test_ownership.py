@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import tui
+from tests.support.ast_follow import bound_names
 
 
 def _parts_protocols() -> set[str]:
@@ -55,24 +56,6 @@ def _targets(node: ast.AST) -> list[ast.expr]:
     return []
 
 
-def _follow(fn: ast.AST, handed: set[str], source) -> set[str]:
-    """``handed`` and the local names bound to ``source(value)`` of one (``eng = w.engine``;
-    ``s, eng = w.state, w.engine``)."""
-    handed = set(handed)
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            t, v = node.targets[0], node.value
-            pairs = (
-                zip(t.elts, v.elts, strict=False)
-                if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
-                else [(t, v)]
-            )
-            for name, value in pairs:
-                if isinstance(name, ast.Name) and source(value, handed):
-                    handed.add(name.id)
-    return handed
-
-
 def _engine_of(value: ast.expr, handed: set[str]) -> bool:
     """``w.engine``, ``w.engine.local`` or ``w.require(...)`` (the local session) of a handed ``w``."""
     if isinstance(value, ast.Attribute) and value.attr == "local":
@@ -99,7 +82,7 @@ def _owner_functions(source: str):
         args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
         handed = {a.arg for a in args if _annotation(a) in OWNERS}
         if handed:
-            yield fn, _follow(fn, handed, _engine_of)
+            yield fn, bound_names(fn, handed, _engine_of)
 
 
 def _owned(e: ast.expr, handed: set[str]) -> str | None:
@@ -282,7 +265,7 @@ def param_writes(source: str, *, follow: bool = False) -> list[tuple[int, str]]:
         a = fn.args
         handed = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} - {"self", "cls"}
         if follow:
-            handed = _follow(
+            handed = bound_names(
                 fn, handed, lambda v, h: isinstance(v, ast.Attribute) and _root(v) in h
             )
         for node in ast.walk(fn):

@@ -16,6 +16,7 @@ import ast
 from pathlib import Path
 
 import tui
+from tests.support.ast_follow import bound_names
 
 ROOT = Path(tui.__file__).parent
 PARTS = ("engine/parts.py", "worker/parts.py")
@@ -51,24 +52,6 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
     return fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
 
 
-def _aliases(fn: ast.AST, names: set[str], is_handle) -> set[str]:
-    """``names`` and the local names bound to one of them (``x = engine``; ``s, eng = w.state,
-    engine``; ``eng = self.engine`` when ``is_handle`` says so)."""
-    names = set(names)
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            t, v = node.targets[0], node.value
-            pairs = (
-                zip(t.elts, v.elts, strict=False)
-                if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
-                else [(t, v)]
-            )
-            for name, value in pairs:
-                if isinstance(name, ast.Name) and is_handle(value, names):
-                    names.add(name.id)
-    return names
-
-
 def _chains(node: ast.AST, is_handle, names: set[str]) -> set[tuple[str, ...]]:
     """``(member,)`` and ``(member, sub)`` of every ``h.member`` / ``h.member.sub`` touched."""
     out: set[tuple[str, ...]] = set()
@@ -87,7 +70,7 @@ def _chains(node: ast.AST, is_handle, names: set[str]) -> set[tuple[str, ...]]:
 def _scan(fn: ast.AST, is_handle) -> set[tuple[str, ...]]:
     """The chains ``fn`` touches through a handle (or a local alias of one), and through a
     local bound to a member of one (``eng = w.engine; eng.kv`` is ``("engine", "kv")``)."""
-    names = _aliases(fn, set(), is_handle)
+    names = bound_names(fn, set(), is_handle)
     found = _chains(fn, is_handle, names)
 
     def local(e: ast.expr, ns: set[str]) -> bool:
@@ -98,7 +81,7 @@ def _scan(fn: ast.AST, is_handle) -> set[tuple[str, ...]]:
         def of_member(e: ast.expr, _: set[str], m: str = member) -> bool:
             return isinstance(e, ast.Attribute) and e.attr == m and is_handle(e.value, names)
 
-        subs = _aliases(fn, set(), of_member)
+        subs = bound_names(fn, set(), of_member)
         if subs:
             found |= {(member, c[0]) for c in _chains(fn, local, subs)}
     return found
@@ -224,7 +207,7 @@ def facet_users(source: str, proto: str) -> set[str]:
             and n.value is not None
             and _facet(n.value, how)
         }
-        names |= _aliases(fn, names, lambda e, ns: _facet(e, how))
+        names |= bound_names(fn, names, lambda e, ns: _facet(e, how))
 
         def handle(e: ast.expr, ns: set[str]) -> bool:
             return (isinstance(e, ast.Name) and e.id in ns) or _facet(e, how)
