@@ -1,19 +1,15 @@
 """Observation off the critical path: a step's views computed while the next decode runs.
 
-The pick needs only the sampler chain. What a record shows about its logits row (the top
-candidates and the entropy over the whole vocabulary, the pick's p, the run record's
-:class:`~tui.engine.run_record.Pick`, the surprise map's value) is arithmetic on a row that
-is already a NumPy copy (:func:`~tui.engine.logits.read_row`), so one worker thread can do it
-while ``llama_decode`` runs: ctypes releases the GIL for the call, as vLLM's asynchronous
-output processing (vllm-project/vllm PR #7049) overlaps a step's output processing with the
-next forward pass. The worker never touches the llama context, only copied arrays.
+The pick needs only the sampler chain. The rest of what a record shows about its row (the top
+candidates, the entropy, the pick's p, the run record's ``Pick``) is arithmetic on a NumPy
+copy of the row, so one worker thread does it while ``llama_decode`` runs (ctypes releases
+the GIL), as vLLM's async output processing (PR #7049) overlaps output with the next forward
+pass. The worker touches copied arrays only, never the llama context.
 
-Inline (the default) runs every job at once on the caller's thread, exactly as before.
-Threaded, jobs run one at a time in the order they were given, through a bounded queue (a
-full queue makes the decode thread wait: back-pressure); :meth:`settle` waits until all have
-run, and the decoder settles before it notes the next decode, so the run record's events stay
-in order and a record is never read half-observed. Both modes run the same functions on the
-same arrays: the records are the same, bit for bit (``tests/engine/test_overlap.py``).
+Inline (the default), a job runs at once on the caller's thread. Threaded, jobs run in order
+through a bounded queue (back-pressure), and the decoder settles them before it notes the next
+decode, so the run record stays in order and no record is read half-observed. Both modes give
+equal records, bit for bit (``tests/engine/test_overlap.py``).
 """
 
 from __future__ import annotations
