@@ -130,7 +130,7 @@ async def main(url, autosave):
         await wait_for(pilot, lambda: app.view.text.reply_tokens == 2, "a step after")
         out["kept"] = app.view.text.tokens[: len(tokens)] == tokens
         await pilot.press("L")  # the lens key: the sentence --lens gets in trace
-        await wait_for(pilot, lambda: "Lens needs" in app.view.notice, "the lens refusal")
+        await wait_for(pilot, lambda: "The logit lens needs" in app.view.notice, "the lens refusal")
         out["lens"] = app.view.notice
     print(json.dumps(out))
 
@@ -157,7 +157,7 @@ def test_the_apps_chain_dialog_refuses_dry_and_grammars_over_a_server_and_keeps_
     assert out["kept"] is True
     assert (
         out["lens"]
-        == f"Lens needs a local model: this one runs on the server at {llama_server.url}."
+        == f"The logit lens needs a local model: this one runs on the server at {llama_server.url}."
     )
 
 
