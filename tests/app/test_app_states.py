@@ -28,18 +28,17 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
 
 from tests.support.compare_records import screen_text
-from tests.support.worker_states import COUNTS, FUZZ_MINUTES, PROFILE, TEXTS
+from tests.support.worker_states import BOUNDED, COUNTS, FUZZ, TEXTS, run_machine
 from tui.app import TokenstepApp
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_ngram import NgramSimple
@@ -53,23 +52,8 @@ from tui.worker.spec_run import SpecRun
 
 SIZE = (100, 30)
 WAIT_S = 120.0  # a condition not met by then is a hang: the test fails, saying which
-BOUNDED = settings(
-    max_examples=3,
-    stateful_step_count=8,
-    derandomize=True,  # a fixed seed in make test
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate],  # no shrinking here: the failing steps are printed
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
-FUZZ = settings(
-    max_examples=2,  # a round: FUZZ_MINUTES is checked between rounds
-    stateful_step_count=30,
-    deadline=None,
-    phases=[Phase.explicit, Phase.generate, Phase.shrink],
-    suppress_health_check=list(HealthCheck),
-    database=None,
-)
+APP_BOUNDED = settings(BOUNDED, max_examples=3, stateful_step_count=8)
+APP_FUZZ = settings(FUZZ, max_examples=2, stateful_step_count=30)  # FUZZ_MINUTES: by rounds
 LOOK_KEYS = ["a", "A", "8", "G", "L", "u", "c", "z", "6", "7", "9", "0", "1", "2", "3", "4", "5"]
 SAMPLER_KEYS = ["t", "T", "k", "K", "p", "P", "m", "M", "g", "s"]
 # A chip on the key bar and the capability the command behind it needs.
@@ -395,12 +379,4 @@ class AppStates(RuleBasedStateMachine):
 def test_app_states(model, tmp_path):
     AppStates.model = model
     AppStates.tmp = tmp_path
-    if PROFILE != "fuzz":
-        run_state_machine_as_test(AppStates, settings=BOUNDED)
-        return
-    end = time.monotonic() + FUZZ_MINUTES * 60
-    rounds = 0
-    while time.monotonic() < end:
-        run_state_machine_as_test(AppStates, settings=FUZZ)
-        rounds += 1
-    print(f"app fuzz: {rounds} rounds, {COUNTS['examples']} examples, {COUNTS['commands']} keys")
+    run_machine(AppStates, "app fuzz", bounded=APP_BOUNDED, fuzz=APP_FUZZ, unit="keys")

@@ -13,7 +13,6 @@ logits bit for bit (looking never changes the run).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -23,10 +22,9 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
-from tests.support.worker_states import BOUNDED, COUNTS, FUZZ, FUZZ_MINUTES, PROFILE, TEXTS
+from tests.support.worker_states import COUNTS, TEXTS, run_machine
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator
@@ -315,15 +313,7 @@ class WorkerStates(RuleBasedStateMachine):
 def test_worker_states(model, tmp_path):
     WorkerStates.model = model
     WorkerStates.tmp = tmp_path
-    if PROFILE != "fuzz":
-        run_state_machine_as_test(WorkerStates, settings=BOUNDED)
-        return
-    end = time.monotonic() + FUZZ_MINUTES * 60
-    rounds = 0
-    while time.monotonic() < end:
-        run_state_machine_as_test(WorkerStates, settings=FUZZ)
-        rounds += 1
-    print(f"fuzz: {rounds} rounds, {COUNTS['examples']} examples, {COUNTS['commands']} commands")
+    run_machine(WorkerStates, "fuzz")
 
 
 def test_a_jump_to_a_path_the_live_reply_now_contains(model):

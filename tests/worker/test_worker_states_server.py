@@ -10,7 +10,6 @@ for ``FUZZ_MINUTES`` as the local machine does."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -20,11 +19,10 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from tests.support.llama_server import llama_server  # noqa: F401
-from tests.support.worker_states import BOUNDED, COUNTS, FUZZ, FUZZ_MINUTES, PROFILE, TEXTS
+from tests.support.worker_states import COUNTS, TEXTS, run_machine
 from tui.engine import SamplerSettings
 from tui.engine.remote.remote import RemoteBackend
 from tui.widgets.cache import footer, render_seqs
@@ -163,10 +161,4 @@ class ServerStates(RuleBasedStateMachine):
 def test_worker_states_over_llama_server(llama_server, tmp_path):  # noqa: F811
     ServerStates.url = llama_server.url
     ServerStates.tmp = tmp_path
-    if PROFILE != "fuzz":
-        run_state_machine_as_test(ServerStates, settings=BOUNDED)
-        return
-    end = time.monotonic() + FUZZ_MINUTES * 60
-    while time.monotonic() < end:
-        run_state_machine_as_test(ServerStates, settings=FUZZ)
-    print(f"fuzz over llama-server: {COUNTS['examples']} examples, {COUNTS['commands']} commands")
+    run_machine(ServerStates, "fuzz over llama-server")
