@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
+from ..engine.model import secret
 from ..engine.model.errors import TokenstepError
 from .progress import CtrlC, Progress, is_tty, quiet_keys
 from .records import Position, Result
@@ -289,7 +290,7 @@ def compare_main(
     if a.json:
 
         def emit(p: Position) -> None:
-            print(json.dumps(p.to_json(), ensure_ascii=False), flush=False)
+            print(secret.redact(json.dumps(p.to_json(), ensure_ascii=False)), flush=False)
 
     # JSON lines on the same terminal are progress enough (a line between them would split one)
     shown = is_tty(sys.stderr) and not (a.json and is_tty(sys.stdout))
@@ -324,12 +325,12 @@ def compare_main(
         if progress is not None:
             progress.clear()
     if a.json:
-        print(json.dumps(result.summary.to_json(), ensure_ascii=False))
+        print(secret.redact(json.dumps(result.summary.to_json(), ensure_ascii=False)))
         return 0
     if sys.stdout.isatty() and not a.text and has_screen():
         from .screen import run_screen  # Textual loads only here
 
         run_screen(result)
         return 0
-    print(table(result))
+    print(secret.redact(table(result)))  # as trace's lines: no text leaves with the key
     return 0
