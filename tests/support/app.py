@@ -56,11 +56,19 @@ def prompt_for(model, text: str) -> list[int]:
 
 
 async def send(pilot, app: TokenstepApp, text: str) -> None:
+    """Type ``text``, press Enter and wait until its turn has begun: generating, or (a short
+    reply with autoplay on can end between two polls) already done past the context before."""
+    before = app.view.text.n_past if app.view is not None else 0
     await pilot.press(*text)
     await pilot.press("enter")
-    await wait_for(
-        pilot, lambda: app.view is not None and app.view.activity == "generating", "the prefill"
-    )
+
+    def begun() -> bool:
+        v = app.view
+        return v is not None and (
+            v.activity == "generating" or (v.activity == "done" and v.text.n_past > before)
+        )
+
+    await wait_for(pilot, begun, "the prefill")
 
 
 async def chat(pilot, app, text: str) -> None:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.support.app import make_app, run_async, wait_for
+from tests.support.app import make_app, run_async, send, wait_for
 from tests.support.compare_records import screen_text
 from tui.engine.spec.spec_draft import DraftSimple
 from tui.engine.spec.spec_verify import Speculator
@@ -28,17 +28,8 @@ async def test_the_spec_comparison_survives_whole(make_engine, model_path, tmp_p
     app.worker.spec = SpecRun(spec)
     try:
         async with app.run_test(size=(cols, 30)) as pilot:
-            await pilot.press(*"What is 2+2?", "enter")
-            # a short reply drafted by the model itself can end between two polls, so wait
-            # for its end (a prompt decoded and the activity done), not to see it generating
-            await wait_for(
-                pilot,
-                lambda: app.view is not None
-                and app.view.text.n_past > 0
-                and app.view.activity == "done"
-                and app.view.header.spec is not None,
-                "the reply's end",
-            )
+            await send(pilot, app, "What is 2+2?")
+            await wait_for(pilot, lambda: app.view.activity == "done", "the reply's end")
             await pilot.pause()
             full = app.view.header.spec
             assert full is not None and VS.search(full), full  # the case the walk met
