@@ -37,15 +37,13 @@ class StatusHeader(Pane):
         if not v.header.spec:  # only the spec figure is kept whole; the rest may be cut
             return self._line(v, set())
         width = self.size.width or 200
+        shed: set[str] = set()
         for level in range(len(SHEDS) + 1):  # shed the lowest-priority parts first
-            t = self._line(v, set(SHEDS[:level]))
-            if self._through_spec(v, set(SHEDS[:level])) <= width:
-                return t
-        return t
-
-    def _through_spec(self, v: Any, shed: set[str]) -> int:
-        """Cells up to the end of the spec figure (what must never be cut)."""
-        return self._line(v, shed, stop_after_spec=True).cell_len
+            shed = set(SHEDS[:level])
+            # the cells up to the end of the spec figure, which is never cut
+            if self._line(v, shed, stop_after_spec=True).cell_len <= width:
+                break
+        return self._line(v, shed)
 
     def _line(self, v: Any, shed: set[str], stop_after_spec: bool = False) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
