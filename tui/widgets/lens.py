@@ -27,7 +27,7 @@ from .common import DIM
 from .lens_grid import GridRows, fitting, grid_summary
 
 MODE_NAMES = {"preview": "preview", "last": "last step"}
-ABOUT_ROWS = 30  # terminal rows from which the pane says what its observer context holds
+MIN_LAYER_ROWS = 6  # rows the tab keeps for the layers before it adds its about lines
 MARK = "bold bright_cyan"
 SEP = "│"
 NARROW = 48  # below this width the summary is one line
@@ -202,14 +202,17 @@ class LensTab(Vertical):
         else:
             rows.scroll_page_up(animate=False)
 
-    def _about(self, lv: LensView) -> list[RenderableType]:
-        """The observer context and the head it holds, one dim line each, where the terminal
-        has the rows (from :data:`ABOUT_ROWS` up): on a shorter one they would push the layer
-        rows out of the pane (at 80x24 the deep layers need every row)."""
-        if self.app.size.height < ABOUT_ROWS:
-            return []
-        lines = ["lens " + lv.context] if lv.context else []
-        return [Text(line, DIM) for line in [*lines, *([lv.head] if lv.head else [])]]
+    def _about(self, lv: LensView, above: list[RenderableType]) -> list[RenderableType]:
+        """The observer context and the head it holds, one dim paragraph each, where the tab
+        keeps :data:`MIN_LAYER_ROWS` rows for the layers under them and the lines ``above``
+        (wrapped at the tab's width); else none: the layers are what the tab is for (at 80x24
+        and at 120x34 these lines pushed every layer row out of it)."""
+        lines = [*(["lens " + lv.context] if lv.context else []), *([lv.head] if lv.head else [])]
+        about: list[RenderableType] = [Text(line, DIM) for line in lines]
+        console = self.app.console
+        opts = console.options.update_width(max(self.content_size.width - 2, 1))  # padding
+        used = sum(len(console.render_lines(t, opts, pad=False)) for t in [*above, *about])
+        return about if self.content_size.height - used >= MIN_LAYER_ROWS else []
 
     def show(self, view: Any) -> None:
         lv: LensView | None = getattr(view, "lens", None)
@@ -223,7 +226,7 @@ class LensTab(Vertical):
             rows: list[RenderableType] = [grid_summary(lv.grid, n, narrow=width < NARROW)]
             if lv.status:
                 rows.append(Text(lv.status, "bright_yellow"))
-            rows.extend(self._about(lv))
+            rows.extend(self._about(lv, rows))
             head.update(Group(*rows))
             head.display = True
             key = (-1, lv.grid.n_tokens, "grid")
@@ -241,7 +244,7 @@ class LensTab(Vertical):
             parts: list[RenderableType] = [summary(lv.step, lv.mode)]
             if lv.status:
                 parts.append(Text(lv.status, "bright_yellow"))
-            parts.extend(self._about(lv))
+            parts.extend(self._about(lv, parts))
             head.update(Group(*parts))
             head.display = True
             key = (lv.step.record, lv.step.mark, lv.mode)
