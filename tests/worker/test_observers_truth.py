@@ -164,6 +164,48 @@ def test_attention_runs_in_its_own_context_and_says_what_it_is(make_engine):
         w.observers.close()
 
 
+def test_attention_over_a_quantized_v_cache_holds_v_in_f16_in_its_own_context(make_engine):
+    """llama.cpp refuses a q8_0 V cache without flash attention, and the capture needs it off:
+    the observer's context holds V in f16 (K keeps q8_0) and says so; the run keeps its q8_0
+    cache, flash attention and picks (a run that never looked steps to the same tokens)."""
+
+    def run(look: bool) -> tuple[list[int], Worker]:
+        eng = make_engine(
+            SamplerSettings(temp=0.0),
+            n_ctx=512,
+            flash_attn="on",
+            cache_type_k="q8_0",
+            cache_type_v="q8_0",
+        )
+        w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
+        w.run_now(c.Send("Name a color."))
+        w.run_now(c.Step())
+        if look:
+            row = eng.logits.tobytes()
+            w.run_now(c.AttentionTabs(True, False))
+            w.run_now(c.AttentionToggle())
+            assert w.error is None and w.attention.on, w.state.notice
+            assert eng.logits.tobytes() == row
+        for _ in range(4):
+            w.run_now(c.Step())
+        return list(eng.tokens), w
+
+    plain, _ = run(False)
+    looked, w = run(True)
+    try:
+        assert looked == plain
+        ctx = w.observers.ctx
+        assert ctx is not None and ctx.engine.config.cache_type_v == "f16"
+        assert ctx.engine.config.cache_type_k == "q8_0" and ctx.engine.flash_attn_resolved == "off"
+        assert w.engine.config.cache_type_v == "q8_0" and w.engine.flash_attn_resolved == "on"
+        v = w.build_view()
+        assert v.attention is not None and v.attention.att is not None
+        assert "f16 V cache, the run's on with q8_0" in v.attention.status
+        assert len(v.attention.att.positions) == len(w.engine.tokens)
+    finally:
+        w.observers.close()
+
+
 def test_over_llama_server_each_observer_says_it_needs_a_local_model(llama_server, tmp_path):  # noqa: F811
     """Over llama-server there is no context to replay into: each observer refuses in one
     sentence, and the run goes on as if nobody had asked (the same text, step for step)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.model.errors import TokenstepError
 from ..engine.model.model import ModelInfo
 from ..engine.observe.attention_capture import AttentionCapture
 from ..engine.observe.attention_map import ContextAttention, context_attention
@@ -135,7 +134,6 @@ class AttentionControl:
                 "never had the callback)."
             )
             return
-        self._no_quantized_v()  # refused before anything changes
         self.w.state.dirty_since_save = True
         self._capture([self.layer], "Attention on")
         self.on = True  # only now: a view sent during the replay still shows it off
@@ -160,7 +158,6 @@ class AttentionControl:
     def capture_all(self) -> None:
         """``A``: every layer in one replay, so [ and ] then switch layers at once."""
         self.w.require("attention")
-        self._no_quantized_v()
         n_layer = self.engine.info.n_layer
         self.w.state.dirty_since_save = True
         self._capture(list(range(n_layer)), f"Capturing all {n_layer} layers")
@@ -196,14 +193,6 @@ class AttentionControl:
             f"Layer {layer}: the observer's own context replayed the run's decode calls to "
             f"capture it (the run's context untouched){taken}."
         )
-
-    def _no_quantized_v(self) -> None:
-        type_v = self.engine.config.cache_type_v
-        if type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"attention needs flash attention off, and a {type_v} V cache needs it on; "
-                "start with -ctv f16."
-            )
 
     def forget_matrix(self) -> None:
         """The observer context was made anew (e.g. by the lens): rebuild the matrix."""

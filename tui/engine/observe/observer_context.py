@@ -23,6 +23,7 @@ from .. import replay
 from ..batch import BatchToken, DecodeCall
 from ..decode import decode
 from ..model.errors import TokenstepError
+from ..model.rules import v_cache_needs_flash_attn
 from ..replay import DecodeOp, MemoryOp, ReplayLog
 from ..session import Engine
 from ..surprise import Surprise, score_rows
@@ -82,15 +83,17 @@ class ObserverContext:
     """A context of its own that replays the engine's decode calls (worker thread only)."""
 
     def __init__(self, main: LocalSession, wants: Wants, head: LensHead | None = None) -> None:
-        if wants.layers and main.config.cache_type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"attention needs flash attention off in its own context, and a "
-                f"{main.config.cache_type_v} V cache needs it on; start with -ctv f16."
-            )
         self.main = main
         self.wants = wants
         fa = "off" if wants.layers else main.config.flash_attn
-        config = dataclasses.replace(main.config, flash_attn=fa, context_full="stop")
+        # llama.cpp refuses a quantized V cache without flash attention: the capture's own
+        # context then holds V in f16 (K keeps the run's type: the weights are softmax(QKᵀ))
+        type_v = main.config.cache_type_v
+        if wants.layers and v_cache_needs_flash_attn(type_v):
+            type_v = "f16"
+        config = dataclasses.replace(
+            main.config, flash_attn=fa, cache_type_v=type_v, context_full="stop"
+        )
         cap = _capture(main, wants)
         self.capture = cap
         self.engine = ObserverEngine(main.model, config, main.settings, [cap] if cap else [])
@@ -119,9 +122,15 @@ class ObserverContext:
     def kernel(self) -> str:
         """Its attention kernel, beside the engine's."""
         mine, theirs = self.engine.flash_attn_resolved, self.main.flash_attn_resolved
-        if mine == theirs:
+        v_mine, v_theirs = self.engine.config.cache_type_v, self.main.config.cache_type_v
+        if mine == theirs and v_mine == v_theirs:
             return f"flash attention {mine} as the run's (its rows are the run's, bit for bit)"
-        return f"flash attention {mine}, the run's {theirs} (the same batches, the other kernel)"
+        if v_mine == v_theirs:
+            return f"flash attention {mine}, the run's {theirs} (the same batches, the other kernel)"
+        return (
+            f"flash attention {mine} with an {v_mine} V cache, the run's {theirs} with "
+            f"{v_theirs} (the same batches, the other kernel and V type)"
+        )
 
     @property
     def kv_bytes(self) -> int:
