@@ -1,6 +1,6 @@
 """The parts protocols are narrow: each names only what the modules typed with it touch.
 
-A stage module (``tui/engine/decode.py``, ``prompt.py`` ...) or a command module of the worker
+A stage module (``tui/engine/run/decode.py``, ``prompt.py`` ...) or a command module of the worker
 (``chat.py``, ``stepping.py`` ...) is handed the session or the worker as a protocol of
 ``parts.py``, not as the class. A member a protocol declares that none of its users reads,
 writes or calls is a dependency nobody has: this test names it. Read off the source with
@@ -19,7 +19,7 @@ import tui
 from tests.support.ast_follow import bound_names
 
 ROOT = Path(tui.__file__).parent
-PARTS = ("engine/parts.py", "worker/parts.py")
+PARTS = ("engine/run/parts.py", "worker/parts.py")
 
 
 def _protocols(source: str) -> dict[str, set[str]]:
@@ -218,9 +218,9 @@ def facet_users(source: str, proto: str) -> set[str]:
 
 def unused_facet_members() -> list[str]:
     sources = [p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))]
-    protos = _protocols((ROOT / "engine/backend.py").read_text(encoding="utf-8"))
+    protos = _protocols((ROOT / "engine/run/backend.py").read_text(encoding="utf-8"))
     return [
-        f"engine/backend.py {name}.{m}"
+        f"engine/run/backend.py {name}.{m}"
         for name in FACETS
         for m in sorted(protos[name] - set().union(*(facet_users(s, name) for s in sources)))
     ]
@@ -271,7 +271,7 @@ def test_the_engine_stages_each_have_their_own_protocol():
         and touched(p.read_text(encoding="utf-8"), "EngineParts")
     ]
     assert whole == []
-    protos = _protocols((ROOT / "engine/parts.py").read_text(encoding="utf-8"))
+    protos = _protocols((ROOT / "engine/run/parts.py").read_text(encoding="utf-8"))
     assert {"DecodeParts", "PromptParts", "PathParts", "ShiftParts", "SequenceParts"} <= set(
         protos
     )
