@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 
-from tui.engine import Engine, EngineConfig, Model, SamplerSettings, loop
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 from tui.engine.model.lens import load_head
 from tui.engine.observe.lens_capture import LensCapture
+from tui.engine.run import loop
 
 from .common import THREADS, Row, median, prompt_of
 

@@ -13,10 +13,10 @@ from typing import Any
 from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
-from .engine.backend import Backend
 from .engine.model.chat_template import CHATML
 from .engine.model.errors import TokenstepError
 from .engine.model.model import system_info
+from .engine.run.backend import Backend
 from .spec_flags import speculator_from_args
 from .trace_cli import engine_from_args
 from .worker import session_store

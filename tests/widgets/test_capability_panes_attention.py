@@ -15,8 +15,8 @@ import numpy as np
 from textual.app import App, ComposeResult
 
 from tui.engine import ModelInfo
-from tui.engine.backend import LOCAL, Capabilities
 from tui.engine.observe.attention_map import ContextAttention
+from tui.engine.run.backend import LOCAL, Capabilities
 from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
 
 PIECES = (b"The", b" cat", b" sat", b" because", b" it")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import llama_cpp
 
 from tests.support.app import SIZE, make_app, run_async, send, wait_for
-from tui.engine import SamplerSettings, paths
+from tui.engine import SamplerSettings
+from tui.engine.run import paths
 from tui.widgets.paths import PathsPane
 
 MESSAGE = "Write a long story about the sea."

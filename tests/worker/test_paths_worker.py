@@ -9,7 +9,7 @@ import pytest
 
 from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
-from tui.engine.surprise import along
+from tui.engine.record.surprise import along
 from tui.worker.commands import (
     Force,
     ForkSeq,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..engine import EngineConfig
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
 
 
 def tour_parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from .caches import Memo
 from .commands import AttentionLayer
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
     from .parts import WorkerParts
 
 

@@ -22,9 +22,9 @@ from ..engine.observe.lens_grid import GRID_MAX
 from .lens_grid import GridView, grid_view
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
     from ..engine.model.lens import LensHead
-    from ..engine.step import StepRecord
+    from ..engine.run.backend import Backend
+    from ..engine.run.step import StepRecord
     from .parts import WorkerParts
 
 MODES = ("preview", "last")

@@ -22,7 +22,7 @@ from ..engine.observe.observer_context import ObserverContext, Wants
 
 if TYPE_CHECKING:
     from ..engine.model.lens import LensHead
-    from ..engine.session import Engine
+    from ..engine.run.session import Engine
     from .parts import WorkerParts
 
 

@@ -2,7 +2,7 @@
 
 A branch is the reply as it stood (its tokens after ``reply_start``) with each token's p, p'
 and entropy. A rewound or forked branch keeps its KV cells in a parked sequence while a seq_id
-is free (:mod:`tui.engine.paths`); a force leaves the sampler's own pick as a one-token branch
+is free (:mod:`tui.engine.run.paths`); a force leaves the sampler's own pick as a one-token branch
 that was never decoded. :func:`jump` makes any branch the live reply again, from the parked
 cells where llama.cpp still holds them and decoded again otherwise, and says which.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine import paths
 from ..engine.model.errors import TokenstepError
-from ..engine.run_record import Pick
-from ..engine.sequences import pick_p
+from ..engine.record.run_record import Pick
+from ..engine.run import paths
+from ..engine.run.sequences import pick_p
 
 if TYPE_CHECKING:
     from .parts import PathSession, WorkerParts

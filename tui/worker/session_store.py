@@ -2,7 +2,7 @@
 
 Line 1 is a header object (``"tokenstep_session": 1``) with the model, the engine config, the
 sampler settings and the conversation. Every other line is one step record in exactly the
-format ``tokenstep trace`` prints (:func:`tui.engine.trace.record_to_dict`), so the same tools
+format ``tokenstep trace`` prints (:func:`tui.engine.run.trace.record_to_dict`), so the same tools
 read both. Files are written to a temporary file in the same folder and renamed over the
 target, so a crash mid-write never leaves a half-written session behind.
 """
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from ..engine.model import secret
 from ..engine.model.chat_template import Message
 from ..engine.model.errors import TokenstepError
-from ..engine.step import StepRecord
-from ..engine.trace import record_to_dict
+from ..engine.run.step import StepRecord
+from ..engine.run.trace import record_to_dict
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
 
 FORMAT_VERSION = 1
 

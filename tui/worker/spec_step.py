@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..engine import loop
 from ..engine.model.errors import TokenstepError
 from ..engine.model.tokens import quoted
+from ..engine.run import loop
+from ..engine.run.step import StepRecord
 from ..engine.sampler.sampling import softmax
-from ..engine.step import StepRecord
 from . import commands as cmd_types
 from . import spec_stages
 from .spec_run import SpecMarks, SpecRun

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..engine.backend import Backend, LocalSession
 from ..engine.model import secret
 from ..engine.model.errors import TokenstepError
+from ..engine.run.backend import Backend, LocalSession
 from ..engine.sampler.sampling import ChainResult
 from ..engine.wire.remote_http import ServerError
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify

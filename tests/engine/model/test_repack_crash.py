@@ -313,8 +313,8 @@ Thread 0x00007f78c77fe6c0 (most recent call first):
   File "/home/u/tokenstep/tui/worker/key_lane.py", line 93 in _run
 
 Thread 0x00007f78c7fff6c0 (most recent call first):
-  File "/home/u/tokenstep/tui/engine/decode.py", line 61 in decode
-  File "/home/u/tokenstep/tui/engine/session.py", line 240 in step
+  File "/home/u/tokenstep/tui/engine/run/decode.py", line 61 in decode
+  File "/home/u/tokenstep/tui/engine/run/session.py", line 240 in step
 
 Thread 0x00007f78cc9386c0 (most recent call first):
   File "/home/u/.venv/lib/python3.11/site-packages/textual/app.py", line 2100 in run
@@ -327,7 +327,7 @@ IN_THE_DECODE_THREAD = ON_AN_OPENMP_WORKER.replace(
 IN_TEXTUAL = ON_AN_OPENMP_WORKER.replace(
     "Thread 0x00007f78cc9386c0", "Current thread 0x00007f78cc9386c0"
 )
-NO_ENGINE_FRAME = ON_AN_OPENMP_WORKER.replace("tui/engine/decode.py", "tui/worker/thread.py")
+NO_ENGINE_FRAME = ON_AN_OPENMP_WORKER.replace("tui/engine/run/decode.py", "tui/worker/thread.py")
 
 
 def test_where_the_stack_puts_the_crash() -> None:

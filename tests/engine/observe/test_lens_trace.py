@@ -84,8 +84,9 @@ def test_the_picks_rank_matches_numpy(model, model_path):
     import numpy as np
 
     from tests.support.lens import numpy_head
-    from tui.engine import Engine, EngineConfig, SamplerSettings, loop
+    from tui.engine import Engine, EngineConfig, SamplerSettings
     from tui.engine.observe.lens_capture import LensCapture
+    from tui.engine.run import loop
 
     cap = LensCapture(n_layer=model.info.n_layer, capture=("l_out-15",))
     settings = SamplerSettings(temp=1.5, seed=7)

@@ -26,12 +26,12 @@ from .profile import GraphProfile, profile
 from .tensor import check_layout, get_name, nbytes, op_name, read_tensor
 
 if TYPE_CHECKING:
-    from ..batch import DecodeCall
-    from ..parts import ObservedParts
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
 
 
 class GraphTap:
-    """A :class:`~tui.engine.session.DecodeObserver` that installs ``cb_eval``.
+    """A :class:`~tui.engine.run.session.DecodeObserver` that installs ``cb_eval``.
 
     ``capture`` names nodes to copy (``b"Qcur-3"``); of several nodes with one name the last in
     graph order wins (for ``Qcur``/``Kcur`` the tensor after RoPE), kept per ubatch in

@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..logits import read_row
 from ..model.lens import LensHead, lens_figures, load_head, pick_figures
 from ..model.tokens import display_bytes
+from ..run.logits import read_row
 from .attention_capture import AttentionCapture
 from .graph_tap import GraphTap
 from .lens_grid import grid_figures
 from .tensor import read_last_row, read_tensor
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
-    from ..batch import DecodeCall
-    from ..parts import ObservedParts
-    from ..step import StepRecord
+    from ..run.backend import LocalSession
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
+    from ..run.step import StepRecord
 
 LOUT_NODE = "l_out-{}"
 

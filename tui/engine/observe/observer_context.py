@@ -5,7 +5,7 @@ attention off or logits on rows the run did not ask for, and llama.cpp fixes the
 the kernel when a context is made. So :class:`ObserverContext` makes a second context from the
 same model (same sizes and cache types, its callback, flash attention off for attention) and
 runs the engine's ``llama_decode`` calls and memory edits again from its
-:class:`~tui.engine.replay.ReplayLog`: with the same kernel every row is bit for bit the
+:class:`~tui.engine.run.replay.ReplayLog`: with the same kernel every row is bit for bit the
 engine's; through the other kernel the pane says so. It catches up lazily
 (:meth:`ObserverContext.catch_up`) on the engine's thread; its memory (one more KV cache and
 compute buffer) is checked before it is made.
@@ -19,22 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import replay
-from ..batch import BatchToken, DecodeCall
-from ..decode import decode
 from ..model.errors import TokenstepError
 from ..model.rules import v_cache_needs_flash_attn
-from ..replay import DecodeOp, MemoryOp, ReplayLog
-from ..session import Engine
-from ..surprise import Surprise, score_rows
+from ..record.surprise import Surprise, score_rows
+from ..run import replay
+from ..run.batch import BatchToken, DecodeCall
+from ..run.decode import decode
+from ..run.replay import DecodeOp, MemoryOp, ReplayLog
+from ..run.session import Engine
 from .attention_capture import AttentionCapture
 from .lens_capture import AttentionLensCapture, LensCapture
 from .lens_grid import GRID_MAX
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
     from ..model.lens import LensHead
-    from ..step import StepRecord
+    from ..run.backend import LocalSession
+    from ..run.step import StepRecord
 
 LENS_TAIL = 2  # decodes at the end of a catch-up that get the lens: the two the pane shows
 MAP_KEEP = 1024  # engine record -> observer record entries kept (the panes look back less)

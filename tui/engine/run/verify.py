@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
+from ..model import kv_order
+from ..model.context import FLASH_ATTN, init_context
+from ..model.errors import TokenstepError
+from ..sampler.sampling import top_k_by_logit
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
 from .logits import TOP_N, read_row
-from .model import kv_order
-from .model.context import FLASH_ATTN, init_context
-from .model.errors import TokenstepError
-from .sampler.sampling import top_k_by_logit
 
 if TYPE_CHECKING:
     from .parts import VerifyParts

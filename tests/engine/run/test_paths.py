@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.engine import SamplerSettings, paths
+from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
+from tui.engine.run import paths
 
 PROMPT = "The capital of France is"
 

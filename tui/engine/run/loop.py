@@ -1,7 +1,7 @@
 """The loop, written once: sample (or force), stop on end of generation, feed back.
 
 :func:`advance` is one turn for sequence 0: what :meth:`Engine.step` and the TUI's decode
-worker run, on any :class:`~tui.engine.backend.Backend`. :func:`generate` repeats it for
+worker run, on any :class:`~tui.engine.run.backend.Backend`. :func:`generate` repeats it for
 ``tokenstep trace``, ``tokenstep verify``, :meth:`Engine.generate` and the tests. It yields a
 record once the token sampled from its logits is known, BEFORE that token is fed (so a caller
 may still look at, or verify, the context the record left); the last sampled token is not
