@@ -64,7 +64,9 @@ def wait_for(term: Terminal, condition, what: str) -> None:
 
     end = time.monotonic() + TIMEOUT
     while not condition():
-        assert term.proc.poll() is None, f"{what}: exited {term.proc.returncode}, {bytes(term.out)!r}"
+        assert term.proc.poll() is None, (
+            f"{what}: exited {term.proc.returncode}, {bytes(term.out)!r}"
+        )
         assert time.monotonic() < end, f"no {what}"
         time.sleep(0.001)
 

@@ -18,6 +18,7 @@ import llama_cpp
 
 from .batch import DecodeCall
 from .logits import observe_row, read_row, top_candidates
+from .model import interrupt
 from .model.errors import ContextFullError, TokenstepError
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .replay import DecodeOp
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 def run_decode(engine: DecodeParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
     """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
+    interrupt.check()  # a Ctrl-C ends a command here, before the context changes
     b = engine.batch.fill(call)
     for obs in engine.observers:
         obs.before_decode(engine, call)
