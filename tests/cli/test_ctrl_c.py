@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import termios
 from pathlib import Path
 
@@ -150,3 +151,19 @@ def test_ctrl_c_while_the_app_loads_its_model_exits_130_with_the_terminal_restor
     assert b"\x1b[?1049h" not in out  # the screen was never taken
     assert b"terminal restored" not in out  # the watchdog was told, not needed
     assert not any(Path(f"/proc/{pid}").exists() for pid in watchdog)
+
+
+def test_ctrl_c_while_serve_checks_the_model_ends_before_the_port_is_bound(
+    tmp_path, busy, terminals, model_path
+):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    term = Terminal(tmp_path, "serve", "--port", str(port), "-m", str(model_path))
+    terminals.append(term)
+    # the app flags' check loads the vocabulary once, before the server starts
+    wait_for(term, lambda: llama_cpp_loading(term.proc.pid, model_path), "vocabulary load")
+    out = interrupt(term, b"tokenstep serve: interrupted; the server did not start.")
+    assert b"tokenstep serve:" not in out.replace(b"tokenstep serve: interrupted", b"")
+    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+        s.connect(("127.0.0.1", port))
