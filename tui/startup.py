@@ -13,6 +13,7 @@ from typing import Any
 from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
+from .engine.model import interrupt
 from .engine.model.chat_template import CHATML
 from .engine.model.errors import TokenstepError
 from .engine.model.model import system_info
@@ -141,6 +142,11 @@ def _run(
             engine.close()
             raise
     start_notes(app, engine, crashed, ignored_over_server(args))
+    try:
+        interrupt.hand_over()  # a Ctrl-C of the start-up ends it here; then it is a key
+    except BaseException:
+        engine.close()
+        raise
     guard.screen_taken()
     try:
         app.run()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
+from ..model import interrupt
 from .ask_plan import END, Action, AskPlan, Marked, PlanEntry, Replay
 from .census import GraphCensus, NodeSeen, census
 from .profile import GraphProfile, profile
@@ -186,7 +187,7 @@ class GraphTap:
                         return False
             return other(t, ask, user_data)
 
-        return callback
+        return interrupt.called_from_c(callback)  # a Ctrl-C here is kept for the next decode
 
     def _callback(self, t: int, ask: bool, _user_data: int | None) -> bool:
         try:

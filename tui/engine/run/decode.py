@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
+from ..model import interrupt
 from ..model.errors import ContextFullError, TokenstepError
 from ..record.run_record import Decode
 from .batch import DecodeCall
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 def run_decode(engine: DecodeParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
     """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
+    interrupt.check()  # a Ctrl-C ends a command here, before the context changes
     b = engine.batch.fill(call)
     for obs in engine.observers:
         obs.before_decode(engine, call)
