@@ -28,7 +28,9 @@ TURNS = ("Name three colors.", "And three animals?", "And three fruits?")
 
 def _chat(make_engine) -> Worker:
     """A worker with a chat of three turns, four tokens stepped after each message."""
-    w = Worker(make_engine(SamplerSettings(temp=0.0)), raw=False, autoplay=False, close_engine=False)
+    w = Worker(
+        make_engine(SamplerSettings(temp=0.0)), raw=False, autoplay=False, close_engine=False
+    )
     for text in TURNS:
         w.handle(Send(text))
         for _ in range(4):
