@@ -133,6 +133,11 @@ def load_head(path: str, progress: Callable[[int, int], None] | None = None) -> 
     return head
 
 
+def forget_head() -> None:
+    """The next :func:`load_head` reads the file again (a benchmark times the read)."""
+    _kept.clear()
+
+
 def read_head(path: str, progress: Callable[[int, int], None] | None = None) -> LensHead:
     """Read and dequantize the head's weights from the GGUF file. The metadata and the tensor
     table come from :func:`~tui.engine.model.gguf_header.read_header` (0.05 s on SmolLM2,
