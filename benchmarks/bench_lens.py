@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
-from tui.engine.model.lens import load_head
+from tui.engine.model.lens import forget_head, load_head
 from tui.engine.observe.lens_capture import LensCapture
 from tui.engine.run import loop
 
@@ -32,7 +32,7 @@ def _steps(eng: Engine, prompt: list[int], n: int) -> tuple[list[float], list[fl
 
 def run(model: Model, *, rounds: int = 3, n: int = 16) -> list[Row]:
     t0 = time.perf_counter()
-    load_head.cache_clear()
+    forget_head()
     head = load_head(str(model.path))
     load_s = time.perf_counter() - t0
     prompt = prompt_of(model, 32)

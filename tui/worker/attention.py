@@ -204,9 +204,10 @@ class AttentionControl:
         cap = self.capture
         att = None
         ctx = None
+        replay = self.w.observers.progress  # fill()'s replay under way: how far it is
         if (self.want_matrix and cap is not None) or self.want_census:
             ctx = self.w.observers.ready()  # it catches up now, on this thread
-        if self.want_matrix and self.on and cap is not None:
+        if self.want_matrix and self.on and cap is not None and replay is None:
             att = self._matrix.get()
         census = profile = None
         if self.want_census and eng.capabilities.graph:
@@ -222,6 +223,8 @@ class AttentionControl:
                 f"replaying the run's {self.replaying} operation(s) in its own context to "
                 "capture its attention weights…"
             )
+            if replay is not None:
+                status += f" {replay.describe()}"
         elif not self.on:
             status = (
                 "attention capture off · press a to capture (in a context of its own: the "

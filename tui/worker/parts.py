@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..engine.model.kvcache import KVMirror
     from ..engine.model.lens import LensHead
     from ..engine.model.tokens import Vocab
-    from ..engine.observe.observer_context import ObserverContext, Wants
+    from ..engine.observe.observer_context import ObserverContext, ReplayProgress, Wants
     from ..engine.run.backend import Backend, LocalSession
     from ..engine.run.session import Engine
     from ..engine.run.step import Branch, StepRecord
@@ -100,6 +100,8 @@ class ObserversPart(Protocol):
 
     ctx: ObserverContext | None
     wants: Wants
+    progress: ReplayProgress | None  # fill()'s replay under way: how far it is
+    head_read: tuple[int, int] | None  # the lens's head read under way: bytes of all
 
     @property
     def local(self) -> bool: ...
@@ -171,6 +173,9 @@ class WorkerParts(Protocol):
         """A new chat: ``state`` replaces the chat's state."""
 
     def busy(self, what: str) -> AbstractContextManager[None]: ...
+
+    def progress(self, what: str, *, last: bool = False) -> None:
+        """Inside :meth:`busy`: the busy line says ``what`` now (a view paced, the last sent)."""
 
     def require(self, what: str) -> LocalSession: ...
 

@@ -281,6 +281,11 @@ class Worker:
         finally:
             self.state.playback.finish()
 
+    def progress(self, what: str, *, last: bool = False) -> None:
+        """Inside :meth:`busy`: the slow command is this far (``what``); views paced."""
+        self.state.playback.begin(what)
+        self.publisher.progress(last=last)
+
     def take_queued(self, kind: type[cmd_types.Command]) -> cmd_types.Command | None:
         """Remove every queued command of ``kind`` and return the newest (None if none): a
         flood of presses asking for the same slow thing is done once, for the last one."""

@@ -7,8 +7,9 @@ same model (same sizes and cache types, its callback, flash attention off for at
 runs the engine's ``llama_decode`` calls and memory edits again from its
 :class:`~tui.engine.run.replay.ReplayLog`: with the same kernel every row is bit for bit the
 engine's; through the other kernel the pane says so. It catches up lazily
-(:meth:`ObserverContext.catch_up`) on the engine's thread; its memory (one more KV cache and
-compute buffer) is checked before it is made.
+(:meth:`ObserverContext.catch_up`) on the engine's thread, telling a caller how far it is
+(:class:`ReplayProgress`, its own counts); its memory (one more KV cache and compute buffer) is
+checked before it is made.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from .lens_capture import AttentionLensCapture, LensCapture
 from .lens_grid import GRID_MAX
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..model.lens import LensHead
     from ..run.backend import LocalSession
     from ..run.step import StepRecord
@@ -53,6 +56,27 @@ class Wants:
     @property
     def any(self) -> bool:
         return bool(self.layers or self.lens or self.grid or self.score or self.census)
+
+
+@dataclass(frozen=True)
+class ReplayProgress:
+    """How far a catch-up is: operations (decodes and memory edits) and the decodes' tokens
+    run here, of those it set out to run."""
+
+    ops: int
+    ops_total: int
+    tokens: int
+    tokens_total: int
+
+    @property
+    def done(self) -> bool:
+        return self.ops == self.ops_total
+
+    def describe(self) -> str:
+        return (
+            f"{self.ops:,} of {self.ops_total:,} operation(s), "
+            f"{self.tokens:,} of {self.tokens_total:,} token(s)"
+        )
 
 
 class ObserverEngine(Engine):
@@ -82,7 +106,13 @@ def _capture(main: LocalSession, wants: Wants) -> LensCapture | AttentionCapture
 class ObserverContext:
     """A context of its own that replays the engine's decode calls (worker thread only)."""
 
-    def __init__(self, main: LocalSession, wants: Wants, head: LensHead | None = None) -> None:
+    def __init__(
+        self,
+        main: LocalSession,
+        wants: Wants,
+        head: LensHead | None = None,
+        head_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.main = main
         self.wants = wants
         fa = "off" if wants.layers else main.config.flash_attn
@@ -110,7 +140,8 @@ class ObserverContext:
         if isinstance(cap, LensCapture) and (wants.lens or wants.grid):
             if head is not None:
                 cap.use_head(head)
-            cap.lens_head(self.engine)  # the one-time head read, before any decode is timed
+            # the one-time head read, before any decode is timed (progress: bytes read of all)
+            cap.lens_head(self.engine, head_progress)
 
     @property
     def head(self) -> LensHead | None:
@@ -155,11 +186,17 @@ class ObserverContext:
         cleared, ops = self.main.replay.since(self.cursor)
         return len(ops) + (1 if cleared and self.cursor is not None else 0)
 
-    def catch_up(self) -> int:
-        """Run the engine's operations since the last catch-up; returns the decodes run."""
+    def catch_up(self, progress: Callable[[ReplayProgress], None] | None = None) -> int:
+        """Run the engine's operations since the last catch-up; returns the decodes run.
+        ``progress`` is told the counts before the first operation and after each one (the
+        caller paces what it shows)."""
         if self.problem is not None:
             return 0
         cleared, ops = self.main.replay.since(self.cursor)
+        tokens_total = sum(op.call.n_tokens for op in ops if isinstance(op, DecodeOp))
+        tokens = 0
+        if progress is not None:
+            progress(ReplayProgress(0, len(ops), 0, tokens_total))
         if cleared:
             self.engine.reset()
             self.by_main.clear()
@@ -172,11 +209,16 @@ class ObserverContext:
             for i, op in enumerate(ops):
                 if isinstance(op, MemoryOp):
                     self._memory(op)
-                    continue
-                nxt = ops[i + 1] if i + 1 < len(ops) else None
-                lens = i >= lens_from or (self.lens_from is not None and op.index >= self.lens_from)
-                self._decode(op, lens=lens, grid_pos=grid_pos, nxt=nxt)
-                n += 1
+                else:
+                    nxt = ops[i + 1] if i + 1 < len(ops) else None
+                    lens = i >= lens_from or (
+                        self.lens_from is not None and op.index >= self.lens_from
+                    )
+                    self._decode(op, lens=lens, grid_pos=grid_pos, nxt=nxt)
+                    n += 1
+                    tokens += op.call.n_tokens
+                if progress is not None:
+                    progress(ReplayProgress(i + 1, len(ops), tokens, tokens_total))
         except TokenstepError as exc:
             self.problem = f"the observer context stopped: {exc}"
         return n
