@@ -4,6 +4,9 @@ attention kept alongside."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from tui.engine import SamplerSettings
 from tui.engine.observe.attention_capture import find_capture
 from tui.engine.observe.lens_capture import find_lens
@@ -110,4 +113,27 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
     finally:
         w.observers.close()
         assert w.observers.head is None  # the worker's stop frees it
+        _close(w)
+
+
+def test_the_workers_stop_frees_the_head(make_engine) -> None:
+    """The worker's observers are the head's one holder (about 110 MiB as float32 on
+    SmolLM2): kept while the lens is off, gone once the worker stops, with no copy left in a
+    process-wide cache. A weak reference says whether anything still holds it."""
+    w = _worker(make_engine)
+    try:
+        w.handle(Send("The capital of France is"))
+        w.handle(LensShown(True))
+        ctx = w.observers.ctx
+        assert ctx is not None and ctx.head is not None
+        ref = weakref.ref(ctx.head)
+        del ctx
+        w.handle(LensShown(False))  # the lens let go: its context freed, the head kept
+        assert w.observers.ctx is None and w.observers.head is ref()
+        gc.collect()
+        assert ref() is not None
+        assert w.stop()  # no thread: the stop runs its shutdown here
+        gc.collect()
+        assert ref() is None, gc.get_referrers(ref())
+    finally:
         _close(w)

@@ -35,7 +35,7 @@ def test_trace_lens_reads_the_head_before_the_first_decode(capsys, monkeypatch):
 
     def load(path: str):  # type: ignore[no-untyped-def]
         events.append("head")
-        return real_load.__wrapped__(path)  # the uncached read, as a fresh process does
+        return real_load(path)
 
     monkeypatch.setattr(llama_cpp, "llama_decode", decode)
     monkeypatch.setattr(lens_capture, "load_head", load)

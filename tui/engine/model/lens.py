@@ -15,7 +15,6 @@ multiply-adds, so it runs only while the lens is on.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,9 +116,9 @@ def head_problem(header: GGUFHeader) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
 def load_head(path: str) -> LensHead:
-    """Read and dequantize the head's weights (once per file: the last one is kept)."""
+    """Read and dequantize the head's weights. Each call reads the file; the caller owns the
+    result (in the app the worker's observers, so the head goes when the worker stops)."""
     import gguf
 
     reader = gguf.GGUFReader(path)
