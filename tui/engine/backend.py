@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .model.offload import Placement
     from .model.tokens import Vocab
     from .model.work import WorkCounter
+    from .overlap import Overlap
     from .records import RecordLog
     from .run_record import RunRecord
     from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
@@ -92,6 +93,7 @@ class Backend(Protocol):
     turns: list[PrefillTurn]
     shifts: list[ShiftEvent]
     work: WorkCounter
+    overlap: Overlap  # a step's views, inline or while the next decode runs (loop.generate)
     stop_reason: str | None
 
     @property

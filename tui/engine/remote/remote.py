@@ -24,6 +24,7 @@ from ..model.context import EngineConfig
 from ..model.errors import ContextFullError, TokenstepError
 from ..model.kvcache import KVLayout, KVMirror
 from ..model.work import WorkCounter
+from ..overlap import Overlap
 from ..records import RecordLog
 from ..run_record import Clear, Decode, RunRecord, Turn
 from ..sampler.sampling import SamplerChain, SamplerSettings, top_stats
@@ -101,6 +102,7 @@ class RemoteBackend(RemotePick):
         self.logits_memory = LogitsMemory()
         self.stop_reason: str | None = None
         self.work = WorkCounter()
+        self.overlap = Overlap()  # inline: a request holds no llama_decode to overlap with
         self.turns: list[PrefillTurn] = []
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Any] = {}
