@@ -10,6 +10,7 @@ import weakref
 from tui.engine import SamplerSettings
 from tui.engine.observe.attention_capture import find_capture
 from tui.engine.observe.lens_capture import find_lens
+from tui.engine.observe.observer_context import ObserverContext
 from tui.worker import Worker
 from tui.worker.commands import AttentionToggle, LensMode, LensShown, Send, Step
 
@@ -18,6 +19,15 @@ def _worker(make_engine) -> Worker:
     return Worker(
         make_engine(SamplerSettings(temp=0.0)), raw=True, autoplay=False, close_engine=False
     )
+
+
+def _show_lens(w: Worker) -> ObserverContext:
+    """A prompt, then tab 8: the observer context that holds the lens, its head read."""
+    w.handle(Send("The capital of France is"))
+    w.handle(LensShown(True))
+    ctx = w.observers.ctx
+    assert ctx is not None and ctx.head is not None
+    return ctx
 
 
 def _close(w: Worker) -> None:
@@ -90,11 +100,9 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
     what the kept head is. One head: the worker holds one slot, freed when it stops."""
     w = _worker(make_engine)
     try:
-        w.handle(Send("The capital of France is"))
-        w.handle(LensShown(True))
-        ctx = w.observers.ctx
-        assert ctx is not None and ctx.head is not None
+        ctx = _show_lens(w)
         head = ctx.head
+        assert head is not None
         assert ctx.capture is not None and ctx.capture.head_load_ms is not None  # read here
         w.handle(LensShown(False))
         assert w.observers.ctx is None and w.observers.head is head  # kept, context freed
@@ -122,12 +130,10 @@ def test_the_workers_stop_frees_the_head(make_engine) -> None:
     process-wide cache. A weak reference says whether anything still holds it."""
     w = _worker(make_engine)
     try:
-        w.handle(Send("The capital of France is"))
-        w.handle(LensShown(True))
-        ctx = w.observers.ctx
-        assert ctx is not None and ctx.head is not None
-        ref = weakref.ref(ctx.head)
-        del ctx
+        head = _show_lens(w).head
+        assert head is not None
+        ref = weakref.ref(head)
+        del head
         w.handle(LensShown(False))  # the lens let go: its context freed, the head kept
         assert w.observers.ctx is None and w.observers.head is ref()
         gc.collect()
