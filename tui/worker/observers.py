@@ -43,7 +43,7 @@ class Observers:
         self.wants = Wants()
         self._layers: set[int] = set()  # attention layers captured over the whole history
         # the lens's head, read once per run and kept (one head: n_vocab x n_embd float32)
-        # while the lens is off, until the worker stops
+        # while the lens is off, until the worker stops: its only holder (load_head keeps none)
         self._head: LensHead | None = None
         # The worker's thread once it runs: a view built on the key lane's thread (during the
         # run's llama_decode) reads the observer context as it is and never replays into it.
@@ -174,7 +174,9 @@ class Observers:
         """Free the observer context (and, unless ``keep_head``, the lens's head: the worker
         keeps it while the observers are only off or made anew, and frees it when it stops)."""
         if self.ctx is not None:
-            self._head = (self.ctx.head or self._head) if keep_head else None
+            self._head = self.ctx.head or self._head
             self.ctx.close()
             self.ctx = None
+        if not keep_head:  # the one holder of the head: nothing else keeps it alive
+            self._head = None
         self._layers = set()

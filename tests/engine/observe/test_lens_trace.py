@@ -35,7 +35,7 @@ def test_trace_lens_reads_the_head_before_the_first_decode(capsys, monkeypatch):
 
     def load(path: str, progress=None):  # type: ignore[no-untyped-def]
         events.append("head")
-        return lens.read_head(path, progress)  # the uncached read, as a fresh process does
+        return lens.load_head(path, progress)  # each call reads the file
 
     monkeypatch.setattr(llama_cpp, "llama_decode", decode)
     monkeypatch.setattr(lens_capture, "load_head", load)

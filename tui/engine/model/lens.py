@@ -119,31 +119,15 @@ def head_problem(header: GGUFHeader) -> str | None:
 
 
 HEAD_CHUNK = 4 << 20  # the head's matrix is read and dequantized about this many bytes at a time
-_kept: dict[str, LensHead] = {}  # the last head read, by file
 
 
 def load_head(path: str, progress: Callable[[int, int], None] | None = None) -> LensHead:
-    """The head's weights, read and dequantized once per file (the last one is kept);
-    ``progress`` is told the matrix's bytes read of its total as the read goes."""
-    head = _kept.get(path)
-    if head is None:
-        head = read_head(path, progress)
-        _kept.clear()
-        _kept[path] = head
-    return head
-
-
-def forget_head() -> None:
-    """The next :func:`load_head` reads the file again (a benchmark times the read)."""
-    _kept.clear()
-
-
-def read_head(path: str, progress: Callable[[int, int], None] | None = None) -> LensHead:
-    """Read and dequantize the head's weights from the GGUF file. The metadata and the tensor
-    table come from :func:`~tui.engine.model.gguf_header.read_header` (0.05 s on SmolLM2,
-    where ``gguf.GGUFReader`` parsed every vocabulary entry first: 12.6 s under a load of 6);
-    the matrix is mapped and dequantized in chunks of :data:`HEAD_CHUNK` bytes, each chunk
-    reported to ``progress`` as (bytes done, bytes in all)."""
+    """Read and dequantize the head's weights. Each call reads the file; the caller owns the
+    result (in the app the worker's observers, so the head goes when the worker stops). The
+    metadata and the tensor table come from :func:`~tui.engine.model.gguf_header.read_header`
+    (0.05 s on SmolLM2, where ``gguf.GGUFReader`` parsed every vocabulary entry first: 12.6 s
+    under a load of 6); the matrix is mapped and dequantized in chunks of :data:`HEAD_CHUNK`
+    bytes, each chunk reported to ``progress`` as (bytes done, bytes in all)."""
     import gguf
 
     from .gguf_header import read_header

@@ -26,6 +26,7 @@ from ..record.run_record import Clear, Decode, RunRecord, Turn
 from ..record.surprise import SurpriseLog
 from ..run.batch import BatchToken, DecodeCall
 from ..run.logits import TOP_N, LogitsMemory
+from ..run.overlap import Overlap
 from ..run.records import RecordLog
 from ..run.step import Candidate, PrefillTurn, ShiftEvent, StepRecord
 from ..run.trace import record_to_dict
@@ -101,6 +102,7 @@ class RemoteBackend(RemotePick):
         self.logits_memory = LogitsMemory()
         self.stop_reason: str | None = None
         self.work = WorkCounter()
+        self.overlap = Overlap()  # inline: a request holds no llama_decode to overlap with
         self.turns: list[PrefillTurn] = []
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Any] = {}

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..record.run_record import RunRecord
     from ..record.surprise import SurpriseLog
     from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
+    from .overlap import Overlap
     from .records import RecordLog
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
     from .verify import VerifyResult
@@ -92,6 +93,7 @@ class Backend(Protocol):
     turns: list[PrefillTurn]
     shifts: list[ShiftEvent]
     work: WorkCounter
+    overlap: Overlap  # a step's views, inline or while the next decode runs (loop.generate)
     stop_reason: str | None
 
     @property
