@@ -92,8 +92,7 @@ def test_attention_replay_reports_its_counts_paced(make_engine) -> None:
     assert w.observers.ctx.replayed == sum(isinstance(op, DecodeOp) for op in ops)
 
 
-def test_lens_reports_the_heads_read_then_the_replay(make_engine, model_path, monkeypatch) -> None:
-    monkeypatch.setattr(lens, "_kept", {})  # a fresh process: the head is read from the file
+def test_lens_reports_the_heads_read_then_the_replay(make_engine, model_path) -> None:
     hdr = read_header(model_path)
     t = next(t for t in hdr.tensors if t.name in ("output.weight", "token_embd.weight"))
     block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t.ggml_type)]
