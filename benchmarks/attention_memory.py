@@ -1,7 +1,7 @@
 """Benchmark 8: peak RSS with attention capture on, after 500, 1,000 and 2,000 tokens (one
 child process each, so every figure is its own peak).
 
-Before the weight store (:mod:`tui.engine.attention_store`) the peak grew with the square of
+Before the weight store (:mod:`tui.engine.record.attention_store`) the peak grew with the square of
 the tokens (286, 313, 355, 409 MB at 500 to 2,000 with ``--attention 13 -c 4096``): every
 step's weights stayed in memory. The target: flat, within 32 MB from 500 to 2,000 tokens
 (the KV cache is allocated in full up front, so it does not grow)."""

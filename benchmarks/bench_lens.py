@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 
-from tui.engine import Engine, EngineConfig, Model, SamplerSettings, loop
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 from tui.engine.model.lens import load_head
 from tui.engine.observe.lens_capture import LensCapture
+from tui.engine.run import loop
 
 from .common import THREADS, Row, median, prompt_of
 
@@ -31,15 +32,14 @@ def _steps(eng: Engine, prompt: list[int], n: int) -> tuple[list[float], list[fl
 
 def run(model: Model, *, rounds: int = 3, n: int = 16) -> list[Row]:
     t0 = time.perf_counter()
-    load_head.cache_clear()
     head = load_head(str(model.path))
     load_s = time.perf_counter() - t0
     prompt = prompt_of(model, 32)
     config = EngineConfig(n_ctx=256, n_threads=THREADS)
     plain = Engine(model, config, SamplerSettings(temp=0.0))
-    lens = Engine(
-        model, config, SamplerSettings(temp=0.0), [LensCapture(n_layer=model.info.n_layer)]
-    )
+    cap = LensCapture(n_layer=model.info.n_layer)
+    cap.use_head(head)  # the head read above: no step pays for a second read
+    lens = Engine(model, config, SamplerSettings(temp=0.0), [cap])
     try:
         d_plain: list[float] = []
         d_lens: list[float] = []

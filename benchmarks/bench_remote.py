@@ -21,9 +21,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tui.engine import SamplerSettings, default_model_path, loop
+from tui.engine import SamplerSettings, default_model_path
 from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.engine.remote.remote import RemoteBackend
+from tui.engine.run import loop
 
 from .common import TEXT, Row, median
 

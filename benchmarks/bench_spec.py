@@ -19,9 +19,10 @@ from pathlib import Path
 
 import llama_cpp
 
-from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path, loop
-from tui.engine.batch import BatchToken, DecodeCall, ubatch_chunks
-from tui.engine.decode import decode
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path
+from tui.engine.run import loop
+from tui.engine.run.batch import BatchToken, DecodeCall, ubatch_chunks
+from tui.engine.run.decode import decode
 from tui.engine.spec.spec_draft import DraftSimple
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate

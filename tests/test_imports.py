@@ -35,7 +35,7 @@ def headless_modules() -> list[str]:
 
 def test_the_walk_finds_the_engine_and_the_arguments():
     mods = headless_modules()
-    assert "tui.engine.session" in mods and "tui.args" in mods and "tui.trace_cli" in mods
+    assert "tui.engine.run.session" in mods and "tui.args" in mods and "tui.trace_cli" in mods
     assert not any(m.startswith("tui.widgets") or m == "tui.app" for m in mods)
 
 

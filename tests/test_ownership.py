@@ -18,11 +18,11 @@ from tests.support.ast_follow import bound_names
 
 def _parts_protocols() -> set[str]:
     """Every protocol a stage or a command is handed the session or the worker as: the
-    classes of ``engine/parts.py`` and ``worker/parts.py`` (one per stage module)."""
+    classes of ``engine/run/parts.py`` and ``worker/parts.py`` (one per stage module)."""
     root = Path(tui.__file__).parent
     return {
         c.name
-        for part in ("engine/parts.py", "worker/parts.py")
+        for part in ("engine/run/parts.py", "worker/parts.py")
         for c in ast.parse((root / part).read_text(encoding="utf-8")).body
         if isinstance(c, ast.ClassDef) and c.name.endswith("Parts")
     }
@@ -188,16 +188,16 @@ def test_the_check_finds_a_container_changed_through_a_handed_owner():
 CONTAINERS_LEFT = {
     # paths.py parks a sequence (a path not taken) and drops it: a parked sequence is made
     # with the cells it copies in the same function, so the table and the cache change together
-    ("engine/paths.py", "parked[]"),
-    ("engine/paths.py", "parked.pop"),
-    ("engine/paths.py", "branches.pop"),
+    ("engine/run/paths.py", "parked[]"),
+    ("engine/run/paths.py", "parked.pop"),
+    ("engine/run/paths.py", "branches.pop"),
     # sequences.py forks and drops a sequence beside its llama_memory_seq_cp/seq_rm
-    ("engine/sequences.py", "branches[]"),
-    ("engine/sequences.py", "branches.pop"),
+    ("engine/run/sequences.py", "branches[]"),
+    ("engine/run/sequences.py", "branches.pop"),
     # prompt.py notes a prefill turn (reused and computed tokens) as it syncs the prompt;
     # shift.py notes a context shift as it makes one: records of what the stage did
-    ("engine/prompt.py", "turns.append"),
-    ("engine/shift.py", "shifts.append"),
+    ("engine/run/prompt.py", "turns.append"),
+    ("engine/run/shift.py", "shifts.append"),
 }
 
 
@@ -231,8 +231,8 @@ STRICT_LEFT = {
     ("engine/model/offload.py", "params.main_gpu"),
     ("engine/model/offload.py", "params.tensor_split"),
     # loop.Advance: the record of one turn of the loop, filled by its second half
-    ("engine/loop.py", "turn.record"),
-    ("engine/loop.py", "turn.stop"),
+    ("engine/run/loop.py", "turn.record"),
+    ("engine/run/loop.py", "turn.stop"),
     # chain_result.Stage: the record of one stage, filled with what it did
     ("engine/sampler/stage_notes.py", "st.changed"),
     ("engine/sampler/stage_notes.py", "st.removed"),

@@ -1,6 +1,6 @@
 """The parts protocols are narrow: each names only what the modules typed with it touch.
 
-A stage module (``tui/engine/decode.py``, ``prompt.py`` ...) or a command module of the worker
+A stage module (``tui/engine/run/decode.py``, ``prompt.py`` ...) or a command module of the worker
 (``chat.py``, ``stepping.py`` ...) is handed the session or the worker as a protocol of
 ``parts.py``, not as the class. A member a protocol declares that none of its users reads,
 writes or calls is a dependency nobody has: this test names it. Read off the source with
@@ -19,7 +19,7 @@ import tui
 from tests.support.ast_follow import bound_names
 
 ROOT = Path(tui.__file__).parent
-PARTS = ("engine/parts.py", "worker/parts.py")
+PARTS = ("engine/run/parts.py", "worker/parts.py")
 
 
 def _protocols(source: str) -> dict[str, set[str]]:
@@ -218,9 +218,9 @@ def facet_users(source: str, proto: str) -> set[str]:
 
 def unused_facet_members() -> list[str]:
     sources = [p.read_text(encoding="utf-8") for p in sorted(ROOT.rglob("*.py"))]
-    protos = _protocols((ROOT / "engine/backend.py").read_text(encoding="utf-8"))
+    protos = _protocols((ROOT / "engine/run/backend.py").read_text(encoding="utf-8"))
     return [
-        f"engine/backend.py {name}.{m}"
+        f"engine/run/backend.py {name}.{m}"
         for name in FACETS
         for m in sorted(protos[name] - set().union(*(facet_users(s, name) for s in sources)))
     ]
@@ -264,14 +264,20 @@ def test_every_parts_protocol_names_only_what_its_users_touch():
 
 def test_the_engine_stages_each_have_their_own_protocol():
     """No stage module is typed with the whole session: each names its own part."""
+    stages = [
+        p
+        for room in ("run", "record")
+        for p in sorted((ROOT / "engine" / room).glob("*.py"))
+        if p.name not in ("parts.py", "backend.py")
+    ]
+    assert "engine/run/decode.py" in {str(p.relative_to(ROOT)) for p in stages}  # it reads them
     whole = [
         str(p.relative_to(ROOT))
-        for p in sorted((ROOT / "engine").glob("*.py"))
-        if p.name not in ("parts.py", "backend.py")
-        and touched(p.read_text(encoding="utf-8"), "EngineParts")
+        for p in stages
+        if touched(p.read_text(encoding="utf-8"), "EngineParts")
     ]
     assert whole == []
-    protos = _protocols((ROOT / "engine/parts.py").read_text(encoding="utf-8"))
+    protos = _protocols((ROOT / "engine/run/parts.py").read_text(encoding="utf-8"))
     assert {"DecodeParts", "PromptParts", "PathParts", "ShiftParts", "SequenceParts"} <= set(
         protos
     )

@@ -30,7 +30,7 @@ from textual.timer import Timer
 from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_actions import AppActions
-from .engine.backend import Backend
+from .engine.run.backend import Backend
 from .widgets.attention_tabs import AnatomyTab, AttentionTab
 from .widgets.batch import BatchPane
 from .widgets.busy import BusyBar

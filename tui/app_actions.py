@@ -18,7 +18,7 @@ from textual.widgets import ContentSwitcher, Input, Static
 
 from .app_keys import KeyRouting
 from .app_tabs import tabstrip
-from .engine.backend import LOCAL
+from .engine.run.backend import LOCAL
 from .widgets.attention import AttentionPane
 from .widgets.busy import BusyBar
 from .widgets.help import HelpScreen

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
-    from .engine.backend import Backend
+    from .engine.run.backend import Backend
     from .engine.sampler.sampler_settings import SamplerSettings
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from .args import parse
-from .engine.model import secret
+from .engine.model import interrupt, secret
 from .engine.model.errors import TokenstepError, one_line
 
 Hook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
@@ -31,8 +31,25 @@ def _redacting_hook(hook: Hook) -> Hook:
     return redacted if secret.known() else hook
 
 
+# What a Ctrl-C stopped, per command (the app's start-up under "").
+INTERRUPTED = {
+    "": "the app did not start",
+    "trace": "the records above are whole; nothing more was decoded",
+    "verify": "nothing more was checked",
+    "info": "nothing was printed",
+    "tokenize": "nothing was printed",
+    "serve": "the server did not start",
+    "tour": "the tour did not start",
+    "compare": "nothing more was compared",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    with interrupt.guard():  # a Ctrl-C inside llama.cpp's callbacks is kept, not dropped
+        return _main(list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     secret.collect(argv)  # before anything can print: every message below is masked
     sys.excepthook = _redacting_hook(sys.excepthook)
     try:
@@ -85,6 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tokenstep: {secret.redact(one_line(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        try:
+            sys.stdout.flush()  # whole lines before the sentence
+        except OSError:
+            pass
+        name = argv[0] if argv[:1] and argv[0] in INTERRUPTED else ""
+        what = f"tokenstep{' ' + name if name else ''}: interrupted"
+        print(f"{what}; {INTERRUPTED[name]}.", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -30,7 +30,7 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 from .args import build_parsers
-from .engine.model import gguf_header
+from .engine.model import gguf_header, interrupt
 from .engine.model.errors import TokenstepError
 from .engine.model.info import facts
 from .engine.model.model import default_model_path
@@ -380,6 +380,7 @@ def serve_main(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    interrupt.hand_over()  # the server's event loop takes Ctrl-C from here on
     try:
         server.serve()
     except OSError as exc:

@@ -16,7 +16,7 @@ from .engine.model.errors import TokenstepError
 from .engine.sampler.bounds import INT32_MAX
 
 if TYPE_CHECKING:
-    from .engine.backend import Backend
+    from .engine.run.backend import Backend
     from .engine.spec.spec_verify import Speculator
 
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")

@@ -13,10 +13,11 @@ from typing import Any
 from . import crash
 from .app import TokenstepApp
 from .backend_flags import ignored_over_server
-from .engine.backend import Backend
+from .engine.model import interrupt
 from .engine.model.chat_template import CHATML
 from .engine.model.errors import TokenstepError
 from .engine.model.model import system_info
+from .engine.run.backend import Backend
 from .spec_flags import speculator_from_args
 from .trace_cli import engine_from_args
 from .worker import session_store
@@ -141,6 +142,11 @@ def _run(
             engine.close()
             raise
     start_notes(app, engine, crashed, ignored_over_server(args))
+    try:
+        interrupt.hand_over()  # a Ctrl-C of the start-up ends it here; then it is a key
+    except BaseException:
+        engine.close()
+        raise
     guard.screen_taken()
     try:
         app.run()

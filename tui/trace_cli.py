@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING
 
 from .args import DEFAULT_N_CTX, read_prompt
 from .backend_flags import ignored_over_server, remote_from_args, server_conflicts
-from .engine import Engine, EngineConfig, Model, SamplerSettings, TokenstepError, loop, trace
+from .engine import Engine, EngineConfig, Model, SamplerSettings, TokenstepError
 from .engine.model import chat_template as chat_mod
 from .engine.model import info, rules, secret
 from .engine.model.model import probe
 from .engine.model.offload import Offload
+from .engine.run import loop, trace
 
 if TYPE_CHECKING:
-    from .engine.backend import Backend
+    from .engine.run.backend import Backend
+    from .engine.run.step import StepRecord
     from .engine.spec.spec_verify import Speculator
-    from .engine.step import StepRecord
 
 GGML_MAX_N_THREADS = 512  # ggml.h
 
@@ -244,7 +245,7 @@ def trace_main(args: argparse.Namespace) -> int:
 
 def new_events(engine: Backend, seen: int) -> tuple[tuple[object, ...], int]:
     """The run record's events since the ``seen``-th (``trace --events`` writes each as one
-    JSON line, :func:`tui.engine.run_record.event_to_dict`), and how many were noted so far."""
+    JSON line, :func:`tui.engine.record.run_record.event_to_dict`), and how many were noted so far."""
     run = engine.run
     kept = run.recent()
     return kept[max(0, len(kept) - (run.n - seen)) :], run.n

@@ -8,11 +8,11 @@ import sys
 
 from .args import read_prompt
 from .engine import TokenstepError
-from .engine.backend import Backend
 from .engine.model.tokens import display_bytes
+from .engine.run.backend import Backend
+from .engine.run.step import StepRecord
+from .engine.run.verify import VerifyResult
 from .engine.spec.spec_verify import Speculator
-from .engine.step import StepRecord
-from .engine.verify import VerifyResult
 from .spec_flags import check_spec, speculator_from_args
 from .trace_cli import (
     _safe,

@@ -3,7 +3,7 @@ the quadratic wall, verify, prefix reuse per turn, the context-full shift, and a
 
 from __future__ import annotations
 
-from tests.support.app import SIZE, make_app, prompt_for, run_async, send, wait_for
+from tests.support.app import SIZE, make_app, prompt_for, reply_of, run_async, send, wait_for
 from tests.support.app_cache import (
     SHIFT_TEXT,
     cache_text,
@@ -74,9 +74,7 @@ async def test_verify_key_recomputes_and_top1_agrees(make_engine, tmp_path):
     app = make_app(make_engine, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
-        for _ in range(3):
-            await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.text.reply_tokens == 3, "the steps")
+        await reply_of(pilot, app, 3)
         await pilot.press("v")
         await wait_for(pilot, lambda: app.view.cache.verify is not None, "the verify")
         res = app.view.cache.verify

@@ -15,6 +15,12 @@ def _text(pane) -> str:
     return "\n".join(pane.render_line(y).text for y in range(pane.size.height))
 
 
+def _lens_step(app):
+    """The lens's step in the newest view (None: no view or no step yet)."""
+    lens = app.view.lens if app.view is not None else None
+    return lens.step if lens is not None else None
+
+
 @run_async
 async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
     app = make_app(make_engine, tmp_path, raw=True)
@@ -24,12 +30,8 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert find_lens(app.worker.engine) is None  # not showing: no capture installed
         await pilot.press("8")
 
-        def step():
-            lens = app.view.lens if app.view is not None else None
-            return lens.step if lens is not None else None
-
-        await wait_for(pilot, lambda: step() is not None, "the lens")
-        s = step()
+        await wait_for(pilot, lambda: _lens_step(app) is not None, "the lens")
+        s = _lens_step(app)
         assert s.mark_piece == " Paris" and s.mark_what == "llama.cpp's top-1"
         eng = app.worker.engine
         rec = eng.records[s.record]
@@ -46,10 +48,12 @@ async def test_lens_tab_on_the_capital_of_france(make_engine, tmp_path):
         assert rows.render_line(s.first_top1).text.startswith(f"★{s.first_top1:>2}")
 
         await pilot.press("right")  # step: " Paris" is sampled and fed
-        await wait_for(pilot, lambda: step() is not None and step().record > s.record, "a step")
+        await wait_for(
+            pilot, lambda: (_lens_step(app) or s).record > s.record, "a step"
+        )
         await pilot.press("L")
         await wait_for(pilot, lambda: app.view.lens.mode == "last", "the last step")
-        last = step()
+        last = _lens_step(app)
         assert last is not None and last.record == s.record and last.mark_piece == " Paris"
         assert last.mark_what == "the token sampled"
 
@@ -86,12 +90,8 @@ async def _deep_layers_by_keys(make_engine, tmp_path, size: tuple[int, int]) -> 
         await _to_controls(pilot, app)
         await pilot.press("8")
 
-        def step():
-            lens = app.view.lens if app.view is not None else None
-            return lens.step if lens is not None else None
-
-        await wait_for(pilot, lambda: step() is not None, "the lens")
-        s = step()
+        await wait_for(pilot, lambda: _lens_step(app) is not None, "the lens")
+        s = _lens_step(app)
         await wait_for(pilot, lambda: s.first_top5 in _shown_layers(app), "the deep layers")
         assert s.first_top5 >= 20 and len(s.layers) - 1 in _shown_layers(app)
         await pilot.press("home")

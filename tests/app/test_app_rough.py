@@ -1,7 +1,7 @@
 """Rough handling of the app on the real bundled model: key mashing while a reply plays, a
 100 kB paste, and a resize to a too-small terminal and back in the middle of a reply.
 
-The engine is only ever read on the controller's worker thread: the checks go in as a command
+The engine is only ever read on the worker's decode thread: the checks go in as a command
 (``call_soon``) that the worker runs between decode calls, like any key press."""
 
 from __future__ import annotations

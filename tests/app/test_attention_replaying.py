@@ -16,11 +16,11 @@ async def test_the_pane_says_replaying_during_the_replay(make_engine, tmp_path, 
     held: list[int] = []
     real = ObserverContext.catch_up
 
-    def hold(self: ObserverContext) -> int:
+    def hold(self: ObserverContext, *args: object, **kwargs: object) -> int:
         if self.pending() and not held:  # the first replay waits until the pane was read
             held.append(self.pending())
             assert go.wait(120), "the pane never said it was replaying"
-        return real(self)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ObserverContext, "catch_up", hold)
     app = make_app(make_engine, tmp_path, raw=True)

@@ -149,7 +149,7 @@ def _odd_split(vocab) -> tuple[list[int], list[int]]:
 def test_the_next_prompt_keeps_the_models_own_tokens_live_and_after_resume(
     make_engine, model, tmp_path
 ):
-    from tui.engine.session import Engine
+    from tui.engine.run.session import Engine
     from tui.worker import Worker
     from tui.worker.commands import Force, Save, Send
     from tui.worker.resume import restore

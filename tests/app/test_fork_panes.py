@@ -11,7 +11,7 @@ import numpy as np
 from llama_cpp import Llama
 from rich.console import Console
 
-from tests.support.app import SIZE, make_app, run_async, send, wait_for
+from tests.support.app import SIZE, make_app, reply_of, run_async, send, wait_for
 from tests.support.app_cache import cache_text, open_tab, play_to_first_shift, shift_app
 from tests.support.forks import MESSAGE, STEPS, forked_app
 from tui.app import TokenstepApp
@@ -259,9 +259,7 @@ async def test_new_chat_restarts_the_work_counter(make_engine, model, tmp_path):
     app = make_app(make_engine, tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await send(pilot, app, MESSAGE)
-        for _ in range(3):
-            await pilot.press("right")
-        await wait_for(pilot, lambda: app.view.text.reply_tokens == 3, "the steps")
+        await reply_of(pilot, app, 3)
         assert app.view.cache.work.with_cache > 0
         await pilot.press("ctrl+n")
         await wait_for(pilot, lambda: app.view.action == "new", "the new chat")

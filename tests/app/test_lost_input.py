@@ -19,7 +19,7 @@ from textual.widgets import Input
 from tests.support.app import SIZE, run_async, wait_for
 from tests.support.cli import ROOT
 from tests.support.keys import feed
-from tests.support.worker import controller, wait  # noqa: F401  (the fixture)
+from tests.support.worker import make_worker, wait  # noqa: F401  (the fixture)
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
 from tui.worker import Worker
@@ -71,8 +71,8 @@ def test_a_queued_message_that_no_longer_fits_comes_back(make_engine, tmp_path):
     assert c.error is None, c.error
 
 
-def test_a_sent_message_is_autosaved_before_the_reply(controller):  # noqa: F811
-    c = controller(autoplay=False)
+def test_a_sent_message_is_autosaved_before_the_reply(make_worker):  # noqa: F811
+    c = make_worker(autoplay=False)
     c.send("Hi there")
     v = wait(c, lambda v: v.action == "send", "the prefill")
     assert v.activity == "generating" and v.text.reply_tokens == 0  # the reply has not begun

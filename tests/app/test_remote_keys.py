@@ -9,8 +9,8 @@ from tests.support.compare_records import screen_text
 from tests.support.llama_server import llama_server  # noqa: F401
 from tui.app import TokenstepApp
 from tui.engine import SamplerSettings
-from tui.engine.backend import LOCAL, Capabilities
 from tui.engine.remote.remote import RemoteBackend
+from tui.engine.run.backend import LOCAL, Capabilities
 from tui.widgets.help import HelpScreen, help_text
 from tui.widgets.keybar import KeyBar, bar_items
 from tui.widgets.keys import KEYS, off

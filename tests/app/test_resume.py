@@ -25,7 +25,7 @@ SETTINGS = SamplerSettings(temp=0.0, top_k=7, top_p=0.9, min_p=0.02, seed=1234)
 
 
 async def on_worker(pilot, app: TokenstepApp, fn):
-    """Run ``fn(engine)`` on the controller's worker thread, as a queued command."""
+    """Run ``fn(engine)`` on the worker's decode thread, as a queued command."""
     ctl, out, done = app.worker, {}, threading.Event()
 
     def run() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tui.engine import SamplerSettings
-from tui.engine.batch import BatchToken, DecodeCall
 from tui.engine.model import chat_template as chat_mod
+from tui.engine.run.batch import BatchToken, DecodeCall
 
 USER1 = "Name three rivers in Europe."
 USER2 = "Which of them is the longest?"

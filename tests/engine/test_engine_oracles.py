@@ -11,7 +11,8 @@ from llama_cpp import Llama
 
 from tests.support.cli import run_cli
 from tests.support.oracles import logits_oracle
-from tui.engine import SamplerSettings, loop
+from tui.engine import SamplerSettings
+from tui.engine.run import loop
 
 PROMPTS = [
     "The capital of France is",

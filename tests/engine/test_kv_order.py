@@ -8,11 +8,12 @@ order too."""
 
 from __future__ import annotations
 
-from tui.engine import SamplerSettings, paths
-from tui.engine.batch import BatchToken, DecodeCall
-from tui.engine.decode import decode
+from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
-from tui.engine.surprise import along
+from tui.engine.record.surprise import along
+from tui.engine.run import paths
+from tui.engine.run.batch import BatchToken, DecodeCall
+from tui.engine.run.decode import decode
 from tui.worker.commands import PathsShown, RewindTokens, Send, Step
 from tui.worker.thread import Worker
 

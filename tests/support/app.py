@@ -71,6 +71,13 @@ async def send(pilot, app: TokenstepApp, text: str) -> None:
     await wait_for(pilot, begun, "the prefill")
 
 
+async def reply_of(pilot, app: TokenstepApp, n: int) -> None:
+    """Press → ``n`` times after a send and wait until the reply holds ``n`` tokens."""
+    for _ in range(n):
+        await pilot.press("right")
+    await wait_for(pilot, lambda: app.view.text.reply_tokens == n, "the steps")
+
+
 async def chat(pilot, app, text: str) -> None:
     n = app.worker.commands
     await pilot.press("i")

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pytest
 
-from tui.engine.backend import LOCAL_LENS
+from tui.engine.run.backend import LOCAL_LENS
 from tui.worker.lens import LensStep, LensView, first_layers
 
 MIDDLE = 15

@@ -35,7 +35,7 @@ def gate_decodes(w: Worker, gate: Callable[[], AbstractContextManager[object]]) 
 
 
 @pytest.fixture
-def controller(make_engine, tmp_path):
+def make_worker(make_engine, tmp_path):
     made: list[Worker] = []
 
     def make(autoplay: bool = False, settings: SamplerSettings | None = None, **config) -> Worker:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from rich.console import Console
 from textual.app import App, ComposeResult
 
-from tui.engine.backend import LOCAL, Capabilities
+from tui.engine.run.backend import LOCAL, Capabilities
 from tui.widgets.cache import CacheTab, MemoryTab
 from tui.widgets.kvcache import KVCachePane
 from tui.widgets.mask import CausalMaskPane

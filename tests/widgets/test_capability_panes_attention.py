@@ -15,8 +15,8 @@ import numpy as np
 from textual.app import App, ComposeResult
 
 from tui.engine import ModelInfo
-from tui.engine.backend import LOCAL, Capabilities
 from tui.engine.observe.attention_map import ContextAttention
+from tui.engine.run.backend import LOCAL, Capabilities
 from tui.widgets.attention_tabs import AnatomyTab, AttentionTab
 
 PIECES = (b"The", b" cat", b" sat", b" because", b" it")
@@ -61,7 +61,7 @@ def _att(n: int = 5, n_head: int = 2) -> ContextAttention:
 
 
 def _view(caps: Capabilities) -> Any:
-    """A stand-in for the controller's View: only what the two tabs read."""
+    """A stand-in for the worker's View: only what the two tabs read."""
     attention = SimpleNamespace(
         on=True, installed=True, layer=2, head=None, n_layer=4, info=_info(), att=_att(),
         census=CENSUS, profile=None, status="layer 2",

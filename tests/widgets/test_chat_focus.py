@@ -11,6 +11,7 @@ import asyncio
 
 from textual import events
 from textual.app import App, ComposeResult
+from textual.pilot import Pilot
 from textual.widgets import Button
 
 from tui.widgets.chat_input import ChatInput
@@ -31,13 +32,18 @@ class FocusApp(App[None]):
         self.tabs += 1
 
 
+async def _controls_focused(app: FocusApp, pilot: Pilot[None]) -> ChatInput:
+    """The chat box, with the focus on the controls."""
+    app.query_one("#controls").focus()
+    await pilot.pause()
+    return app.query_one(ChatInput)
+
+
 def test_a_key_pressed_before_the_move_reaches_the_controls():
     async def run() -> None:
         app = FocusApp()
         async with app.run_test() as pilot:
-            chat = app.query_one(ChatInput)
-            app.query_one("#controls").focus()
-            await pilot.pause()
+            chat = await _controls_focused(app, pilot)
             early = events.Key("0", "0")  # pressed while the controls have the focus
             chat.take_focus()
             assert app.focused is chat  # at once, not at the next message
@@ -60,9 +66,7 @@ def test_a_user_focus_types_every_key():
     async def run() -> None:
         app = FocusApp()
         async with app.run_test() as pilot:
-            chat = app.query_one(ChatInput)
-            app.query_one("#controls").focus()
-            await pilot.pause()
+            chat = await _controls_focused(app, pilot)
             early = events.Key("0", "0")
             chat.focus()  # the user's own move (Esc, i, a click): no special case
             await pilot.pause()

@@ -11,7 +11,7 @@ from typing import Any
 from textual.app import App, ComposeResult
 
 from tests.support.lens import PARIS, deep_view
-from tui.engine.backend import LOCAL_LENS, Capabilities
+from tui.engine.run.backend import LOCAL_LENS, Capabilities
 from tui.widgets.lens import LensPane, LensTab
 from tui.worker.lens import LensStep, LensView, first_layers
 

@@ -40,9 +40,9 @@ async def test_the_pane_says_the_head_is_loading(make_engine, tmp_path, monkeypa
     go = threading.Event()
     real = lens_capture.load_head
 
-    def held(path: str):
+    def held(path: str, progress=None):  # type: ignore[no-untyped-def]
         assert go.wait(120), "the pane never said the head was loading"
-        return real(path)
+        return real(path, progress)
 
     monkeypatch.setattr(lens_capture, "load_head", held)
     app = make_app(make_engine, tmp_path, raw=True)

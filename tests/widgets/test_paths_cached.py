@@ -7,11 +7,11 @@ from __future__ import annotations
 import llama_cpp
 
 from tests.support.app import SIZE, make_app, run_async, send, wait_for
-from tui.engine import SamplerSettings, paths
+from tests.support.greedy import greedy_reply
+from tui.engine.run import paths
 from tui.widgets.paths import PathsPane
 
 MESSAGE = "Write a long story about the sea."
-PROMPT = "The capital of France is"
 
 
 async def _arrows(pilot, app, key: str, n: int) -> None:
@@ -103,10 +103,7 @@ async def test_the_issue_key_sequence_keeps_the_tree_true(make_engine, tmp_path)
 def test_holds_asks_llama_cpp(make_engine):
     """``paths.holds`` is llama.cpp's word: a parked path whose cells llama.cpp dropped, or a
     seq_id parked again with another path, is not held, whatever the bookkeeping says."""
-    eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=2)
-    eng.prefill(eng.vocab.tokenize(PROMPT))
-    for _ in range(4):
-        eng.step()
+    eng = greedy_reply(make_engine, 2, 4)
     first = eng.tokens
     seq = paths.park(eng)
     assert seq == 1

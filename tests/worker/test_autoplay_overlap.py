@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from tui.engine import SamplerSettings
-from tui.engine.run_record import Decode, Turn
+from tui.engine.record.run_record import Decode, Turn
 from tui.worker import Worker, autoplay
 
 PROMPT = "The old lighthouse keeper looked at the sea and"

@@ -4,9 +4,13 @@ attention kept alongside."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from tui.engine import SamplerSettings
 from tui.engine.observe.attention_capture import find_capture
 from tui.engine.observe.lens_capture import find_lens
+from tui.engine.observe.observer_context import ObserverContext
 from tui.worker import Worker
 from tui.worker.commands import AttentionToggle, LensMode, LensShown, Send, Step
 
@@ -15,6 +19,15 @@ def _worker(make_engine) -> Worker:
     return Worker(
         make_engine(SamplerSettings(temp=0.0)), raw=True, autoplay=False, close_engine=False
     )
+
+
+def _show_lens(w: Worker) -> ObserverContext:
+    """A prompt, then tab 8: the observer context that holds the lens, its head read."""
+    w.handle(Send("The capital of France is"))
+    w.handle(LensShown(True))
+    ctx = w.observers.ctx
+    assert ctx is not None and ctx.head is not None
+    return ctx
 
 
 def _close(w: Worker) -> None:
@@ -87,11 +100,9 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
     what the kept head is. One head: the worker holds one slot, freed when it stops."""
     w = _worker(make_engine)
     try:
-        w.handle(Send("The capital of France is"))
-        w.handle(LensShown(True))
-        ctx = w.observers.ctx
-        assert ctx is not None and ctx.head is not None
+        ctx = _show_lens(w)
         head = ctx.head
+        assert head is not None
         assert ctx.capture is not None and ctx.capture.head_load_ms is not None  # read here
         w.handle(LensShown(False))
         assert w.observers.ctx is None and w.observers.head is head  # kept, context freed
@@ -110,4 +121,25 @@ def test_turning_the_lens_off_keeps_its_head(make_engine) -> None:
     finally:
         w.observers.close()
         assert w.observers.head is None  # the worker's stop frees it
+        _close(w)
+
+
+def test_the_workers_stop_frees_the_head(make_engine) -> None:
+    """The worker's observers are the head's one holder (about 110 MiB as float32 on
+    SmolLM2): kept while the lens is off, gone once the worker stops, with no copy left in a
+    process-wide cache. A weak reference says whether anything still holds it."""
+    w = _worker(make_engine)
+    try:
+        head = _show_lens(w).head
+        assert head is not None
+        ref = weakref.ref(head)
+        del head
+        w.handle(LensShown(False))  # the lens let go: its context freed, the head kept
+        assert w.observers.ctx is None and w.observers.head is ref()
+        gc.collect()
+        assert ref() is not None
+        assert w.stop()  # no thread: the stop runs its shutdown here
+        gc.collect()
+        assert ref() is None, gc.get_referrers(ref())
+    finally:
         _close(w)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.worker import controller, wait  # noqa: F401  (the fixture)
+from tests.support.worker import make_worker, wait  # noqa: F401  (the fixture)
 from tui.engine.model.chat_template import template_from
 from tui.worker import Worker
 
 SYSTEM = "Answer in French and never in English. " * 7_700  # 300,300 characters
 
 
-def test_a_system_prompt_longer_than_the_context_is_named(controller):  # noqa: F811
-    c = controller()
+def test_a_system_prompt_longer_than_the_context_is_named(make_worker):  # noqa: F811
+    c = make_worker()
     n_sys = len(c.engine.vocab.tokenize(SYSTEM.strip(), add_special=False))  # llama_tokenize's
     assert n_sys > 50_000
     c.set_system_prompt(SYSTEM)
@@ -38,8 +38,8 @@ def test_a_system_prompt_longer_than_the_context_is_named(controller):  # noqa: 
     assert v.notice_level != "error", v.notice
 
 
-def test_a_message_longer_than_the_context_is_named(controller):  # noqa: F811
-    c = controller()
+def test_a_message_longer_than_the_context_is_named(make_worker):  # noqa: F811
+    c = make_worker()
     long = "the waves rolled in and " * 400
     n = len(c.engine.vocab.tokenize(long, add_special=False))
     c.send(long)
@@ -48,8 +48,8 @@ def test_a_message_longer_than_the_context_is_named(controller):  # noqa: F811
     assert "ctrl+n" not in v.notice
 
 
-def test_a_long_conversation_still_points_to_a_new_chat(controller):  # noqa: F811
-    c = controller()
+def test_a_long_conversation_still_points_to_a_new_chat(make_worker):  # noqa: F811
+    c = make_worker()
     c.send("the waves rolled in and " * 60)  # about 360 tokens: it fits
     wait(c, lambda v: v.action == "send", "the first prefill")
     c.send("more " * 200)  # fits a new chat, not this one

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.spec import LIST_X4, spec_worker  # noqa: F401 (the fixture)
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.surprise import along
+from tui.engine.record.surprise import along
 from tui.worker import commands as c
 from tui.worker.thread import Worker
 

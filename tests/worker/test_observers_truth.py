@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.llama_server import llama_server  # noqa: F401
+from tests.support.saved import untimed
 from tui.engine import SamplerSettings
 from tui.worker import commands as c
 from tui.worker.session_store import read_session
@@ -50,50 +51,58 @@ def _observer_cmds(w: Worker) -> list[Any]:
     ]
 
 
-def _strip(obj: Any) -> Any:
-    """A saved record without what differs run to run on the same data: wall times."""
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if not k.endswith("_ms") and k != "ms"}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
+def _drive(w: Worker, script: list[Any], observe: int | None, path: Path) -> dict:
+    """Run ``script``; with ``observe``, an observer command after a step at random (the
+    panes read the observer there: it catches up). Then save the session to ``path``."""
+    rng = random.Random(observe)
+    looks = _observer_cmds(w) if observe is not None else []
+    picks, rows = [], []
+    for cmd in script:
+        w.run_now(cmd)
+        assert w.error is None, w.error
+        assert w.state.notice_level != "error", w.state.notice
+        picks.append(tuple(w.engine.tokens))
+        if w.engine.logits is not None:
+            rows.append(hashlib.sha256(w.engine.logits.tobytes()).hexdigest())
+        if looks and rng.random() < 0.6:
+            w.run_now(looks.pop(0))
+            assert w.error is None, w.error
+            w.build_view()  # the panes read the observer: it catches up here
+            assert w.observers.local or w.observers.ctx is None  # refused: no local context
+    if observe is not None:
+        assert len(looks) < len(_observer_cmds(w)), "nothing was looked at"
+        local = w.observers.local
+        assert not local or w.observers.ctx is not None or not looks, "the observers never ran"
+    w.run_now(c.Save(str(path)))
+    header, records = read_session(path)
+    return {
+        "picks": picks,
+        "rows": rows,  # every kept logits row, bit for bit
+        "records": records,
+        "conversation": header["conversation"],
+        "tokens": header["context_tokens"],
+    }
+
+
+def _same(seen: dict, plain: dict) -> None:
+    assert seen.keys() == plain.keys()
+    for key in seen:
+        if key != "records":
+            assert seen[key] == plain[key], key
+    assert len(seen["records"]) == len(plain["records"])
+    for a, b in zip(seen["records"], plain["records"], strict=True):
+        assert untimed(a) == untimed(b)
 
 
 def _run(make_engine, tmp_path: Path, settings: SamplerSettings, observe: int | None) -> dict:
     eng = make_engine(settings, n_ctx=512)
     w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
-    rng = random.Random(observe)
-    looks = _observer_cmds(w) if observe is not None else []
-    picks, rows = [], []
     try:
-        for cmd in SCRIPT:
-            w.run_now(cmd)
-            assert w.error is None, w.error
-            assert w.state.notice_level != "error", w.state.notice
-            picks.append(tuple(eng.tokens))
-            if eng.logits is not None:
-                rows.append(hashlib.sha256(eng.logits.tobytes()).hexdigest())
-            if looks and rng.random() < 0.6:
-                w.run_now(looks.pop(0))
-                assert w.error is None, w.error
-                w.build_view()  # the panes read the observer: it catches up here
-        if observe is not None:
-            assert w.observers.ctx is not None or not looks, "the observers never ran"
-        path = tmp_path / f"s{observe}.jsonl"
-        w.run_now(c.Save(str(path)))
-        header, records = read_session(path)
-        flash = eng.flash_attn_resolved
+        got = _drive(w, SCRIPT, observe, tmp_path / f"s{observe}.jsonl")
         assert not eng.observers  # the run's context never had an eval callback
+        return got | {"flash": eng.flash_attn_resolved}
     finally:
         w.observers.close()
-    return {
-        "picks": picks,
-        "rows": rows,
-        "records": _strip(records),
-        "conversation": header["conversation"],
-        "tokens": header["context_tokens"],
-        "flash": flash,
-    }
 
 
 @pytest.mark.parametrize(
@@ -104,16 +113,7 @@ def _run(make_engine, tmp_path: Path, settings: SamplerSettings, observe: int | 
 def test_observers_toggled_at_random_leave_the_run_bit_identical(
     make_engine, tmp_path, settings, seed
 ):
-    plain = _run(make_engine, tmp_path, settings, None)
-    seen = _run(make_engine, tmp_path, settings, seed)
-    assert seen["picks"] == plain["picks"]
-    assert seen["rows"] == plain["rows"]  # every kept logits row, bit for bit
-    assert seen["tokens"] == plain["tokens"]
-    assert seen["conversation"] == plain["conversation"]
-    assert seen["flash"] == plain["flash"]
-    assert len(seen["records"]) == len(plain["records"])
-    for a, b in zip(seen["records"], plain["records"], strict=True):
-        assert a == b
+    _same(_run(make_engine, tmp_path, settings, seed), _run(make_engine, tmp_path, settings, None))
 
 
 def test_the_observer_replays_the_run_bit_for_bit(make_engine):
@@ -160,6 +160,48 @@ def test_attention_runs_in_its_own_context_and_says_what_it_is(make_engine):
         assert "observer context" in v.attention.status and "KV " in v.attention.status
         # Its memory is one more KV cache of the run's size, no more.
         assert ctx.kv_bytes == eng.kv_bytes_allocated
+    finally:
+        w.observers.close()
+
+
+def test_attention_over_a_quantized_v_cache_holds_v_in_f16_in_its_own_context(make_engine):
+    """llama.cpp refuses a q8_0 V cache without flash attention, and the capture needs it off:
+    the observer's context holds V in f16 (K keeps q8_0) and says so; the run keeps its q8_0
+    cache, flash attention and picks (a run that never looked steps to the same tokens)."""
+
+    def run(look: bool) -> tuple[list[int], Worker]:
+        eng = make_engine(
+            SamplerSettings(temp=0.0),
+            n_ctx=512,
+            flash_attn="on",
+            cache_type_k="q8_0",
+            cache_type_v="q8_0",
+        )
+        w = Worker(eng, autoplay=False, autosave_dir=None, close_engine=False)
+        w.run_now(c.Send("Name a color."))
+        w.run_now(c.Step())
+        if look:
+            row = eng.logits.tobytes()
+            w.run_now(c.AttentionTabs(True, False))
+            w.run_now(c.AttentionToggle())
+            assert w.error is None and w.attention.on, w.state.notice
+            assert eng.logits.tobytes() == row
+        for _ in range(4):
+            w.run_now(c.Step())
+        return list(eng.tokens), w
+
+    plain, _ = run(False)
+    looked, w = run(True)
+    try:
+        assert looked == plain
+        ctx = w.observers.ctx
+        assert ctx is not None and ctx.engine.config.cache_type_v == "f16"
+        assert ctx.engine.config.cache_type_k == "q8_0" and ctx.engine.flash_attn_resolved == "off"
+        assert w.engine.config.cache_type_v == "q8_0" and w.engine.flash_attn_resolved == "on"
+        v = w.build_view()
+        assert v.attention is not None and v.attention.att is not None
+        assert "f16 V cache, the run's on with q8_0" in v.attention.status
+        assert len(v.attention.att.positions) == len(w.engine.tokens)
     finally:
         w.observers.close()
 
@@ -211,43 +253,17 @@ def _run_server(log_dir: Path, settings: SamplerSettings, observe: int | None) -
     from tui.engine.remote.remote import RemoteBackend
 
     server = start_server(log_dir)
-    rng = random.Random(observe)
-    picks, rows = [], []
     try:
-        backend = RemoteBackend(server.url, settings)
-        w = Worker(backend, autoplay=False, autosave_dir=None)
-        looks = _observer_cmds(w) if observe is not None else []
+        w = Worker(RemoteBackend(server.url, settings), autoplay=False, autosave_dir=None)
         try:
-            for cmd in SERVER_SCRIPT:
-                w.run_now(cmd)
-                assert w.error is None, w.error
-                assert w.state.notice_level != "error", w.state.notice
-                picks.append(tuple(backend.tokens))
-                if backend.logits is not None:
-                    rows.append(hashlib.sha256(backend.logits.tobytes()).hexdigest())
-                if looks and rng.random() < 0.6:
-                    w.run_now(looks.pop(0))  # refused in one sentence: no local context
-                    assert w.error is None, w.error
-                    w.build_view()
-                    assert w.observers.ctx is None
-            if observe is not None:
-                assert len(looks) < len(_observer_cmds(w)), "nothing was looked at"
-            path = log_dir / f"server-s{observe}.jsonl"
-            w.run_now(c.Save(str(path)))
-            header, records = read_session(path)
+            got = _drive(w, SERVER_SCRIPT, observe, log_dir / f"server-s{observe}.jsonl")
         finally:
             w.stop()
     finally:
         server.stop()
-    for r in records:  # each run has a server of its own: its address differs
+    for r in got["records"]:  # each run has a server of its own: its address differs
         r.get("server", {}).pop("url", None)
-    return {
-        "picks": picks,
-        "rows": rows,
-        "records": _strip(records),
-        "conversation": header["conversation"],
-        "tokens": header["context_tokens"],
-    }
+    return got
 
 
 @pytest.mark.parametrize(
@@ -261,12 +277,4 @@ def test_over_llama_server_observers_toggled_at_random_leave_the_run_bit_identic
     """The paired run over llama-server: the observers' refusals send no request, draw no
     random number and note nothing in the record, so the picks, the rows the server sent (bit
     for bit) and the saved session are the run without them."""
-    plain = _run_server(tmp_path, settings, None)
-    seen = _run_server(tmp_path, settings, seed)
-    assert seen["picks"] == plain["picks"]
-    assert seen["rows"] == plain["rows"]
-    assert seen["tokens"] == plain["tokens"]
-    assert seen["conversation"] == plain["conversation"]
-    assert len(seen["records"]) == len(plain["records"])
-    for a, b in zip(seen["records"], plain["records"], strict=True):
-        assert a == b
+    _same(_run_server(tmp_path, settings, seed), _run_server(tmp_path, settings, None))

@@ -4,12 +4,16 @@ context fed the same tokens; the branches survive save and ``--resume``."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
 from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
-from tui.engine.surprise import along
+from tui.engine.record.run_record import Pick
+from tui.engine.record.surprise import along
 from tui.worker.commands import (
     Force,
     ForkSeq,
@@ -21,8 +25,8 @@ from tui.worker.commands import (
     Step,
     SurpriseScale,
 )
-from tui.worker.resume import restore
-from tui.worker.session_store import read_session
+from tui.worker.resume import load_header, restore
+from tui.worker.session_store import FORMAT_VERSION, read_session
 from tui.worker.thread import Worker
 
 MESSAGE = "Name a colour."
@@ -103,21 +107,35 @@ def test_jumping_gives_the_same_distribution_as_stepping_there_fresh(make_engine
     assert eng.verify_last("replay").max_abs_diff == 0.0
 
 
+def _tree(w: Worker) -> list[tuple[tuple[int, ...], str, list[Pick | None]]]:
+    """Each branch's tokens, how it was left, and its picks whole but for their record and
+    sequence (a resumed branch has neither: its cells and records were another context's)."""
+    return [
+        (
+            tuple(b.tokens),
+            b.how,
+            [None if v is None else dataclasses.replace(v, record=None, seq=0) for v in b.values],
+        )
+        for b in w.state.paths
+    ]
+
+
 def test_the_tree_survives_save_and_resume(make_engine, tmp_path):
+    """Each pick of a branch comes back whole: p, p', entropy, its seed, the chain's cuts and
+    whether it was forced (a resumed pick with seed -1 and no cuts was format 1's loss)."""
     w = _worker(make_engine, tmp_path, n_seq_max=4)
     _three_branches(w)
-    saved = [
-        (b.tokens, b.how, [None if v is None else v.p for v in b.values]) for b in w.state.paths
-    ]
+    saved = _tree(w)
+    picks = [v for _, _, values in saved for v in values if v is not None]
+    assert picks and all(v.seed == 5 and v.cuts for v in picks)
+    assert any(v.forced for v in picks)  # the reply left behind holds the forced token
     path = tmp_path / "s.jsonl"
     w.handle(Save(str(path)))
     header, _ = read_session(path)
+    assert header["tokenstep_session"] == FORMAT_VERSION == 2
     w2 = _worker(make_engine, tmp_path / "2", n_seq_max=4)
     restore(w2, header, path)
-    got = [
-        (b.tokens, b.how, [None if v is None else v.p for v in b.values]) for b in w2.state.paths
-    ]
-    assert got == saved
+    assert _tree(w2) == saved
     assert "path(s) not taken came back" in w2.state.notice
     b = w2.state.paths[0]
     w2.handle(JumpPath(b.id))
@@ -199,3 +217,32 @@ def test_the_surprise_view_equals_the_step_records(make_engine, tmp_path):
         assert got[0] == pytest.approx(float(softmax(logits)[rec.sampled]), rel=1e-5)
         assert got[2] == pytest.approx(rec.entropy)
         assert rec.chain is not None and got[1] == pytest.approx(rec.chain.p_final(rec.sampled))
+
+
+def test_a_format_1_tree_still_resumes(make_engine, tmp_path):
+    """Format 1 saved each pick as [p, p', entropy]: such a file resumes, its branches with
+    those three numbers and seed -1 (what it did not keep)."""
+    w = _worker(make_engine, tmp_path, n_seq_max=4)
+    _three_branches(w)
+    path = tmp_path / "s.jsonl"
+    w.handle(Save(str(path)))
+    header, records = read_session(path)
+    header["tokenstep_session"] = 1
+    for b in header["paths"]["branches"]:
+        b["values"] = [
+            None if v is None else [v["p"], v["p_final"], v["entropy"]] for v in b["values"]
+        ]
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in [header, *records]), encoding="utf-8")
+    header1 = load_header(old)
+    w2 = _worker(make_engine, tmp_path / "2", n_seq_max=4)
+    restore(w2, header1, old)
+    want = [
+        (t, how, [None if v is None else (v.p, v.p_final, v.entropy, -1, ()) for v in vs])
+        for t, how, vs in _tree(w)
+    ]
+    got = [
+        (t, how, [None if v is None else (v.p, v.p_final, v.entropy, v.seed, v.cuts) for v in vs])
+        for t, how, vs in _tree(w2)
+    ]
+    assert got == want and got

@@ -26,20 +26,31 @@ def raw_header(**changes: Any) -> dict[str, Any]:
     return h
 
 
+PICK = {  # one pick of a branch as format 2 saves it
+    "p": 0.5, "p_final": 0.75, "entropy": 1.25, "forced": False, "seed": 5,
+    "cuts": [["top-k", 40], ["dist", 1]], "partial": False,
+}
+
+
 def branch(**changes: Any) -> dict[str, Any]:
     return {"id": 1, "how": "rewind", "tokens": [5, 6], "values": [None, None], **changes}
 
 
 PATHS = [
     (branch(tokens="abc"), "paths.branches[0].tokens must be a list of token ids"),
-    (branch(values=[["x"]]), "paths.branches[0].values[0] must be null or [p, p', entropy]"),
+    (branch(values=[["x"]]), "paths.branches[0].values[0] must be null, a pick or [p, p', "),
     (branch(values=[[0.5, None, float("nan")]]), "paths.branches[0].values[0] must be a finite"),
+    (branch(values=[PICK | {"seed": "5"}]), "paths.branches[0].values[0].seed must be a whole"),
+    (branch(values=[PICK | {"cuts": [["top-k", -1]]}]), "values[0].cuts must be a list of [stage"),
+    (branch(values=[PICK | {"forced": 1}]), "paths.branches[0].values[0].forced must be true or"),
     (branch(how=7), "paths.branches[0].how must be one of rewind"),
     ("x", "paths.branches[0] must be an object, not 'x'"),
 ]
 
 
-@pytest.mark.parametrize(("b", "words"), PATHS, ids=["tokens", "values", "nan", "how", "str"])
+@pytest.mark.parametrize(
+    ("b", "words"), PATHS, ids=["tokens", "values", "nan", "seed", "cuts", "forced", "how", "str"]
+)
 def test_a_damaged_branch_is_one_sentence_naming_it(tmp_path: Path, b: Any, words: str):
     path = write(tmp_path / "s.jsonl", raw_header(paths={"reply_start": 3, "branches": [b]}))
     with pytest.raises(TokenstepError) as err:

@@ -55,6 +55,8 @@ CASES = [
     ("model", "x", "model must be an object, not 'x'"),  # 5
     ("model.name", 7, "model.name must be a string"),
     ("tokenstep_session", True, "is not a tokenstep session file"),  # 8
+    ("tokenstep_session", 0, "is not a tokenstep session file"),
+    ("tokenstep_session", 3, "saved by a newer tokenstep (session format 3); this one reads"),
     ("conversation", [["user", "hi"]], "conversation[0] must have a role"),
     ("conversation", [{"role": "user", "content": 5}], "conversation[0].content"),
     ("mode", 3, "mode must be raw or chat, not 3"),

@@ -85,3 +85,31 @@ def test_after_a_plain_step_the_keys_say_it_drafted_nothing(ngram):
         said = w.state.notice
         assert said.startswith("The last step drafted nothing"), said
         assert "--spec-type" not in said
+
+
+@pytest.mark.parametrize("seed", [7, 11])
+def test_a_sampled_reply_that_ends_in_a_round_stars_its_end_token(model, seed):
+    """The row an end token was sampled from shows that pick's chain: the ★ is the end token.
+    A preview there would sample again with the RNG that already moved on (the walk saw ★ on
+    '↵' under 'last <|im_end|>'), a pick no key takes since the reply is over."""
+    settings = SamplerSettings(temp=0.8, seed=seed)
+    eng = Engine(model, EngineConfig(n_ctx=1024, n_threads=2), settings)
+    w = Worker(eng, raw=True, autoplay=False, autosave_dir=None, close_engine=False)
+    w.spec = run = SpecRun(Speculator(NgramDrafter(NgramSimple(3, 8))))
+    try:
+        w.handle(c.Send(SHORT))
+        for _ in range(200):
+            w.handle(c.Step())
+            if eng.stop_reason:
+                break
+        rec = run.record
+        assert eng.stop_reason == "end of generation"
+        assert rec is not None and rec.spec is not None and eng.records[-1].index == rec.index
+        end = rec.spec.picks[-1]
+        assert eng.vocab.is_eog(end)  # the reply ended inside this round
+        assert w.desk.ended is not None and w.desk.ended[2].selected == end
+        view = w.build_view().logits
+        assert view is not None and view.next_pick == end
+    finally:
+        w.stop()
+        eng.close()

@@ -1,4 +1,4 @@
-"""The controller builds views incrementally (pieces, KV cells, timeline totals). After every
+"""The worker builds views incrementally (pieces, KV cells, timeline totals). After every
 kind of change to the cache, the incremental view must equal one computed from scratch."""
 
 from __future__ import annotations

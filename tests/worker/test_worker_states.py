@@ -24,6 +24,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from tests.support.saved import untimed
 from tests.support.worker_states import COUNTS, TEXTS, run_machine
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.spec.spec_ngram import NgramSimple
@@ -34,15 +35,6 @@ from tui.worker.resume import load_header, restore, saved_settings
 from tui.worker.session_store import read_session
 from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
-
-
-def _strip(obj: object) -> object:
-    """A saved record without what differs run to run on the same data: wall times."""
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if not k.endswith("_ms") and k != "ms"}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
 
 
 def _worker(model, spec: bool, settings_: SamplerSettings, shift: bool) -> Worker:
@@ -167,7 +159,7 @@ class WorkerStates(RuleBasedStateMachine):
         assert h0["conversation"] == h1["conversation"]
         assert len(r0) == len(r1) == len(self.plain.engine.records) - self.plain.state.records_from
         assert [r.get("sampled") for r in r0] == [r.get("sampled") for r in r1]
-        assert _strip(r0) == _strip(r1)  # the whole saved record, wall times left out
+        assert untimed(r0) == untimed(r1)  # the whole saved record, wall times left out
 
     @precondition(lambda self: self.plain.state.notice_level != "error")
     @rule()

@@ -16,12 +16,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from ..engine import EngineConfig, SamplerSettings
-from ..engine.model import secret
+from ..engine.model import interrupt, secret
 from ..engine.model.errors import TokenstepError
-from .progress import CtrlC, Progress, is_tty, quiet_keys
+from .progress import Progress, is_tty, quiet_keys
 from .records import Position, Result
 from .sides import SIDE_FLAGS
 
+INTERRUPTED = "nothing more was compared"
 RUN_FLAGS = {
     "prompt": "-p",
     "file": "-f",
@@ -295,31 +296,30 @@ def compare_main(
     # JSON lines on the same terminal are progress enough (a line between them would split one)
     shown = is_tty(sys.stderr) and not (a.json and is_tty(sys.stdout))
     progress = Progress(sys.stderr, tick=1.0) if shown else None
-    ctrl_c = CtrlC()
 
     def on_position(p: Position) -> None:
-        ctrl_c.check()
+        interrupt.check()
         if emit is not None:
             emit(p)
         if progress is not None:
             progress.step()
 
     def on_total(n: int) -> None:
-        ctrl_c.check()  # a Ctrl-C while the models loaded
+        interrupt.check()  # a Ctrl-C while the models loaded
         if progress is not None:
             progress.start(n)
 
     try:
-        with quiet_keys(sys.stdin), ctrl_c:
+        with quiet_keys(sys.stdin), interrupt.guard():  # tokenstep's own, when it runs
             result = run_compare(
                 a, b, (ca, cb), (sa, sb), differs, on_position=on_position, on_total=on_total
             )
-            ctrl_c.check()  # one in the last window, after its last position
+            interrupt.check()  # one in the last window, after its last position
     except KeyboardInterrupt:
         if progress is not None:
             progress.clear()
         sys.stdout.flush()
-        print("tokenstep compare: interrupted; nothing more was compared.", file=sys.stderr)
+        print(f"tokenstep compare: interrupted; {INTERRUPTED}.", file=sys.stderr)
         return 130
     finally:
         if progress is not None:
@@ -330,6 +330,7 @@ def compare_main(
     if sys.stdout.isatty() and not a.text and has_screen():
         from .screen import run_screen  # Textual loads only here
 
+        interrupt.hand_over()  # Ctrl-C is a key of the screen's from here on
         run_screen(result)
         return 0
     print(secret.redact(table(result)))  # as trace's lines: no text leaves with the key

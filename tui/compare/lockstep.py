@@ -2,7 +2,7 @@
 
 Each side is the engine's building blocks (a :class:`~tui.engine.model.model.Model`, a
 :class:`~tui.engine.model.context.Context` from an :class:`EngineConfig`, a
-:class:`~tui.engine.batch.LlamaBatch`), driven by one thread. A window is decoded by A (in
+:class:`~tui.engine.run.batch.LlamaBatch`), driven by one thread. A window is decoded by A (in
 A's ``-b``), its rows copied, then by B; the rows are compared and dropped, so one window per
 side is held. Teacher-forced: both sides get A's tokens. With ``chunks`` the text is scored as
 ``llama-perplexity --kl-divergence`` does: chunks of ``n_ctx`` tokens, each starting with BOS
@@ -20,12 +20,12 @@ import llama_cpp
 import numpy as np
 
 from ..engine import EngineConfig, Model
-from ..engine.batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
-from ..engine.logits import read_row
 from ..engine.model.context import Context
 from ..engine.model.errors import TokenstepError
 from ..engine.model.kvcache import KVLayout
 from ..engine.model.tokens import Vocab, display_bytes
+from ..engine.run.batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
+from ..engine.run.logits import read_row
 from . import divergence
 from .records import Position, Result, Side, Summary, TopEntry
 

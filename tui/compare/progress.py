@@ -7,19 +7,17 @@ stderr, overwritten with ``\\r`` at most every ``every`` seconds and erased at t
 where stderr is not a terminal). The terminal is in cooked mode meanwhile, so a typed key
 echoes raw (``^[[6~``) and waits for whatever reads next: :func:`quiet_keys` turns echo off
 for the run, throws the typed bytes away and always restores the settings; Ctrl-C still
-interrupts (``ISIG`` stays), and :class:`CtrlC` makes sure a Ctrl-C at any moment ends the run.
+interrupts (``ISIG`` stays), and :mod:`tui.engine.model.interrupt` makes sure a Ctrl-C at any
+moment ends the run.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import FrameType
 from typing import Any, TextIO
 
 
@@ -119,70 +117,3 @@ def quiet_keys(stream: Any) -> Iterator[None]:
     finally:
         termios.tcflush(fd, termios.TCIFLUSH)  # what was typed meanwhile was for no one
         termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-
-# Modules whose functions llama.cpp calls back through ctypes: a raise there is dropped.
-CALLBACK_MODULES = ("tui.engine.model.llama_log", "tui.engine.observe.graph_tap")
-
-
-def in_callback(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a function llama.cpp called back (its log)."""
-    while frame is not None:
-        if frame.f_globals.get("__name__") in CALLBACK_MODULES:
-            return True
-        frame = frame.f_back
-    return False
-
-
-class CtrlC:
-    """Ctrl-C seen at the run's own checkpoints as well as where Python raises it.
-
-    CPython's C-level handler marks SIGINT and leaves the Python handler to the main thread's
-    next bytecode, and two things can lose it there. While a model loads, llama.cpp calls its
-    log back through ctypes some 3,200 times; the next bytecode is often in that callback, and
-    ctypes prints a ``KeyboardInterrupt`` raised there as "Exception ignored" with a traceback
-    and drops it. So the handler set here records the Ctrl-C and raises only outside such a
-    callback. And a SIGINT the kernel hands to another thread (a ggml OpenMP worker, the
-    progress ticker) may, on Python 3.11, not wake the main thread's check at all; the C
-    handler still writes the signal's number to the wakeup fd, whichever thread it runs on.
-    :meth:`check` (called before the first position, at each one and after the run) raises
-    what either recorded. Only on the main thread, and only over Python's default handler;
-    elsewhere it does nothing."""
-
-    def __init__(self) -> None:
-        self.r = self.w = -1
-        self.old_fd = -1
-        self.old_handler: Any = None
-        self.hit = False
-
-    def handler(self, _signum: int, frame: FrameType | None) -> None:
-        self.hit = True
-        if not in_callback(frame):
-            raise KeyboardInterrupt
-
-    def __enter__(self) -> CtrlC:
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self.r, self.w = os.pipe()
-            os.set_blocking(self.r, False)
-            os.set_blocking(self.w, False)
-            self.old_fd = signal.set_wakeup_fd(self.w, warn_on_full_buffer=False)
-            self.old_handler = signal.signal(signal.SIGINT, self.handler)
-        return self
-
-    def check(self) -> None:
-        if self.r >= 0 and not self.hit:
-            try:
-                self.hit = signal.SIGINT in os.read(self.r, 4096)
-            except BlockingIOError:
-                pass
-        if self.hit:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc: object) -> None:
-        if self.r >= 0:
-            signal.signal(signal.SIGINT, self.old_handler)
-            signal.set_wakeup_fd(self.old_fd)
-            os.close(self.r)
-            os.close(self.w)
-            self.r = self.w = -1

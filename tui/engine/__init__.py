@@ -11,9 +11,9 @@ Usable from a script::
 from .model.context import EngineConfig
 from .model.errors import ContextFullError, ModelError, TokenstepError
 from .model.model import Model, ModelInfo, default_model_path
+from .run.session import Engine
+from .run.step import StepRecord
 from .sampler.sampling import SamplerSettings
-from .session import Engine
-from .step import StepRecord
 
 __all__ = [
     "ContextFullError",

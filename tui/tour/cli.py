@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..engine import EngineConfig
+from ..engine.model import interrupt
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
 
 
 def tour_parser() -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def tour_main(
     def lab() -> Lab:
         return Lab(path, config=config, lang=lang, prompt=prompt)
 
+    interrupt.hand_over()  # Ctrl-C is the tour's key from here on
     TourApp(TourScreen(lang, lab=lab)).run()
     return 0
 

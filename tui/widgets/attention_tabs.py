@@ -4,7 +4,7 @@ Thin wrappers around :class:`~tui.widgets.attention.AttentionPane` and
 :class:`~tui.widgets.anatomy.AnatomyPane` with the ``show(view)`` method every tab has. The
 data comes from ``view.attention`` (:class:`~tui.worker.attention.AttentionView`), built on
 the decode thread. Each tab first asks ``view.capabilities`` (a
-:class:`~tui.engine.backend.Capabilities`) whether the backend can give what it draws
+:class:`~tui.engine.run.backend.Capabilities`) whether the backend can give what it draws
 (attention weights, the compute graph); when not, it shows the sentence ``missing`` returns
 instead of whatever it drew before.
 """

@@ -17,8 +17,8 @@ from textual.widgets import Static
 
 from ..engine.model.tokens import quoted
 from ..engine.observe.memory import MemoryReport
-from ..engine.step import ShiftEvent
-from ..engine.verify import VerifyResult
+from ..engine.run.step import ShiftEvent
+from ..engine.run.verify import VerifyResult
 from ..worker.views import View
 from .common import literal
 from .kvcache import SEQ_COLORS

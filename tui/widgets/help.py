@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ..engine.backend import LOCAL, Capabilities
+from ..engine.run.backend import LOCAL, Capabilities
 from ..worker.stages import STAGES
 from .keys import CHAT_KEYS, KEYS, PANE_KEYS, PANE_TITLES, off
 from .pipeline import EXPLAIN

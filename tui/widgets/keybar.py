@@ -13,7 +13,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from ..engine.backend import LOCAL, Capabilities
+from ..engine.run.backend import LOCAL, Capabilities
 from ..worker.views import View
 from .common import DIM
 from .keys import CHAT_KEYS, KEYS, PANE_KEYS, Key, off

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.backend import Capabilities
+from ..engine.run.backend import Capabilities
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ to be read (a tab 15 rows high gave each of two plots three rows of points), so 
 ``BOTH_ROWS`` rows the chart draws one plot at a time; ``z`` (the whole window) fits both.
 The cursor's token is marked in the text pane (the app hears :class:`RunChart.Moved`) and the
 footer gives its piece, p, p′ and entropy. The figures are the run record's picks
-(:class:`tui.engine.run_record.Pick`, through the surprise map's view), not recomputed; over
+(:class:`tui.engine.record.run_record.Pick`, through the surprise map's view), not recomputed; over
 llama-server a pick saw only the server's top K, and the footer says so.
 """
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.model.errors import TokenstepError
 from ..engine.model.model import ModelInfo
 from ..engine.observe.attention_capture import AttentionCapture
 from ..engine.observe.attention_map import ContextAttention, context_attention
@@ -21,7 +20,7 @@ from .caches import Memo
 from .commands import AttentionLayer
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
     from .parts import WorkerParts
 
 
@@ -135,7 +134,6 @@ class AttentionControl:
                 "never had the callback)."
             )
             return
-        self._no_quantized_v()  # refused before anything changes
         self.w.state.dirty_since_save = True
         self._capture([self.layer], "Attention on")
         self.on = True  # only now: a view sent during the replay still shows it off
@@ -160,7 +158,6 @@ class AttentionControl:
     def capture_all(self) -> None:
         """``A``: every layer in one replay, so [ and ] then switch layers at once."""
         self.w.require("attention")
-        self._no_quantized_v()
         n_layer = self.engine.info.n_layer
         self.w.state.dirty_since_save = True
         self._capture(list(range(n_layer)), f"Capturing all {n_layer} layers")
@@ -197,14 +194,6 @@ class AttentionControl:
             f"capture it (the run's context untouched){taken}."
         )
 
-    def _no_quantized_v(self) -> None:
-        type_v = self.engine.config.cache_type_v
-        if type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"attention needs flash attention off, and a {type_v} V cache needs it on; "
-                "start with -ctv f16."
-            )
-
     def forget_matrix(self) -> None:
         """The observer context was made anew (e.g. by the lens): rebuild the matrix."""
         self._matrix.clear()
@@ -215,9 +204,10 @@ class AttentionControl:
         cap = self.capture
         att = None
         ctx = None
+        replay = self.w.observers.progress  # fill()'s replay under way: how far it is
         if (self.want_matrix and cap is not None) or self.want_census:
             ctx = self.w.observers.ready()  # it catches up now, on this thread
-        if self.want_matrix and self.on and cap is not None:
+        if self.want_matrix and self.on and cap is not None and replay is None:
             att = self._matrix.get()
         census = profile = None
         if self.want_census and eng.capabilities.graph:
@@ -233,6 +223,8 @@ class AttentionControl:
                 f"replaying the run's {self.replaying} operation(s) in its own context to "
                 "capture its attention weights…"
             )
+            if replay is not None:
+                status += f" {replay.describe()}"
         elif not self.on:
             status = (
                 "attention capture off · press a to capture (in a context of its own: the "

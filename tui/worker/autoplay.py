@@ -1,7 +1,7 @@
 """Autoplay on the overlap design: between two decodes the decode thread picks, notes, feeds.
 
 While a reply autoplays on a local session, the engine's observation runs on its own thread
-(:mod:`tui.engine.overlap`): each row's top candidates and entropy, each pick's p and the run
+(:mod:`tui.engine.run.overlap`): each row's top candidates and entropy, each pick's p and the run
 record's ``Pick``, and here also the logits pane's last pick (:func:`note_last_pick`), are
 computed while the next ``llama_decode`` runs. The view is not built between decodes either:
 the decode thread only says one is owed, and the key lane's thread builds it while the next
@@ -26,8 +26,8 @@ from ..engine.sampler.sampling import softmax
 from .state import LastPick
 
 if TYPE_CHECKING:
+    from ..engine.run.step import Sampled
     from ..engine.sampler.sampling import SamplerSettings
-    from ..engine.step import Sampled
     from .parts import WorkerParts
 
 

@@ -30,7 +30,7 @@ class KeyLane:
     sampler keys meanwhile. ``answer`` handles one command and publishes its view (the
     caller holds the lock); ``failed`` is told of an exception ``answer`` let through;
     ``ready`` waits until the session may be read (False: not now); ``owed`` says a view is
-    owed and ``publish`` builds and hands it over."""
+    owed and ``publish(force=False)`` builds and hands it over."""
 
     def __init__(
         self,
@@ -39,7 +39,7 @@ class KeyLane:
         failed: Callable[[BaseException], None],
         ready: Callable[[], bool] = lambda: True,
         owed: Callable[[], bool] = lambda: False,
-        publish: Callable[[], None] = lambda: None,
+        publish: Callable[..., None] = lambda **_: None,
     ) -> None:
         self.commands = commands
         self._answer = answer
@@ -132,7 +132,7 @@ class KeyLane:
                 self._failed(exc)
         if not self._stop and self.in_decode and self._owed():
             try:
-                self._publish()
+                self._publish(force=False)
             except Exception as exc:
                 self._failed(exc)
 

@@ -20,11 +20,12 @@ from ..engine.model.tokens import display_bytes
 from ..engine.observe.lens_capture import LensCapture
 from ..engine.observe.lens_grid import GRID_MAX
 from .lens_grid import GridView, grid_view
+from .observers import mib_of
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
     from ..engine.model.lens import LensHead
-    from ..engine.step import StepRecord
+    from ..engine.run.backend import Backend
+    from ..engine.run.step import StepRecord
     from .parts import WorkerParts
 
 MODES = ("preview", "last")
@@ -257,9 +258,18 @@ class LensControl:
         missing = eng.capabilities.missing("lens")
         if missing is not None:
             return LensView(self.visible, self.mode, None, n_layer, f"the logit lens {missing}")
-        if self.loading is not None:
+        obs = self.w.observers
+        if self.loading is not None:  # the pane counts the seconds after the status
             what, since = self.loading
-            return LensView(True, self.mode, None, n_layer, what + "…", loading_since=since)
+            read = f" {mib_of(*obs.head_read)} read," if obs.head_read is not None else ""
+            return LensView(True, self.mode, None, n_layer, what + "…" + read, loading_since=since)
+        if obs.progress is not None and self.visible:  # fill()'s replay under way
+            p = obs.progress
+            status = (
+                f"replaying the run's {p.ops_total:,} operation(s) in its own context for the "
+                f"lens… {p.describe()}"
+            )
+            return LensView(True, self.mode, None, n_layer, status, head=self.head_note())
         if not self.visible:
             return LensView(False, self.mode, None, n_layer, OFF)
         rec = self._preview_record() if self.mode == "preview" else self._last_record()

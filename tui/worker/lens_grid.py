@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..engine.model.tokens import display_bytes
 
 if TYPE_CHECKING:
-    from ..engine.session import Engine
+    from ..engine.run.session import Engine
 
 GRID_SHOW = 64  # the newest positions the view carries (the pane shows those that fit)
 

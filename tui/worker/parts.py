@@ -12,21 +12,21 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..engine.parts import PathParts
+from ..engine.run.parts import PathParts
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
 
-    from ..engine.backend import Backend, LocalSession
     from ..engine.model.kvcache import KVMirror
     from ..engine.model.lens import LensHead
     from ..engine.model.tokens import Vocab
-    from ..engine.observe.observer_context import ObserverContext, Wants
+    from ..engine.observe.observer_context import ObserverContext, ReplayProgress, Wants
+    from ..engine.run.backend import Backend, LocalSession
+    from ..engine.run.session import Engine
+    from ..engine.run.step import Branch, StepRecord
     from ..engine.sampler.sampling import ChainResult, SamplerChain, SamplerSettings
-    from ..engine.session import Engine
-    from ..engine.step import Branch, StepRecord
     from .commands import Command
     from .key_lane import KeyLane
     from .sampler_desk import SamplerDesk
@@ -100,6 +100,8 @@ class ObserversPart(Protocol):
 
     ctx: ObserverContext | None
     wants: Wants
+    progress: ReplayProgress | None  # fill()'s replay under way: how far it is
+    head_read: tuple[int, int] | None  # the lens's head read under way: bytes of all
 
     @property
     def local(self) -> bool: ...
@@ -171,6 +173,9 @@ class WorkerParts(Protocol):
         """A new chat: ``state`` replaces the chat's state."""
 
     def busy(self, what: str) -> AbstractContextManager[None]: ...
+
+    def progress(self, what: str, *, last: bool = False) -> None:
+        """Inside :meth:`busy`: the busy line says ``what`` now (a view paced, the last sent)."""
 
     def require(self, what: str) -> LocalSession: ...
 

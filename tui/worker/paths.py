@@ -2,7 +2,7 @@
 
 A branch is the reply as it stood (its tokens after ``reply_start``) with each token's p, p'
 and entropy. A rewound or forked branch keeps its KV cells in a parked sequence while a seq_id
-is free (:mod:`tui.engine.paths`); a force leaves the sampler's own pick as a one-token branch
+is free (:mod:`tui.engine.run.paths`); a force leaves the sampler's own pick as a one-token branch
 that was never decoded. :func:`jump` makes any branch the live reply again, from the parked
 cells where llama.cpp still holds them and decoded again otherwise, and says which.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine import paths
 from ..engine.model.errors import TokenstepError
-from ..engine.run_record import Pick
-from ..engine.sequences import pick_p
+from ..engine.record.run_record import Pick
+from ..engine.run import paths
+from ..engine.run.sequences import pick_p
 
 if TYPE_CHECKING:
     from .parts import PathSession, WorkerParts
@@ -198,11 +198,45 @@ def to_json(w: WorkerParts) -> dict[str, Any]:
                 "id": b.id,
                 "how": b.how,
                 "tokens": list(b.tokens),
-                "values": [None if v is None else [v.p, v.p_final, v.entropy] for v in b.values],
+                "values": [None if v is None else value_json(v) for v in b.values],
             }
             for b in w.state.paths
         ],
     }
+
+
+def value_json(v: Pick) -> dict[str, Any]:
+    """A branch's pick as the session file keeps it: all but where it sits (the branch's
+    tokens say that) and its record (records of another context mean nothing on resume)."""
+    return {
+        "p": v.p,
+        "p_final": v.p_final,
+        "entropy": v.entropy,
+        "forced": v.forced,
+        "seed": v.seed,
+        "cuts": [[stage, n] for stage, n in v.cuts],
+        "partial": v.partial,
+    }
+
+
+def value_from(v: list[Any] | dict[str, Any], index: int, token: int) -> Pick:
+    """A saved pick (checked by ``resume.check_paths``). Format 1 kept ``[p, p', entropy]``
+    only: its picks come back with seed -1 and no cuts."""
+    if isinstance(v, list):
+        return Pick(0, index, token, float(v[0]), v[1], float(v[2]), False, -1, (), None)
+    return Pick(
+        seq=0,
+        index=index,
+        token=token,
+        p=float(v["p"]),
+        p_final=None if v.get("p_final") is None else float(v["p_final"]),
+        entropy=float(v["entropy"]),
+        forced=v["forced"],
+        seed=v["seed"],
+        cuts=tuple((str(stage), int(n)) for stage, n in v["cuts"]),
+        record=None,
+        partial=bool(v.get("partial", False)),
+    )
 
 
 def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
@@ -220,8 +254,8 @@ def from_json(w: WorkerParts, data: dict[str, Any] | None) -> int:
         raw = list(d.get("values", []))[: len(tokens)]
         raw += [None] * (len(tokens) - len(raw))
         start = w.state.reply_start or 0
-        values = [  # from disk: no seed, chain cuts or record were saved (seed -1)
-            None if v is None else Pick(0, start + j, t, float(v[0]), v[1], float(v[2]), False, -1, (), None)
+        values = [
+            None if v is None else value_from(v, start + j, t)
             for j, (t, v) in enumerate(zip(tokens, raw, strict=True))
         ]
         _add(w, eng, tokens, values, str(d.get("how", "rewind")), None)

@@ -16,6 +16,12 @@ from collections.abc import Callable
 from .views import View
 
 MIN_VIEW_INTERVAL = 1 / 30  # during autoplay, views are built at most 30 times a second
+# A slow command's progress (the observer's replay, the lens's head read) goes out in a view at
+# most this often: ten a second is smooth to read and costs a view build (2 to 9 ms) per tenth.
+PROGRESS_INTERVAL = 0.1
+# The last figure (N of N) waits at most this long for the UI to take its view before the
+# command goes on, so the view after it (the weights) does not replace it unseen.
+LAST_PROGRESS_WAIT = 1.0
 
 
 class Publisher:
@@ -35,8 +41,12 @@ class Publisher:
         self._lock = threading.Lock()
         self._latest: View | None = None
         self._taken = True  # the UI has taken the latest view
+        self._taken_event = threading.Event()  # set with _taken, for wait_taken
+        self._taken_event.set()
         self.dirty = False  # a view was skipped: one is owed when the worker goes idle
         self._built_at = 0.0
+        self._progress_at = 0.0  # when the last progress view went out
+        self._building = False  # a view is being built (a view never builds another)
 
     @property
     def latest(self) -> View | None:
@@ -59,7 +69,12 @@ class Publisher:
         """The latest view (called by the UI thread; marks it as taken)."""
         with self._lock:
             self._taken = True
+            self._taken_event.set()
             return self._latest
+
+    def wait_taken(self, timeout: float) -> bool:
+        """Wait until the UI has taken the latest view, at most ``timeout`` seconds."""
+        return self._taken_event.wait(timeout)
 
     def publish(self, *, force: bool) -> None:
         """Build and hand over a view, unless the UI is still busy with the previous one (or
@@ -69,11 +84,27 @@ class Publisher:
                 self.dirty = True
                 return
         self._built_at = time.monotonic()
+        self._building = True
         try:
             view: View | None = self._build()
         except Exception as exc:  # the worker goes on; the screen says what went wrong
             view = self.failure(f"Internal error while building the view: {_said(exc)}")
+        finally:
+            self._building = False
         self._hand_over(view)
+
+    def progress(self, *, last: bool) -> None:
+        """A slow command moved on: a view at most every :data:`PROGRESS_INTERVAL`; the
+        ``last`` figure always, and then the UI (if any) gets up to
+        :data:`LAST_PROGRESS_WAIT` to take it. Work a view's build does itself (a pane's
+        replay) sends none: that view is still being made."""
+        now = time.monotonic()
+        if self._building or (not last and now - self._progress_at < PROGRESS_INTERVAL):
+            return
+        self._progress_at = now
+        self.publish(force=True)
+        if last and self.on_view is not None:
+            self.wait_taken(LAST_PROGRESS_WAIT)
 
     def report(self, exc: BaseException) -> None:
         """Hand over the last view with ``exc`` as its notice (a failure outside a command)."""
@@ -93,6 +124,7 @@ class Publisher:
         with self._lock:
             self._latest = view
             self._taken = False
+            self._taken_event.clear()
             self.dirty = False
         if self.on_view is not None:
             self.on_view(view)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from ..engine.wire.remote_step import SERVER_PICK_NOTE
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
-    from ..engine.step import StepRecord
+    from ..engine.run.backend import Backend
+    from ..engine.run.step import StepRecord
 
 
 @dataclass(frozen=True)

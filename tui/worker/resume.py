@@ -22,7 +22,7 @@ from ..engine.model.errors import TokenstepError
 from ..engine.sampler.sampler_settings import SamplerSettings
 from . import paths
 from .chat import Span, chat_spans
-from .session_store import FORMAT_VERSION
+from .session_store import FORMAT_VERSION, READABLE
 
 if TYPE_CHECKING:
     from .thread import Worker
@@ -41,6 +41,7 @@ MAX_BRANCHES = 1_000  # paths not taken; a session keeps those of one turn
 # its ids as JSON (at most 8 bytes each), and room for the rest.
 MAX_HEADER_CHARS = 64 * 2**20
 HOWS = ("rewind", "force", "fork", "jump")
+MAX_CUTS = 64  # a pick's chain stages (llama.cpp's chains have a dozen)
 
 
 def load_header(path: str | Path) -> dict[str, Any]:
@@ -69,7 +70,14 @@ def load_header(path: str | Path) -> dict[str, Any]:
             f"{path} is not a tokenstep session file (its first line is not JSON)."
         ) from None
     version = header.get("tokenstep_session") if isinstance(header, dict) else None
-    if type(version) is not int or version != FORMAT_VERSION:  # true == 1 in Python
+    if type(version) is not int:  # true == 1 in Python
+        raise TokenstepError(f"{path} is not a tokenstep session file.")
+    if version > FORMAT_VERSION:
+        raise TokenstepError(
+            f"{path} was saved by a newer tokenstep (session format {version}); this one "
+            f"reads formats {READABLE[0]} to {FORMAT_VERSION}."
+        )
+    if version not in READABLE:
         raise TokenstepError(f"{path} is not a tokenstep session file.")
     try:
         check_utf8(header)
@@ -177,20 +185,47 @@ def check_paths(data: Any) -> None:
         if not isinstance(values, list) or len(values) > len(toks):
             raise TokenstepError(f"{at}.values must be a list, one entry per token at most.")
         for j, v in enumerate(values):
-            ok = v is None or (
-                isinstance(v, list)
-                and len(v) == 3
-                and all(type(x) in (int, float) for x in (v[0], v[2]))
-                and (v[1] is None or type(v[1]) in (int, float))
-            )
-            if not ok:
-                raise TokenstepError(f"{at}.values[{j}] must be null or [p, p', entropy].")
-            for x in v or ():
-                if x is not None:
-                    checks.finite(x, f"{at}.values[{j}]")
+            check_value(v, f"{at}.values[{j}]")
         how = b.get("how", "rewind")
         if how not in HOWS:
             raise TokenstepError(f"{at}.how must be one of {', '.join(HOWS)}.")
+
+
+def check_value(v: Any, at: str) -> None:
+    """A branch's pick: an object as :func:`tui.worker.paths.value_json` writes it, or
+    format 1's ``[p, p', entropy]``."""
+    if v is None:
+        return
+    if isinstance(v, list):
+        ok = (
+            len(v) == 3
+            and all(type(x) in (int, float) for x in (v[0], v[2]))
+            and (v[1] is None or type(v[1]) in (int, float))
+        )
+        if not ok:
+            raise TokenstepError(f"{at} must be null, a pick or [p, p', entropy].")
+        for x in v:
+            if x is not None:
+                checks.finite(x, at)
+        return
+    if not isinstance(v, dict):
+        raise TokenstepError(f"{at} must be null, a pick or [p, p', entropy].")
+    for key in ("p", "entropy"):
+        checks.finite(v.get(key), f"{at}.{key}")
+    if v.get("p_final") is not None:
+        checks.finite(v["p_final"], f"{at}.p_final")
+    checks.flag(v.get("forced"), f"{at}.forced")
+    checks.flag(v.get("partial", False), f"{at}.partial")
+    checks.whole(v.get("seed"), f"{at}.seed")
+    cuts = v.get("cuts")
+    if not isinstance(cuts, list) or len(cuts) > MAX_CUTS or not all(
+        isinstance(c, list) and len(c) == 2 and isinstance(c[0], str)
+        and type(c[1]) is int and c[1] >= 0
+        for c in cuts
+    ):
+        raise TokenstepError(
+            f"{at}.cuts must be a list of [stage, survivors], {MAX_CUTS} at most."
+        )
 
 
 def check_header(h: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.model.errors import TokenstepError
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
     from ..engine.sampler.sampler_settings import SamplerSettings
     from ..engine.sampler.sampling import ChainResult
 

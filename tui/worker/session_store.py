@@ -1,8 +1,8 @@
 """Saved sessions: the conversation, the settings and every step record, as JSON Lines.
 
-Line 1 is a header object (``"tokenstep_session": 1``) with the model, the engine config, the
+Line 1 is a header object (``"tokenstep_session": 2``) with the model, the engine config, the
 sampler settings and the conversation. Every other line is one step record in exactly the
-format ``tokenstep trace`` prints (:func:`tui.engine.trace.record_to_dict`), so the same tools
+format ``tokenstep trace`` prints (:func:`tui.engine.run.trace.record_to_dict`), so the same tools
 read both. Files are written to a temporary file in the same folder and renamed over the
 target, so a crash mid-write never leaves a half-written session behind.
 """
@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 from ..engine.model import secret
 from ..engine.model.chat_template import Message
 from ..engine.model.errors import TokenstepError
-from ..engine.step import StepRecord
-from ..engine.trace import record_to_dict
+from ..engine.run.step import StepRecord
+from ..engine.run.trace import record_to_dict
 
 if TYPE_CHECKING:
-    from ..engine.backend import Backend
+    from ..engine.run.backend import Backend
 
-FORMAT_VERSION = 1
+# 2: a path not taken keeps each pick whole (seed, chain cuts, forced); 1 kept [p, p', entropy]
+FORMAT_VERSION = 2
+READABLE = (1, 2)  # the formats this tokenstep resumes
 
 
 def _read_umask() -> int:
@@ -147,6 +149,7 @@ def read_session(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]
     """The header and the step records of a saved session."""
     with open(path, encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh if line.strip()]
-    if not rows or rows[0].get("tokenstep_session") != FORMAT_VERSION:
+    version = rows[0].get("tokenstep_session") if rows else None
+    if type(version) is not int or version not in READABLE:  # true == 1 in Python
         raise TokenstepError(f"{path} is not a tokenstep session file.")
     return rows[0], rows[1:]

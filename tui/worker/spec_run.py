@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..engine.run.step import StepRecord
 from ..engine.spec.spec_verify import Speculator
-from ..engine.step import StepRecord
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..engine.step import SpecInfo, StepRecord
+    from ..engine.run.step import SpecInfo, StepRecord
     from .parts import WorkerParts
 
     Piece = Callable[[int], bytes]

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..engine import loop
 from ..engine.model.errors import TokenstepError
 from ..engine.model.tokens import quoted
+from ..engine.run import loop
+from ..engine.run.step import StepRecord
 from ..engine.sampler.sampling import softmax
-from ..engine.step import StepRecord
 from . import commands as cmd_types
 from . import spec_stages
 from .spec_run import SpecMarks, SpecRun
@@ -31,6 +31,7 @@ from .state import LastPick
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ..engine.sampler.chain_result import ChainResult
     from .parts import WorkerParts
 
 
@@ -59,6 +60,11 @@ def step(w: WorkerParts, run: SpecRun, ended: Callable[[WorkerParts], None]) -> 
         return
     note_round(w, run, got, before)
     if run.pending is not None and eng.vocab.is_eog(run.pending):
+        # the logits pane shows the row the end token came from with that pick's chain (★ on
+        # the end token), not a preview by the RNG that moved on: no step samples it again
+        chain = last_chain(got)
+        if chain is not None:
+            w.note_pick((eng.logits_record, repr(eng.settings.to_dict()), chain))
         run.take_pending()  # the end token is never decoded: the reply ends here
         eng.stopped("end of generation")
         ended(w)
@@ -144,6 +150,14 @@ def note_round(w: WorkerParts, run: SpecRun, rec: StepRecord, before: int) -> No
     )
 
 
+def last_chain(rec: StepRecord) -> ChainResult | None:
+    """The chain of the round's last pick: its verify row's, else the record's."""
+    sp = rec.spec
+    assert sp is not None
+    row = sp.rows[len(sp.picks) - 1] if len(sp.rows) >= len(sp.picks) else None
+    return row.chain if row is not None and row.chain is not None else rec.chain
+
+
 def round_pick(w: WorkerParts, rec: StepRecord) -> LastPick | None:
     """The round's last pick (the one that waits for the next batch), as stage 5 shows a
     pick: p from the row it was sampled from (the context's current logits), p′ from that
@@ -152,8 +166,7 @@ def round_pick(w: WorkerParts, rec: StepRecord) -> LastPick | None:
     if sp is None or not sp.picks or eng.logits is None:
         return None
     t = sp.picks[-1]
-    row = sp.rows[len(sp.picks) - 1] if len(sp.rows) >= len(sp.picks) else None
-    chain = row.chain if row is not None and row.chain is not None else rec.chain
+    chain = last_chain(rec)
     st = eng.settings
     return LastPick(
         t,

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from ..engine.model import secret
 from ..engine.model.chat_template import Message
-from ..engine.run_record import Pick
-from ..engine.step import StepRecord
-from ..engine.verify import VerifyResult
+from ..engine.record.run_record import Pick
+from ..engine.run.step import StepRecord
+from ..engine.run.verify import VerifyResult
 from .playback import Playback
 from .stages import BATCH, DECODE, LOGITS
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine import loop
 from ..engine.model.tokens import quoted
+from ..engine.run import loop
+from ..engine.run.step import ShiftEvent, StepRecord
 from ..engine.sampler.sampling import softmax
-from ..engine.step import ShiftEvent, StepRecord
 from . import autoplay, chat, paths, saving, spec_step
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note
@@ -79,7 +79,7 @@ def step(w: WorkerParts, forced: int | None) -> None:
 
 
 def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
-    """One turn of the engine's loop (:func:`tui.engine.loop.advance`: sample or force, stop
+    """One turn of the engine's loop (:func:`tui.engine.run.loop.advance`: sample or force, stop
     on an end token, else feed and decode), and the pick noted for the panes. The record is
     None when generation stopped (end token or a full context)."""
     eng = w.engine

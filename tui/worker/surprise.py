@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..engine.surprise import along, perplexity
+from ..engine.record.surprise import along, perplexity
 
 if TYPE_CHECKING:
     from .parts import WorkerParts

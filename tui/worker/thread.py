@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..engine.backend import Backend, LocalSession
 from ..engine.model import secret
 from ..engine.model.errors import TokenstepError
+from ..engine.run.backend import Backend, LocalSession
 from ..engine.sampler.sampling import ChainResult
 from ..engine.wire.remote_http import ServerError
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
@@ -90,8 +90,8 @@ class Worker:
         self._views = ViewBuilder(self, self.attention.view, self.lens.view)
         self.publisher = Publisher(self.build_view, self._views.with_notice, self._failed, on_view)
         self.commands_queue = self._q  # sampler keys are answered during a step's decode:
-        ready, owed = (lambda: observed(self)), self.publisher.owed  # autoplay.py
-        self.lane = KeyLane(self._q, self.run_now, self.publisher.report, ready, owed, self._lent)
+        pub, ready = self.publisher, (lambda: observed(self))  # autoplay's views (autoplay.py)
+        self.lane = KeyLane(self._q, self.run_now, pub.report, ready, pub.owed, pub.publish)
         self._handlers: dict[type, Callable[[Any], None]] = {
             cmd_types.Send: lambda c: chat.send(self, c.text),
             cmd_types.Step: lambda c: stepping.user_step(self),
@@ -283,6 +283,11 @@ class Worker:
         finally:
             self.state.playback.finish()
 
+    def progress(self, what: str, *, last: bool = False) -> None:
+        """Inside :meth:`busy`: the slow command is this far (``what``); views paced."""
+        self.state.playback.begin(what)
+        self.publisher.progress(last=last)
+
     def take_queued(self, kind: type[cmd_types.Command]) -> cmd_types.Command | None:
         """Remove every queued command of ``kind`` and return the newest (None if none): a
         flood of presses asking for the same slow thing is done once, for the last one."""
@@ -387,9 +392,6 @@ class Worker:
             self.error = secret.redact(traceback.format_exc())
             self.state.note(f"Internal error: {type(exc).__name__}: {exc}", "error")
             self.state.playback.pause()
-
-    def _lent(self) -> None:
-        self.publisher.publish(force=False)
 
     def _failed(self, text: str, trace: str) -> None:
         """A view could not be built, or a key on the lane failed outside its command."""

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.backend import LOCAL, Capabilities
 from ..engine.model.chat_template import Message
 from ..engine.model.kvcache import KVLogReport
 from ..engine.model.work import WorkSnapshot
 from ..engine.observe.memory import MemoryReport
-from ..engine.run_record import Turn
+from ..engine.record.run_record import Turn
+from ..engine.run.backend import LOCAL, Capabilities
+from ..engine.run.step import ShiftEvent, StepRecord
+from ..engine.run.verify import VerifyResult
 from ..engine.sampler.sampling import ChainResult, SamplerSettings
-from ..engine.step import ShiftEvent, StepRecord
-from ..engine.verify import VerifyResult
 from .attention import AttentionView
 from .chat import Span
 from .lens import LensView

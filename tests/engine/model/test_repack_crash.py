@@ -17,6 +17,8 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.cli import ROOT
@@ -166,28 +168,43 @@ def _wait_reading(proc: subprocess.Popen[bytes], fd: int, buf: bytearray) -> int
     return proc.wait(5)
 
 
-def _app_on_a_pty(folder: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+@contextmanager
+def _on_a_pty(
+    folder: Path, *argv: str, screen: bool = True
+) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
+    """``python argv`` on a pty of its own (120 x 40 and a TERM where ``screen``), killed if it
+    is still running and the pty closed when the block ends."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENSTEP_AUTOSAVE_DIR": str(folder)}
-    env["TERM"] = "xterm-256color"
+    if screen:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        env["TERM"] = "xterm-256color"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tui", "-c", "512", "-t", "1"],
+        [sys.executable, *argv],
         stdin=slave,
         stdout=slave,
         stderr=slave,
         env=env,
         start_new_session=True,
     )
-    return proc, master, slave
+    try:
+        yield proc, master, slave
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        os.close(slave)
+
+
+APP = ("-m", "tui", "-c", "512", "-t", "1")
 
 
 def test_a_segfault_gives_the_terminal_back(tmp_path: Path) -> None:
     folder = tmp_path / "sessions"
-    proc, master, slave = _app_on_a_pty(folder)
-    before = termios.tcgetattr(slave)
-    buf = bytearray()
-    try:
+    with _on_a_pty(folder, *APP) as (proc, master, slave):
+        before = termios.tcgetattr(slave)
+        buf = bytearray()
         assert _read_until(master, buf, b"\x1b[?1049h"), bytes(buf[-2000:])  # screen taken
         assert _read_until(master, buf, b"autosave after each reply"), bytes(buf[-2000:])  # drawn
         raw = termios.tcgetattr(slave)
@@ -200,31 +217,18 @@ def test_a_segfault_gives_the_terminal_back(tmp_path: Path) -> None:
         tail = bytes(buf[buf.rindex(b"\x1b[?1049h") :])
         assert crash.RESTORE.encode() in tail  # the alternate screen left, mouse off, cursor
         assert termios.tcgetattr(slave) == before  # the mode the shell had
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-        os.close(slave)
 
 
 def test_a_clean_quit_leaves_no_file_and_no_word(tmp_path: Path) -> None:
     folder = tmp_path / "sessions"
-    proc, master, slave = _app_on_a_pty(folder)
-    buf = bytearray()
-    try:
+    with _on_a_pty(folder, *APP) as (proc, master, _):
+        buf = bytearray()
         assert _read_until(master, buf, b"autosave after each reply"), bytes(buf[-2000:])
         assert len(crash_files(folder)) == 1  # the live file, while the app runs
         os.write(master, b"\x11")  # ctrl+q
         assert _wait_reading(proc, master, buf) == 0
         assert b"the app crashed" not in buf
         assert crash_files(folder) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-        os.close(slave)
 
 
 def test_trace_says_where_a_native_crash_happened() -> None:
@@ -262,31 +266,15 @@ def test_a_crash_before_the_screen_is_taken_writes_no_escape_codes(tmp_path: Pat
         "from tui.cli import main\n"
         "sys.exit(main(['-c', '512', '-t', '1']))\n"
     )
-    master, slave = pty.openpty()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENSTEP_AUTOSAVE_DIR": str(folder)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=env,
-        start_new_session=True,
-    )
-    before = termios.tcgetattr(slave)
-    buf = bytearray()
-    try:
+    with _on_a_pty(folder, "-c", code, screen=False) as (proc, master, slave):
+        before = termios.tcgetattr(slave)
+        buf = bytearray()
         assert _wait_reading(proc, master, buf) == -signal.SIGSEGV
         (path,) = crash_files(folder)
         note = f"tokenstep: the app crashed; terminal restored; the stack is in {path}".encode()
         assert _read_until(master, buf, note, 60), bytes(buf[-2000:])
         assert b"\x1b[" not in buf
         assert termios.tcgetattr(slave) == before
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-        os.close(slave)
 
 
 def test_a_pid_used_again_still_tells_the_crash(tmp_path: Path) -> None:
@@ -313,8 +301,8 @@ Thread 0x00007f78c77fe6c0 (most recent call first):
   File "/home/u/tokenstep/tui/worker/key_lane.py", line 93 in _run
 
 Thread 0x00007f78c7fff6c0 (most recent call first):
-  File "/home/u/tokenstep/tui/engine/decode.py", line 61 in decode
-  File "/home/u/tokenstep/tui/engine/session.py", line 240 in step
+  File "/home/u/tokenstep/tui/engine/run/decode.py", line 61 in decode
+  File "/home/u/tokenstep/tui/engine/run/session.py", line 240 in step
 
 Thread 0x00007f78cc9386c0 (most recent call first):
   File "/home/u/.venv/lib/python3.11/site-packages/textual/app.py", line 2100 in run
@@ -327,7 +315,7 @@ IN_THE_DECODE_THREAD = ON_AN_OPENMP_WORKER.replace(
 IN_TEXTUAL = ON_AN_OPENMP_WORKER.replace(
     "Thread 0x00007f78cc9386c0", "Current thread 0x00007f78cc9386c0"
 )
-NO_ENGINE_FRAME = ON_AN_OPENMP_WORKER.replace("tui/engine/decode.py", "tui/worker/thread.py")
+NO_ENGINE_FRAME = ON_AN_OPENMP_WORKER.replace("tui/engine/run/decode.py", "tui/worker/thread.py")
 
 
 def test_where_the_stack_puts_the_crash() -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.attention_store import StoredArray, StoredInts
 from tui.engine.observe.attention_capture import AttentionCapture
 from tui.engine.observe.attention_map import context_attention
-from tui.engine.trace import record_to_dict
+from tui.engine.record.attention_store import StoredArray, StoredInts
+from tui.engine.run.trace import record_to_dict
 
 LAYER = 13
 TEXT = "The lighthouse keeper counted the ships that passed in the night."

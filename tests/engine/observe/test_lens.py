@@ -13,8 +13,9 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.lens import MIDDLE, forget_heads, head_arrays, numpy_head  # noqa: F401 (fixtures)
 from tests.support.swa_model import write_swa_model
-from tui.engine import Engine, EngineConfig, Model, SamplerSettings, loop
+from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 from tui.engine.observe.lens_capture import AttentionLensCapture, LensCapture
+from tui.engine.run import loop
 
 # SmolLM2's head is Q8_0: llama.cpp multiplies it quantized, with its input quantized to Q8_0
 # too (blocks of 32, scale d = max|x|/127), and the lens in float32 without that rounding. The

@@ -27,15 +27,15 @@ def test_trace_lens_reads_the_head_before_the_first_decode(capsys, monkeypatch):
     --lens. Now it runs before any llama_decode, and the first lens record reports it as
     ``lens_check["head_load_ms"]``, apart from ``decode_ms`` and the projection's ``ms``."""
     events: list[str] = []
-    real_decode, real_load = llama_cpp.llama_decode, lens.load_head
+    real_decode = llama_cpp.llama_decode
 
     def decode(ctx, batch):  # type: ignore[no-untyped-def]
         events.append("decode")
         return real_decode(ctx, batch)
 
-    def load(path: str):  # type: ignore[no-untyped-def]
+    def load(path: str, progress=None):  # type: ignore[no-untyped-def]
         events.append("head")
-        return real_load.__wrapped__(path)  # the uncached read, as a fresh process does
+        return lens.load_head(path, progress)  # each call reads the file
 
     monkeypatch.setattr(llama_cpp, "llama_decode", decode)
     monkeypatch.setattr(lens_capture, "load_head", load)
@@ -84,8 +84,9 @@ def test_the_picks_rank_matches_numpy(model, model_path):
     import numpy as np
 
     from tests.support.lens import numpy_head
-    from tui.engine import Engine, EngineConfig, SamplerSettings, loop
+    from tui.engine import Engine, EngineConfig, SamplerSettings
     from tui.engine.observe.lens_capture import LensCapture
+    from tui.engine.run import loop
 
     cap = LensCapture(n_layer=model.info.n_layer, capture=("l_out-15",))
     settings = SamplerSettings(temp=1.5, seed=7)

@@ -8,9 +8,10 @@ import pytest
 
 from tests.support.llama_server import llama_server  # noqa: F401  (the session fixture)
 from tests.support.remote import PROMPTS, compare_distributions
-from tui.engine import SamplerSettings, loop
+from tui.engine import SamplerSettings
 from tui.engine.remote.openai_backend import OpenAIBackend
 from tui.engine.remote.remote import RemoteBackend
+from tui.engine.run import loop
 from tui.engine.wire.openai_api import detect_api
 
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from tests.support.openai_servers import llama_cpp_server  # noqa: F401  (the session fixture)
-from tui.engine import SamplerSettings, default_model_path, loop
+from tui.engine import SamplerSettings, default_model_path
 from tui.engine.model.errors import TokenstepError
 from tui.engine.model.local_vocab import LocalVocab
 from tui.engine.remote.openai_backend import OpenAIBackend
+from tui.engine.run import loop
 from tui.engine.sampler.sampling import softmax
 from tui.engine.wire.openai_api import detect_api
 

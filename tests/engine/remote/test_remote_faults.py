@@ -14,8 +14,9 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.llama_server import free_port, http_status, llama_server, start_server  # noqa: F401
 from tests.support.remote import one_line_error
-from tui.engine import SamplerSettings, loop
+from tui.engine import SamplerSettings
 from tui.engine.remote.remote import RemoteBackend
+from tui.engine.run import loop
 from tui.engine.wire.remote_http import ServerError
 
 

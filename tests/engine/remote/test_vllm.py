@@ -30,7 +30,7 @@ from tests.support.vllm_server import (
 from tui.engine import EngineConfig, Model, SamplerSettings, default_model_path
 from tui.engine.model.local_vocab import LocalVocab
 from tui.engine.remote.openai_backend import OpenAIBackend
-from tui.engine.session import Engine
+from tui.engine.run.session import Engine
 from tui.engine.wire.openai_api import detect_api
 from tui.engine.wire.remote_http import ServerError
 

@@ -10,7 +10,8 @@ import llama_cpp
 import pytest
 
 from tests.support.spec import CHAT, COUNT, LIST
-from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError, loop
+from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError
+from tui.engine.run import loop
 from tui.engine.spec.spec_draft import DraftSimple
 from tui.engine.spec.spec_ngram import NgramSimple
 from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate

@@ -57,7 +57,8 @@ def test_ngram_simple_with_size_n_one_looks_up_the_sampled_token_alone():
 # -- a real llama-server with the same flags --------------------------------------------------
 
 
-def server_reply(server, toks: list[int], n: int) -> dict:
+def server_reply(server, toks: list[int], n: int, **more: int) -> dict:
+    """A greedy reply of ``n`` tokens to ``toks``, its ids returned; ``more`` joins the request."""
     return server.post(
         "/completion",
         {
@@ -66,7 +67,7 @@ def server_reply(server, toks: list[int], n: int) -> dict:
             "temperature": 0,
             "cache_prompt": False,
             "return_tokens": True,
-            "seed": 1,
+            **more,
         },
     )
 
@@ -107,7 +108,7 @@ def test_ngram_simple_counts_equal_llama_servers(tmp_path, greedy_engine, text, 
     try:
         toks = greedy_engine.vocab.tokenize(text, add_special=True, parse_special=True)
         n = 48
-        reply = server_reply(server, toks, n)
+        reply = server_reply(server, toks, n, seed=1)
     finally:
         server.stop()
     spec = Speculator(NgramDrafter(NgramSimple(size_n, size_m)))
@@ -129,22 +130,12 @@ def test_draft_simple_text_equals_llama_servers(tmp_path, greedy_engine, draft_m
     toks = greedy_engine.vocab.tokenize(CHAT, add_special=True, parse_special=True)
     n = 32
     try:
-        spec_reply = server_reply(server, toks, n)
+        spec_reply = server_reply(server, toks, n, seed=1)
     finally:
         server.stop()
     server = start_server(tmp_path, flash_attn="on")
     try:
-        plain_reply = server.post(
-            "/completion",
-            {
-                "prompt": toks,
-                "n_predict": n,
-                "temperature": 0,
-                "cache_prompt": False,
-                "return_tokens": True,
-                "n_probs": 2,
-            },
-        )
+        plain_reply = server_reply(server, toks, n, n_probs=2)
     finally:
         server.stop()
     spec = Speculator(DraftSimple(greedy_engine, draft_model_path, n_max=4))
@@ -168,6 +159,10 @@ def test_draft_simple_text_equals_llama_servers(tmp_path, greedy_engine, draft_m
 # -- the command line -------------------------------------------------------------------------
 
 
+NGRAM_3_8 = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+             "--spec-ngram-simple-size-m", "8")
+
+
 def records(stdout: bytes) -> list[dict]:
     return [json.loads(line) for line in stdout.decode().splitlines()]
 
@@ -175,15 +170,7 @@ def records(stdout: bytes) -> list[dict]:
 def test_trace_spec_writes_one_record_per_round():
     base = ("trace", "--greedy", "-t", "2", "-c", "512", "-n", "30", "-p", LIST)
     plain = run_cli(*base)
-    spec = run_cli(
-        *base,
-        "--spec-type",
-        "ngram-simple",
-        "--spec-ngram-simple-size-n",
-        "3",
-        "--spec-ngram-simple-size-m",
-        "8",
-    )
+    spec = run_cli(*base, *NGRAM_3_8)
     assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
     want = [r["sampled"]["id"] for r in records(plain.stdout) if r.get("sampled")]
     recs = records(spec.stdout)
@@ -202,24 +189,7 @@ def test_trace_spec_writes_one_record_per_round():
 
 
 def test_verify_works_on_a_speculative_context():
-    res = run_cli(
-        "verify",
-        "--greedy",
-        "-t",
-        "2",
-        "-c",
-        "512",
-        "-n",
-        "20",
-        "-p",
-        LIST,
-        "--spec-type",
-        "ngram-simple",
-        "--spec-ngram-simple-size-n",
-        "3",
-        "--spec-ngram-simple-size-m",
-        "8",
-    )
+    res = run_cli("verify", "--greedy", "-t", "2", "-c", "512", "-n", "20", "-p", LIST, *NGRAM_3_8)
     assert res.returncode == 0, res.stderr
     out = res.stdout.decode()
     assert "spec: ngram-simple, " in out and " accepted" in out

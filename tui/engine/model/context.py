@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import llama_cpp
 
-from . import budget, checks, ggml, llama_log, rules
+from . import budget, checks, ggml, interrupt, llama_log, rules
 from .checks import Namer
 from .errors import TokenstepError
 from .kvcache import KVLogReport, parse_kv_log
@@ -171,6 +171,11 @@ def init_context(
     if not ctx:
         reason = llama_log.last_error(mark) or "llama.cpp refused the settings"
         raise TokenstepError(f"cannot create {what}: {reason.strip()}")
+    try:
+        interrupt.check()  # a Ctrl-C recorded inside the log callback while it was made
+    except KeyboardInterrupt:
+        llama_cpp.llama_free(ctx)
+        raise
     return ctx, llama_log.since(mark)
 
 

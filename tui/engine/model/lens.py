@@ -15,7 +15,8 @@ multiply-adds, so it runs only while the lens is on.
 
 from __future__ import annotations
 
-import functools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,40 +118,59 @@ def head_problem(header: GGUFHeader) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def load_head(path: str) -> LensHead:
-    """Read and dequantize the head's weights (once per file: the last one is kept)."""
+HEAD_CHUNK = 4 << 20  # the head's matrix is read and dequantized about this many bytes at a time
+
+
+def load_head(path: str, progress: Callable[[int, int], None] | None = None) -> LensHead:
+    """Read and dequantize the head's weights. Each call reads the file; the caller owns the
+    result (in the app the worker's observers, so the head goes when the worker stops). The
+    metadata and the tensor table come from :func:`~tui.engine.model.gguf_header.read_header`
+    (0.05 s on SmolLM2, where ``gguf.GGUFReader`` parsed every vocabulary entry first: 12.6 s
+    under a load of 6); the matrix is mapped and dequantized in chunks of :data:`HEAD_CHUNK`
+    bytes, each chunk reported to ``progress`` as (bytes done, bytes in all)."""
     import gguf
 
-    reader = gguf.GGUFReader(path)
-    tensors = {t.name: t for t in reader.tensors}
+    from .gguf_header import read_header
 
-    def field(key: str) -> Any:
-        f = reader.fields.get(key)
-        return f.contents() if f is not None else None
+    hdr = read_header(path)
+    tensors = {t.name: t for t in hdr.tensors}
 
-    def array(name: str) -> np.ndarray | None:
+    def array(name: str, report: bool = False) -> np.ndarray | None:
         t = tensors.get(name)
         if t is None:
             return None
-        a = gguf.quants.dequantize(t.data, t.tensor_type)
-        return np.ascontiguousarray(a, dtype=np.float32)
+        qtype = gguf.GGMLQuantizationType(t.ggml_type)
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        n_per_row = t.shape[0]
+        n_rows = math.prod(t.shape[1:])
+        row_bytes = n_per_row // block * size
+        raw = np.memmap(path, np.uint8, "r", hdr.data_offset + t.offset, (n_rows, row_bytes))
+        out = np.empty((n_rows, n_per_row), np.float32)
+        step = max(1, HEAD_CHUNK // row_bytes)
+        total = n_rows * row_bytes
+        for i in range(0, n_rows, step):
+            out[i : i + step] = gguf.quants.dequantize(np.asarray(raw[i : i + step]), qtype)
+            if report and progress is not None:
+                progress(min(i + step, n_rows) * row_bytes, total)
+        del raw
+        return out
 
-    arch = str(field("general.architecture") or "?")
+    arch = hdr.arch
     norm_bias = array("output_norm.bias")
     if norm_bias is not None:
-        eps = field(f"{arch}.attention.layer_norm_epsilon")
+        eps = hdr.get(f"{arch}.attention.layer_norm_epsilon")
     else:
-        eps = field(f"{arch}.attention.layer_norm_rms_epsilon")
+        eps = hdr.get(f"{arch}.attention.layer_norm_rms_epsilon")
     out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-    norm, out = array("output_norm.weight"), array(out_name)
+    norm, out = array("output_norm.weight"), array(out_name, report=True)
     if norm is None or out is None:
         raise ValueError("the model has no output norm or output matrix")
-    scale = field(f"{arch}.logit_scale")
+    scale = hdr.get(f"{arch}.logit_scale")
     if scale is not None:
         scale = 1.0 / float(scale) if arch in DIVIDE_BY_LOGIT_SCALE else float(scale)
-    cap = field(f"{arch}.final_logit_softcapping")
-    act_block = ACTIVATION_BLOCK.get(tensors[out_name].tensor_type.name, 0)
+    cap = hdr.get(f"{arch}.final_logit_softcapping")
+    qname = gguf.GGMLQuantizationType(tensors[out_name].ggml_type).name
+    act_block = ACTIVATION_BLOCK.get(qname, 0)
     block_abs = None
     if act_block and out.size % act_block == 0:
         rows = np.abs(out.reshape(-1, norm.size))

@@ -13,6 +13,8 @@ import threading
 
 import llama_cpp
 
+from . import interrupt
+
 # ggml_log_level: 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 cont (continues the last line)
 LEVEL_NAMES = {0: "none", 1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
 _MAX_LINES = 4000
@@ -25,6 +27,7 @@ _installed: list[object] = []
 _count = [0]  # lines ever logged; positions from mark() count these, not the bounded deque
 
 
+@interrupt.called_from_c  # a Ctrl-C landing here is recorded, not raised and dropped
 def _on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
     if not text:
         return

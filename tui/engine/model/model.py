@@ -14,7 +14,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from . import gguf_header, llama_log, repack
+from . import gguf_header, interrupt, llama_log, repack
 from .errors import ModelError, one_line
 from .offload import Offload
 
@@ -210,6 +210,11 @@ def _load(
             # Quote the name from the header: llama.cpp's log line breaks at a newline in it.
             reason = f"unknown model architecture: '{hdr.arch}'."
         raise ModelError(f"llama.cpp cannot load {p}: {reason}")
+    try:
+        interrupt.check()  # a Ctrl-C recorded inside the log callback while it loaded
+    except KeyboardInterrupt:
+        llama_cpp.llama_model_free(ptr)
+        raise
     return ptr
 
 

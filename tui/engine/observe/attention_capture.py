@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..attention_store import StoredArray, WeightStore
 from ..model.errors import TokenstepError
+from ..record.attention_store import StoredArray, WeightStore
 from .cell_map import CellMap, Slot
 from .graph_tap import GraphTap
 from .tensor import get_name, op_name, read_tensor, src_ptr
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
-    from ..batch import DecodeCall
-    from ..parts import ObservedParts
+    from ..run.backend import LocalSession
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
 
 SOFTMAX_NODE = "kq_soft_max-{}"
 K_IDXS_INPUT = b"attn_inp_k_idxs"

@@ -16,7 +16,7 @@ import numpy as np
 from .attention_capture import RowSource, find_capture
 
 if TYPE_CHECKING:
-    from ..backend import Backend
+    from ..run.backend import Backend
 
 
 class ContextAttention:

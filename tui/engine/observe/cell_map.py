@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..batch import DecodeCall
     from ..model.kvcache import KVCell
-    from ..parts import ObservedParts
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
 
 # One cell write: (the mirror's cell object, llama.cpp cell index, kv_id).
 Slot = tuple["KVCell", int, int]

@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
+from ..model import interrupt
 from .ask_plan import END, Action, AskPlan, Marked, PlanEntry, Replay
 from .census import GraphCensus, NodeSeen, census
 from .profile import GraphProfile, profile
 from .tensor import check_layout, get_name, nbytes, op_name, read_tensor
 
 if TYPE_CHECKING:
-    from ..batch import DecodeCall
-    from ..parts import ObservedParts
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
 
 
 class GraphTap:
-    """A :class:`~tui.engine.session.DecodeObserver` that installs ``cb_eval``.
+    """A :class:`~tui.engine.run.session.DecodeObserver` that installs ``cb_eval``.
 
     ``capture`` names nodes to copy (``b"Qcur-3"``); of several nodes with one name the last in
     graph order wins (for ``Qcur``/``Kcur`` the tensor after RoPE), kept per ubatch in
@@ -186,7 +187,7 @@ class GraphTap:
                         return False
             return other(t, ask, user_data)
 
-        return callback
+        return interrupt.called_from_c(callback)  # a Ctrl-C here is kept for the next decode
 
     def _callback(self, t: int, ask: bool, _user_data: int | None) -> bool:
         try:

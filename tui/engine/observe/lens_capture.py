@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..logits import read_row
 from ..model.lens import LensHead, lens_figures, load_head, pick_figures
 from ..model.tokens import display_bytes
+from ..run.logits import read_row
 from .attention_capture import AttentionCapture
 from .graph_tap import GraphTap
 from .lens_grid import grid_figures
 from .tensor import read_last_row, read_tensor
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
-    from ..batch import DecodeCall
-    from ..parts import ObservedParts
-    from ..step import StepRecord
+    from collections.abc import Callable
+
+    from ..run.backend import LocalSession
+    from ..run.batch import DecodeCall
+    from ..run.parts import ObservedParts
+    from ..run.step import StepRecord
 
 LOUT_NODE = "l_out-{}"
 
@@ -90,15 +92,18 @@ class LensCapture(GraphTap):
     def head(self) -> LensHead | None:
         return self._lens_head
 
-    def lens_head(self, engine: ObservedParts) -> LensHead:
+    def lens_head(
+        self, engine: ObservedParts, progress: Callable[[int, int], None] | None = None
+    ) -> LensHead:
         """The model's head as float32, read from the GGUF file on first use and dequantized
         (SmolLM2's 49,152 x 576 Q8_0 matrix: 113 MB as float32, about 1 s here). ``trace``
         reads it before the first decode; :attr:`head_load_ms` says how long it took, and the
         first lens record reports it as ``lens_check["head_load_ms"]``, apart from every
-        ``decode_ms`` and projection ``ms``."""
+        ``decode_ms`` and projection ``ms``. ``progress`` is told the matrix's bytes read of
+        its total while it is read (see :func:`~tui.engine.model.lens.load_head`)."""
         if self._lens_head is None:
             t0 = time.perf_counter()
-            self._lens_head = load_head(str(engine.model.path))
+            self._lens_head = load_head(str(engine.model.path), progress)
             self.head_load_ms = (time.perf_counter() - t0) * 1000.0
         return self._lens_head
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..logits import read_row
 from ..model.tokens import display_bytes
+from ..run.logits import read_row
 
 if TYPE_CHECKING:
-    from ..batch import DecodeCall
     from ..model.lens import LensHead
     from ..model.tokens import Vocab
+    from ..run.batch import DecodeCall
 
 GRID_MAX = 64
 

@@ -18,7 +18,7 @@ from ..model import ggml
 from ..model.rules import QUANTIZED_V_NOTE, v_cache_is_quantized
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
+    from ..run.backend import LocalSession
 
 CALC_TYPES = ("f16", "q8_0", "q4_0")
 MIB = 1 << 20

@@ -5,10 +5,11 @@ attention off or logits on rows the run did not ask for, and llama.cpp fixes the
 the kernel when a context is made. So :class:`ObserverContext` makes a second context from the
 same model (same sizes and cache types, its callback, flash attention off for attention) and
 runs the engine's ``llama_decode`` calls and memory edits again from its
-:class:`~tui.engine.replay.ReplayLog`: with the same kernel every row is bit for bit the
+:class:`~tui.engine.run.replay.ReplayLog`: with the same kernel every row is bit for bit the
 engine's; through the other kernel the pane says so. It catches up lazily
-(:meth:`ObserverContext.catch_up`) on the engine's thread; its memory (one more KV cache and
-compute buffer) is checked before it is made.
+(:meth:`ObserverContext.catch_up`) on the engine's thread, telling a caller how far it is
+(:class:`ReplayProgress`, its own counts); its memory (one more KV cache and compute buffer) is
+checked before it is made.
 """
 
 from __future__ import annotations
@@ -19,21 +20,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import replay
-from ..batch import BatchToken, DecodeCall
-from ..decode import decode
 from ..model.errors import TokenstepError
-from ..replay import DecodeOp, MemoryOp, ReplayLog
-from ..session import Engine
-from ..surprise import Surprise, score_rows
+from ..model.rules import v_cache_needs_flash_attn
+from ..record.surprise import Surprise, score_rows
+from ..run import replay
+from ..run.batch import BatchToken, DecodeCall
+from ..run.decode import decode
+from ..run.replay import DecodeOp, MemoryOp, ReplayLog
+from ..run.session import Engine
 from .attention_capture import AttentionCapture
 from .lens_capture import AttentionLensCapture, LensCapture
 from .lens_grid import GRID_MAX
 
 if TYPE_CHECKING:
-    from ..backend import LocalSession
+    from collections.abc import Callable
+
     from ..model.lens import LensHead
-    from ..step import StepRecord
+    from ..run.backend import LocalSession
+    from ..run.step import StepRecord
 
 LENS_TAIL = 2  # decodes at the end of a catch-up that get the lens: the two the pane shows
 MAP_KEEP = 1024  # engine record -> observer record entries kept (the panes look back less)
@@ -52,6 +56,27 @@ class Wants:
     @property
     def any(self) -> bool:
         return bool(self.layers or self.lens or self.grid or self.score or self.census)
+
+
+@dataclass(frozen=True)
+class ReplayProgress:
+    """How far a catch-up is: operations (decodes and memory edits) and the decodes' tokens
+    run here, of those it set out to run."""
+
+    ops: int
+    ops_total: int
+    tokens: int
+    tokens_total: int
+
+    @property
+    def done(self) -> bool:
+        return self.ops == self.ops_total
+
+    def describe(self) -> str:
+        return (
+            f"{self.ops:,} of {self.ops_total:,} operation(s), "
+            f"{self.tokens:,} of {self.tokens_total:,} token(s)"
+        )
 
 
 class ObserverEngine(Engine):
@@ -81,16 +106,24 @@ def _capture(main: LocalSession, wants: Wants) -> LensCapture | AttentionCapture
 class ObserverContext:
     """A context of its own that replays the engine's decode calls (worker thread only)."""
 
-    def __init__(self, main: LocalSession, wants: Wants, head: LensHead | None = None) -> None:
-        if wants.layers and main.config.cache_type_v not in ("f16", "f32"):
-            raise TokenstepError(
-                f"attention needs flash attention off in its own context, and a "
-                f"{main.config.cache_type_v} V cache needs it on; start with -ctv f16."
-            )
+    def __init__(
+        self,
+        main: LocalSession,
+        wants: Wants,
+        head: LensHead | None = None,
+        head_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.main = main
         self.wants = wants
         fa = "off" if wants.layers else main.config.flash_attn
-        config = dataclasses.replace(main.config, flash_attn=fa, context_full="stop")
+        # llama.cpp refuses a quantized V cache without flash attention: the capture's own
+        # context then holds V in f16 (K keeps the run's type: the weights are softmax(QKᵀ))
+        type_v = main.config.cache_type_v
+        if wants.layers and v_cache_needs_flash_attn(type_v):
+            type_v = "f16"
+        config = dataclasses.replace(
+            main.config, flash_attn=fa, cache_type_v=type_v, context_full="stop"
+        )
         cap = _capture(main, wants)
         self.capture = cap
         self.engine = ObserverEngine(main.model, config, main.settings, [cap] if cap else [])
@@ -107,7 +140,8 @@ class ObserverContext:
         if isinstance(cap, LensCapture) and (wants.lens or wants.grid):
             if head is not None:
                 cap.use_head(head)
-            cap.lens_head(self.engine)  # the one-time head read, before any decode is timed
+            # the one-time head read, before any decode is timed (progress: bytes read of all)
+            cap.lens_head(self.engine, head_progress)
 
     @property
     def head(self) -> LensHead | None:
@@ -119,9 +153,15 @@ class ObserverContext:
     def kernel(self) -> str:
         """Its attention kernel, beside the engine's."""
         mine, theirs = self.engine.flash_attn_resolved, self.main.flash_attn_resolved
-        if mine == theirs:
+        v_mine, v_theirs = self.engine.config.cache_type_v, self.main.config.cache_type_v
+        if mine == theirs and v_mine == v_theirs:
             return f"flash attention {mine} as the run's (its rows are the run's, bit for bit)"
-        return f"flash attention {mine}, the run's {theirs} (the same batches, the other kernel)"
+        if v_mine == v_theirs:
+            return f"flash attention {mine}, the run's {theirs} (the same batches, the other kernel)"
+        return (
+            f"flash attention {mine} with an {v_mine} V cache, the run's {theirs} with "
+            f"{v_theirs} (the same batches, the other kernel and V type)"
+        )
 
     @property
     def kv_bytes(self) -> int:
@@ -146,11 +186,17 @@ class ObserverContext:
         cleared, ops = self.main.replay.since(self.cursor)
         return len(ops) + (1 if cleared and self.cursor is not None else 0)
 
-    def catch_up(self) -> int:
-        """Run the engine's operations since the last catch-up; returns the decodes run."""
+    def catch_up(self, progress: Callable[[ReplayProgress], None] | None = None) -> int:
+        """Run the engine's operations since the last catch-up; returns the decodes run.
+        ``progress`` is told the counts before the first operation and after each one (the
+        caller paces what it shows)."""
         if self.problem is not None:
             return 0
         cleared, ops = self.main.replay.since(self.cursor)
+        tokens_total = sum(op.call.n_tokens for op in ops if isinstance(op, DecodeOp))
+        tokens = 0
+        if progress is not None:
+            progress(ReplayProgress(0, len(ops), 0, tokens_total))
         if cleared:
             self.engine.reset()
             self.by_main.clear()
@@ -163,11 +209,16 @@ class ObserverContext:
             for i, op in enumerate(ops):
                 if isinstance(op, MemoryOp):
                     self._memory(op)
-                    continue
-                nxt = ops[i + 1] if i + 1 < len(ops) else None
-                lens = i >= lens_from or (self.lens_from is not None and op.index >= self.lens_from)
-                self._decode(op, lens=lens, grid_pos=grid_pos, nxt=nxt)
-                n += 1
+                else:
+                    nxt = ops[i + 1] if i + 1 < len(ops) else None
+                    lens = i >= lens_from or (
+                        self.lens_from is not None and op.index >= self.lens_from
+                    )
+                    self._decode(op, lens=lens, grid_pos=grid_pos, nxt=nxt)
+                    n += 1
+                    tokens += op.call.n_tokens
+                if progress is not None:
+                    progress(ReplayProgress(i + 1, len(ops), tokens, tokens_total))
         except TokenstepError as exc:
             self.problem = f"the observer context stopped: {exc}"
         return n

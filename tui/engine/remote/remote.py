@@ -1,4 +1,4 @@
-"""A model that lives elsewhere: the :class:`~tui.engine.backend.Backend` seam over llama-server.
+"""A model that lives elsewhere: the :class:`~tui.engine.run.backend.Backend` seam over llama-server.
 
 One token per request: ``POST /completion`` with the context as token ids, ``n_predict: 1``,
 ``n_probs: K`` (and ``--api-key`` as a bearer token); the server evaluates what its slot's cache
@@ -18,18 +18,19 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..batch import BatchToken, DecodeCall
-from ..logits import TOP_N, LogitsMemory
 from ..model.context import EngineConfig
 from ..model.errors import ContextFullError, TokenstepError
 from ..model.kvcache import KVLayout, KVMirror
 from ..model.work import WorkCounter
-from ..records import RecordLog
-from ..run_record import Clear, Decode, RunRecord, Turn
+from ..record.run_record import Clear, Decode, RunRecord, Turn
+from ..record.surprise import SurpriseLog
+from ..run.batch import BatchToken, DecodeCall
+from ..run.logits import TOP_N, LogitsMemory
+from ..run.overlap import Overlap
+from ..run.records import RecordLog
+from ..run.step import Candidate, PrefillTurn, ShiftEvent, StepRecord
+from ..run.trace import record_to_dict
 from ..sampler.sampling import SamplerChain, SamplerSettings, top_stats
-from ..step import Candidate, PrefillTurn, ShiftEvent, StepRecord
-from ..surprise import SurpriseLog
-from ..trace import record_to_dict
 from ..wire.remote_http import DEFAULT_TIMEOUT_S, ServerClient, ServerError
 from ..wire.remote_step import PICKS, ServerStep, ask_native, fill_row
 from .remote_chain import chain_for
@@ -37,9 +38,9 @@ from .remote_pick import RemotePick
 from .remote_vocab import RemoteVocab, handshake, model_info, model_meta, remote_capabilities
 
 if TYPE_CHECKING:
-    from ..backend import Backend, ServerFacts
     from ..model.local_vocab import LocalVocab
     from ..model.model import ModelInfo
+    from ..run.backend import Backend, ServerFacts
 
 DEFAULT_N_PROBS = 100
 
@@ -101,6 +102,7 @@ class RemoteBackend(RemotePick):
         self.logits_memory = LogitsMemory()
         self.stop_reason: str | None = None
         self.work = WorkCounter()
+        self.overlap = Overlap()  # inline: a request holds no llama_decode to overlap with
         self.turns: list[PrefillTurn] = []
         self.shifts: list[ShiftEvent] = []
         self.branches: dict[int, Any] = {}

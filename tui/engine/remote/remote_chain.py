@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..backend import Capabilities
 from ..model.errors import TokenstepError
 from ..model.local_vocab import LocalVocab, ServerVocab, check_same_vocab
-from ..run_record import Pick, Rewind, RunRecord
+from ..record.run_record import Pick, Rewind, RunRecord
+from ..run.backend import Capabilities
 from ..sampler.chain_stages import STAGES, needs_vocab, vocab_refusal
 from ..sampler.grammar import check_grammar
 from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings, softmax
 from .remote_vocab import remote_capabilities
 
 if TYPE_CHECKING:
-    from ..logits import LogitsMemory
     from ..model.kvcache import KVMirror
     from ..model.model import ModelInfo
-    from ..step import StepRecord
+    from ..run.logits import LogitsMemory
+    from ..run.step import StepRecord
 
 
 class NoLocalContext:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..logits import LogitsMemory
 from ..model.errors import TokenstepError
 from ..model.kvcache import KVMirror
-from ..records import RecordLog
+from ..run.logits import LogitsMemory
+from ..run.records import RecordLog
+from ..run.step import Sampled, StepRecord
 from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
-from ..step import Sampled, StepRecord
 from ..wire.remote_step import chain_exactness, top_probs
 from .remote_chain import NoLocalContext, pick_exactness, server_pick
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..backend import Capabilities
 from ..model.errors import one_line
 from ..model.model import ModelInfo
 from ..model.tokens import known_piece
+from ..run.backend import Capabilities
 from ..wire.remote_http import ServerClient
 from ..wire.remote_reply import read_detokenized, read_health, read_models, read_props, read_tokens
 from ..wire.remote_step import EOG_NAMES

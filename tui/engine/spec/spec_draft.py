@@ -22,13 +22,13 @@ import numpy as np
 from ..model.context import EngineConfig
 from ..model.errors import TokenstepError
 from ..model.model import Model
+from ..run.session import Engine
 from ..sampler.sampling import SamplerSettings, top_k_by_logit
-from ..session import Engine
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..backend import LocalSession
+    from ..run.backend import LocalSession
 
 N_MAX, N_MIN, P_MIN = 3, 0, 0.0  # common.h: common_params_speculative_draft
 DRAFT_TOP_K = 10  # the draft sampler: top-k 10 only (common_speculative_impl_draft_simple)

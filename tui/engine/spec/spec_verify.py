@@ -18,21 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..batch import BatchToken, DecodeCall, ubatch_chunks
-from ..decode import decode
-from ..logits import read_row
-from ..paths import make_room
-from ..prompt import truncate
-from ..run_record import Round
-from ..sequences import sample_row
-from ..step import SpecInfo
+from ..record.run_record import Round
+from ..run.batch import BatchToken, DecodeCall, ubatch_chunks
+from ..run.decode import decode
+from ..run.logits import read_row
+from ..run.paths import make_room
+from ..run.prompt import truncate
+from ..run.sequences import sample_row
+from ..run.step import SpecInfo
 from .spec_ngram import NgramSimple
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ..backend import LocalSession
-    from ..step import StepRecord
+    from ..run.backend import LocalSession
+    from ..run.step import StepRecord
 
 
 class Drafter(Protocol):
@@ -240,7 +240,7 @@ def generate(
     n_predict: int,
     prompt: list[int] | None = None,
 ) -> Iterator[StepRecord]:
-    """:func:`tui.engine.loop.generate` with speculation: prefill, the first pick as usual,
+    """:func:`tui.engine.run.loop.generate` with speculation: prefill, the first pick as usual,
     then one round per record until ``n_predict`` tokens are emitted (the last pick is not
     fed). Each record is yielded once its picks are known."""
     pending = engine.prefill(prompt) if prompt is not None else []

@@ -2,7 +2,7 @@
 
 Each call to :meth:`Engine.prefill` or :meth:`Engine.step` runs the seven stages of the loop
 (tokenize, batch, decode, logits, sample, end/detokenize, feed back) and leaves a
-:class:`~tui.engine.step.StepRecord` per ``llama_decode`` call. Nothing here knows about a
+:class:`~tui.engine.run.step.StepRecord` per ``llama_decode`` call. Nothing here knows about a
 screen: the TUI, the ``trace`` command and tests all read the same records.
 
 The stages live in their own modules (context, prompt, decode, logits, sequences, shift,
@@ -19,28 +19,28 @@ from typing import TYPE_CHECKING, Any
 import llama_cpp
 import numpy as np
 
+from ..model.context import Context, EngineConfig
+from ..model.errors import TokenstepError
+from ..model.kv_order import CellSlots
+from ..model.kvcache import KVLayout, KVLogReport, KVMirror
+from ..model.lens import head_problem
+from ..model.model import Model
+from ..model.offload import placement
+from ..model.tokens import Vocab
+from ..model.work import WorkCounter
+from ..record.run_record import Clear, RunRecord
+from ..record.surprise import SurpriseLog
+from ..sampler.grammar import check_grammar
+from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from . import loop, paths, prompt, replay, sequences, shift
 from .backend import LOCAL, LOCAL_LENS, Capabilities
 from .batch import BatchToken, DecodeCall, LlamaBatch, ubatch_chunks
 from .decode import DecodeObserver, decode
 from .logits import LogitsMemory
-from .model.context import Context, EngineConfig
-from .model.errors import TokenstepError
-from .model.kv_order import CellSlots
-from .model.kvcache import KVLayout, KVLogReport, KVMirror
-from .model.lens import head_problem
-from .model.model import Model
-from .model.offload import placement
-from .model.tokens import Vocab
-from .model.work import WorkCounter
 from .overlap import Overlap
 from .records import RecordLog
 from .replay import ReplayLog
-from .run_record import Clear, RunRecord
-from .sampler.grammar import check_grammar
-from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .step import Branch, Parked, PrefillTurn, Sampled, ShiftEvent, StepRecord
-from .surprise import SurpriseLog
 from .trace import record_to_dict
 
 if TYPE_CHECKING:

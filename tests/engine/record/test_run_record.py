@@ -1,10 +1,10 @@
-"""The run's record (tui/engine/run_record.py): what the engine writes at each act, bounded,
+"""The run's record (tui/engine/record/run_record.py): what the engine writes at each act, bounded,
 and the figures the panes read from it."""
 
 from __future__ import annotations
 
 from tui.engine import SamplerSettings
-from tui.engine.run_record import Clear, Decode, Pick, Round, RunRecord, Turn, event_to_dict
+from tui.engine.record.run_record import Clear, Decode, Pick, Round, RunRecord, Turn, event_to_dict
 
 
 def test_totals_count_calls_and_emitted_tokens():

@@ -4,8 +4,8 @@ For a token at context index i (sequence 0), ``p`` is its probability under the 
 index i - 1 (softmax at temperature 1 over the whole vocabulary), ``p_final`` its probability
 after the sampler chain (a sampled or forced token only: no chain runs for a prompt token) and
 ``entropy`` the entropy in bits of that row. A reply token's values are its pick in the run's
-record (:class:`tui.engine.run_record.Pick`, written by
-:func:`tui.engine.sequences.sample`); a prompt token's are kept here (:class:`SurpriseLog`)
+record (:class:`tui.engine.record.run_record.Pick`, written by
+:func:`tui.engine.run.sequences.sample`); a prompt token's are kept here (:class:`SurpriseLog`)
 only when the prompt was decoded with logits on every row, as llama.cpp's perplexity tool does
 (``Engine.score_prompt``, or an observer's own context). :func:`along` joins the two: what the
 surprise map and the run chart draw.

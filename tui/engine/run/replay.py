@@ -1,7 +1,7 @@
 """Everything the engine does to its ``llama_context``'s memory, in order, so another context
 can do the same (an observer's own context, :mod:`tui.engine.observe.observer_context`).
 
-Every ``llama_decode`` (:func:`tui.engine.decode.decode`) and ``llama_memory_*`` edit
+Every ``llama_decode`` (:func:`tui.engine.run.decode.decode`) and ``llama_memory_*`` edit
 (``seq_rm``, ``seq_cp``, ``seq_add``, ``clear``) is noted in the :class:`ReplayLog`. A context
 with the same model, ``n_ctx``, ``n_batch``, ``n_ubatch`` and ``n_seq_max`` running the same
 operations from an empty cache puts every token in the same cell and splits every batch the

@@ -14,9 +14,9 @@ from collections import OrderedDict
 import llama_cpp
 import numpy as np
 
-from .model.errors import TokenstepError
-from .model.tokens import Vocab
-from .sampler.sampling import top_stats
+from ..model.errors import TokenstepError
+from ..model.tokens import Vocab
+from ..sampler.sampling import top_stats
 from .step import Candidate, StepRecord
 
 TOP_N = 10

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..model import kv_order
+from ..model.errors import ContextFullError, TokenstepError
+from ..record.run_record import Rewind, Turn
+from ..record.surprise import Surprise, score_rows
+from ..sampler.sampling import entropy_bits, softmax
 from . import replay
 from .batch import plan_prompt
 from .decode import decode
-from .model import kv_order
-from .model.errors import ContextFullError, TokenstepError
-from .run_record import Rewind, Turn
-from .sampler.sampling import entropy_bits, softmax
 from .step import PrefillTurn, StepRecord
-from .surprise import Surprise, score_rows
 
 if TYPE_CHECKING:
     from .parts import PromptParts

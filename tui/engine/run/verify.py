@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import llama_cpp
 import numpy as np
 
+from ..model import interrupt, kv_order
+from ..model.context import FLASH_ATTN, init_context
+from ..model.errors import TokenstepError
+from ..sampler.sampling import top_k_by_logit
 from .batch import BatchToken, DecodeCall, LlamaBatch, plan_prompt, ubatch_chunks
 from .logits import TOP_N, read_row
-from .model import kv_order
-from .model.context import FLASH_ATTN, init_context
-from .model.errors import TokenstepError
-from .sampler.sampling import top_k_by_logit
 
 if TYPE_CHECKING:
     from .parts import VerifyParts
@@ -180,6 +180,7 @@ class Verifier:
         llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(self.ctx), True)
         t0 = time.perf_counter()
         for call in calls:
+            interrupt.check()  # a long recompute ends at a Ctrl-C
             rc = llama_cpp.llama_decode(self.ctx, self.batch.fill(call))
             if rc != 0:
                 raise TokenstepError(f"llama_decode failed with code {rc} while verifying.")

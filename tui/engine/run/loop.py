@@ -1,7 +1,7 @@
 """The loop, written once: sample (or force), stop on end of generation, feed back.
 
 :func:`advance` is one turn for sequence 0: what :meth:`Engine.step` and the TUI's decode
-worker run, on any :class:`~tui.engine.backend.Backend`. :func:`generate` repeats it for
+worker run, on any :class:`~tui.engine.run.backend.Backend`. :func:`generate` repeats it for
 ``tokenstep trace``, ``tokenstep verify``, :meth:`Engine.generate` and the tests. It yields a
 record once the token sampled from its logits is known, BEFORE that token is fed (so a caller
 may still look at, or verify, the context the record left); the last sampled token is not
@@ -69,8 +69,7 @@ def generate(
     record once it is complete (a record is complete when the token sampled from its logits
     is known). Each token is decoded except the last, which is only sampled (its K/V would be
     needed only for a token after it), unless ``decode_last``."""
-    overlap = getattr(engine, "overlap", None)
-    late = overlap is not None and overlap.threaded  # views computed during the next decode
+    late = engine.overlap.threaded  # views computed during the next decode
     pending = engine.prefill(prompt) if prompt is not None else []
     ready: list[StepRecord] = []  # late: complete (a decode settled their views, decode.py)
     for i in range(max(n_predict, 0)):
@@ -87,7 +86,7 @@ def generate(
         if late:
             ready = pending
         pending = [rec]
-    if overlap is not None and late:
-        overlap.settle()
+    if late:
+        engine.overlap.settle()
     yield from ready
     yield from pending

@@ -10,15 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..model.kvcache import Forgotten
+from ..record.run_record import Pick
+from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 from .batch import DecodeCall
-from .model.kvcache import Forgotten
-from .run_record import Pick
-from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .wire.remote_step import ServerStep
+    from ..wire.remote_step import ServerStep
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.worker import controller, wait  # noqa: F401 (fixtures)
+from tests.support.worker import make_worker, wait  # noqa: F401 (fixtures)
 from tui.worker.sampler_keys import TEMP_LADDER, TOP_K_LADDER, next_rung
 from tui.worker.session_store import read_session
 
@@ -16,8 +16,8 @@ def test_ladders_move_one_rung_and_stop_at_the_ends():
     assert next_rung(TOP_K_LADDER, 200, 1) == 200
 
 
-def test_a_finished_turn_is_autosaved_where_the_view_says(controller):  # noqa: F811
-    c = controller(autoplay=True)
+def test_a_finished_turn_is_autosaved_where_the_view_says(make_worker):  # noqa: F811
+    c = make_worker(autoplay=True)
     c.send("Hi")
     v = wait(c, lambda v: v.activity == "done", "the reply to end")
     assert v.stop_reason == "end of generation"
@@ -31,8 +31,8 @@ def test_a_finished_turn_is_autosaved_where_the_view_says(controller):  # noqa: 
     assert header["context_tokens"] == list(v.text.tokens)
 
 
-def test_enter_while_a_reply_plays_is_queued_then_sent(controller):  # noqa: F811
-    c = controller(autoplay=True)
+def test_enter_while_a_reply_plays_is_queued_then_sent(make_worker):  # noqa: F811
+    c = make_worker(autoplay=True)
     c.send("Hi")
     c.send("And again?")  # handled right after the prefill, while the reply plays
     v = wait(c, lambda v: v.header.queued is not None, "the message to be queued")
@@ -43,8 +43,8 @@ def test_enter_while_a_reply_plays_is_queued_then_sent(controller):  # noqa: F81
     assert v.text.messages[2].content == "And again?"
 
 
-def test_enter_in_step_mode_cuts_the_reply_and_sends(controller):  # noqa: F811
-    c = controller(autoplay=False)
+def test_enter_in_step_mode_cuts_the_reply_and_sends(make_worker):  # noqa: F811
+    c = make_worker(autoplay=False)
     c.send("Hi")
     c.step()
     c.step()
@@ -56,8 +56,8 @@ def test_enter_in_step_mode_cuts_the_reply_and_sends(controller):  # noqa: F811
     assert v.text.tokenized is not None and v.text.tokenized.reused > 0  # the prefix stayed cached
 
 
-def test_rewind_stops_at_the_users_message(controller):  # noqa: F811
-    c = controller(autoplay=False)
+def test_rewind_stops_at_the_users_message(make_worker):  # noqa: F811
+    c = make_worker(autoplay=False)
     c.send("Hi")
     c.step()
     wait(c, lambda v: v.text.reply_tokens == 1, "one step")
@@ -69,8 +69,8 @@ def test_rewind_stops_at_the_users_message(controller):  # noqa: F811
     assert v.text.reply_tokens == 0 and v.text.n_past == v.text.reply_start
 
 
-def test_a_message_that_does_not_fit_is_refused_and_handed_back(controller):  # noqa: F811
-    c = controller(autoplay=False, n_ctx=64)
+def test_a_message_that_does_not_fit_is_refused_and_handed_back(make_worker):  # noqa: F811
+    c = make_worker(autoplay=False, n_ctx=64)
     text = "tell me " * 40
     c.send(text)
     v = wait(c, lambda v: v.notice_level == "error", "the refusal")
@@ -79,8 +79,8 @@ def test_a_message_that_does_not_fit_is_refused_and_handed_back(controller):  # 
     assert v.text.n_past == 0 and not v.text.messages
 
 
-def test_stepping_before_any_message_says_what_to_do(controller):  # noqa: F811
-    c = controller()
+def test_stepping_before_any_message_says_what_to_do(make_worker):  # noqa: F811
+    c = make_worker()
     c.step()
     v = wait(c, lambda v: v.notice_level == "warn", "the hint")
     assert "Send a message first" in v.notice

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
+from ..model.errors import TokenstepError
+from ..record.run_record import Shift
 from . import replay
-from .model.errors import TokenstepError
 from .paths import drop_all
-from .run_record import Shift
 from .step import ShiftEvent
 
 if TYPE_CHECKING:

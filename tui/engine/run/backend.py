@@ -3,7 +3,7 @@
 The worker (``tui/worker``) never asks which class it drives. It asks :attr:`Backend.capabilities`
 and talks through the methods below; what only a llama.cpp context in this process can do
 (forks, verify, prompt scoring, speculative rounds, the observers' replays) goes through
-:attr:`Backend.local`, a :class:`LocalSession`, which is None over a server. The local llama.cpp :class:`~tui.engine.session.Engine`
+:attr:`Backend.local`, a :class:`LocalSession`, which is None over a server. The local llama.cpp :class:`~tui.engine.run.session.Engine`
 is the first implementation; a remote llama-server backend is the second. A pane that needs
 something a backend cannot give (KV cells, attention weights, the compute graph, verify)
 reads the answer from the view and says why it is empty, instead of showing stale numbers.
@@ -23,17 +23,18 @@ from .parts import EngineParts
 if TYPE_CHECKING:
     import numpy as np
 
-    from .model.context import EngineConfig
-    from .model.kvcache import KVLayout, KVLogReport, KVMirror
-    from .model.model import ModelInfo
-    from .model.offload import Placement
-    from .model.tokens import Vocab
-    from .model.work import WorkCounter
+    from ..model.context import EngineConfig
+    from ..model.kvcache import KVLayout, KVLogReport, KVMirror
+    from ..model.model import ModelInfo
+    from ..model.offload import Placement
+    from ..model.tokens import Vocab
+    from ..model.work import WorkCounter
+    from ..record.run_record import RunRecord
+    from ..record.surprise import SurpriseLog
+    from ..sampler.sampling import ChainResult, SamplerChain, SamplerSettings
+    from .overlap import Overlap
     from .records import RecordLog
-    from .run_record import RunRecord
-    from .sampler.sampling import ChainResult, SamplerChain, SamplerSettings
     from .step import PrefillTurn, Sampled, ShiftEvent, StepRecord
-    from .surprise import SurpriseLog
     from .verify import VerifyResult
 
 
@@ -92,6 +93,7 @@ class Backend(Protocol):
     turns: list[PrefillTurn]
     shifts: list[ShiftEvent]
     work: WorkCounter
+    overlap: Overlap  # a step's views, inline or while the next decode runs (loop.generate)
     stop_reason: str | None
 
     @property

@@ -14,21 +14,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..model.errors import TokenstepError
+from ..model.tokens import quoted
+from ..record.run_record import Fork, Pick
+from ..sampler.sampling import entropy_bits, softmax
 from . import replay
 from .batch import BatchToken, DecodeCall, ubatch_chunks
 from .decode import decode
-from .model.errors import TokenstepError
-from .model.tokens import quoted
 from .paths import drop, free_seqs, make_room
 from .prompt import keep_in_order
-from .run_record import Fork, Pick
-from .sampler.sampling import entropy_bits, softmax
 from .shift import context_shift
 from .step import Branch, Sampled, StepRecord
 
 if TYPE_CHECKING:
+    from ..sampler.chain_result import ChainResult
     from .parts import SequenceParts
-    from .sampler.chain_result import ChainResult
 
 
 def sample(engine: SequenceParts, seq: int, force: int | None = None) -> Sampled:

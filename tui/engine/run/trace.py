@@ -1,6 +1,6 @@
 """Step records as JSON Lines: the format of ``tokenstep trace`` and of saved sessions.
 
-The records themselves come from :func:`tui.engine.loop.generate`; this module only writes
+The records themselves come from :func:`tui.engine.run.loop.generate`; this module only writes
 them down (arrays rounded, token pieces shown with their bytes)."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .attention_store import StoredInts, is_stored
-from .model.tokens import display_bytes
+from ..model.tokens import display_bytes
+from ..record.attention_store import StoredInts, is_stored
 
 if TYPE_CHECKING:
-    from .model.kvcache import KVLayout
-    from .sampler.chain_result import ChainResult
+    from ..model.kvcache import KVLayout
+    from ..sampler.chain_result import ChainResult
     from .step import StepRecord
 
 
@@ -250,7 +250,7 @@ class LineWriter:
             raise error
 
     def _run(self) -> None:
-        from .run_record import event_to_dict
+        from ..record.run_record import event_to_dict
 
         while (item := self._q.get()) is not None:
             if self._error is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import SamplerSettings
-from tui.engine.records import RecordLog
-from tui.engine.trace import record_to_dict
+from tui.engine.run.records import RecordLog
+from tui.engine.run.trace import record_to_dict
 from tui.worker import Worker
 from tui.worker.commands import Save, Send, Step
 from tui.worker.session_store import read_session

@@ -1,6 +1,6 @@
 """The session's step records, with bounded memory.
 
-A :class:`~tui.engine.step.StepRecord` carries the top candidates, the sampler's stage
+A :class:`~tui.engine.run.step.StepRecord` carries the top candidates, the sampler's stage
 arrays and the batch it decoded: a few kilobytes. Kept for every step, a session that plays for
 hours grows without bound. So the log keeps only the newest ``window`` records as objects; an
 older one is written, in the JSON form ``tokenstep trace`` prints, to an unnamed temporary file
@@ -8,7 +8,7 @@ and dropped. Saving a session reads those lines back, so nothing is lost.
 
 Records that carry attention weights are spilled the same way: the attention capture has
 already moved the weights of all but its newest decodes into its own weight file
-(:mod:`tui.engine.attention_store`), which the heatmap reads a row at a time, so memory stays
+(:mod:`tui.engine.record.attention_store`), which the heatmap reads a row at a time, so memory stays
 flat however long the session plays. The spilled JSON leaves the weights out (their shape
 stays), as a saved session does.
 """

@@ -9,7 +9,7 @@ pass. The worker touches copied arrays only, never the llama context.
 Inline (the default), a job runs at once on the caller's thread. Threaded, jobs run in order
 through a bounded queue (back-pressure), and the decoder settles them before it notes the next
 decode, so the run record stays in order and no record is read half-observed. Both modes give
-equal records, bit for bit (``tests/engine/test_overlap.py``).
+equal records, bit for bit (``tests/engine/run/test_overlap.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Callable, Sized
 
-from .model.errors import TokenstepError
+from ..model.errors import TokenstepError
 
 QUEUE_MAX = 8  # jobs waiting at most: a step gives one, so the decoder is never far ahead
 

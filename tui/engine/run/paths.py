@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import llama_cpp
 
+from ..model.errors import TokenstepError
+from ..record.run_record import Pick
+from ..record.run_record import Restore as RunRestore
 from . import prompt, replay
-from .model.errors import TokenstepError
-from .run_record import Pick
-from .run_record import Restore as RunRestore
 from .step import Parked
 
 if TYPE_CHECKING:

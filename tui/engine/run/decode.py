@@ -1,7 +1,7 @@
 """Decode: one ``llama_decode`` call, watched by the observers, and the record it leaves.
 
 :func:`decode` is the only place tokenstep calls ``llama_decode`` on the engine's context, and
-the only place a :class:`~tui.engine.step.StepRecord` is completed: the KV mirror takes the new
+the only place a :class:`~tui.engine.run.step.StepRecord` is completed: the KV mirror takes the new
 cells, the observers add their extras, each logits row is copied out with its top candidates,
 the mirror is checked against llama.cpp, the record is logged and the work counter counts it.
 """
@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 
+from ..model import interrupt
+from ..model.errors import ContextFullError, TokenstepError
+from ..record.run_record import Decode
 from .batch import DecodeCall
 from .logits import observe_row, read_row, top_candidates
-from .model.errors import ContextFullError, TokenstepError
 from .parts import DecodeObserver as DecodeObserver  # where the session imports it from
 from .replay import DecodeOp
-from .run_record import Decode
 from .step import SeqRow, ShiftEvent, SpecInfo, SpecRow, StepRecord
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 def run_decode(engine: DecodeParts, call: DecodeCall) -> tuple[float, dict[str, Any]]:
     """Run one ``llama_decode``; returns its wall time in ms and the observers' extras."""
+    interrupt.check()  # a Ctrl-C ends a command here, before the context changes
     b = engine.batch.fill(call)
     for obs in engine.observers:
         obs.before_decode(engine, call)
@@ -74,7 +76,7 @@ def decode(
     Without ``seq_rows`` the last logits row (if ``has_logits``) is sequence 0's. With them
     (several sequences in one call, after a fork) row ``i`` belongs to ``seq_rows[i]``, a
     (seq_id, token) pair, and each sequence gets its own :class:`SeqRow` and logits.
-    ``purpose`` goes to the replay log (:mod:`tui.engine.replay`): "prompt" for a prefill
+    ``purpose`` goes to the replay log (:mod:`tui.engine.run.replay`): "prompt" for a prefill
     chunk, "step", "verify" or "forks"."""
     ms, extras = run_decode(engine, call)
     engine.overlap.settle()  # the last step's views are noted before this decode (in order)

@@ -1,7 +1,7 @@
 """What the engine's stage modules are handed: the parts of one session, one protocol each.
 
 ``decode``, ``prompt``, ``paths``, ``shift``, ``sequences`` and ``verify`` each run one stage
-on the session :class:`~tui.engine.session.Engine` puts together, and the decode observers
+on the session :class:`~tui.engine.run.session.Engine` puts together, and the decode observers
 read it. Each is typed with its own protocol, naming only what that module touches (a stage
 that calls another's functions extends that one's protocol), not with ``Engine``: none of them
 imports the module that imports them all (no import circle, not even one made only for type
@@ -18,20 +18,20 @@ if TYPE_CHECKING:
     import llama_cpp
     import numpy as np
 
+    from ..model.context import EngineConfig
+    from ..model.kvcache import KVMirror
+    from ..model.model import Model, ModelInfo
+    from ..model.tokens import Vocab
+    from ..model.work import WorkCounter
+    from ..record.run_record import RunRecord
+    from ..record.surprise import SurpriseLog
+    from ..sampler.sampling import SamplerChain, SamplerSettings
     from .batch import DecodeCall, LlamaBatch
     from .logits import LogitsMemory
-    from .model.context import EngineConfig
-    from .model.kvcache import KVMirror
-    from .model.model import Model, ModelInfo
-    from .model.tokens import Vocab
-    from .model.work import WorkCounter
     from .overlap import Overlap
     from .records import RecordLog
     from .replay import ReplayLog
-    from .run_record import RunRecord
-    from .sampler.sampling import SamplerChain, SamplerSettings
     from .step import Branch, Parked, PrefillTurn, ShiftEvent, StepRecord
-    from .surprise import SurpriseLog
 
 
 class ObservedParts(Protocol):

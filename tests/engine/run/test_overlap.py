@@ -1,4 +1,4 @@
-"""Observation off the decode's critical path (tui/engine/overlap.py): the same run with a
+"""Observation off the decode's critical path (tui/engine/run/overlap.py): the same run with a
 step's views computed on the decode thread and on the worker thread leaves the same records,
 bit for bit, and the same run record in the same order."""
 
@@ -9,9 +9,10 @@ import threading
 
 import pytest
 
-from tui.engine import SamplerSettings, TokenstepError, loop
-from tui.engine.overlap import QUEUE_MAX, Overlap
-from tui.engine.run_record import Decode
+from tui.engine import SamplerSettings, TokenstepError
+from tui.engine.record.run_record import Decode
+from tui.engine.run import loop
+from tui.engine.run.overlap import QUEUE_MAX, Overlap
 
 PROMPT = "The old lighthouse keeper looked at the sea and"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tui.engine import SamplerSettings, paths
+from tests.support.greedy import PROMPT, greedy_reply
+from tui.engine import SamplerSettings
 from tui.engine.model import kv_order
-
-PROMPT = "The capital of France is"
+from tui.engine.run import paths
 
 
 def _fresh_logits(make_engine, tokens: list[int]) -> np.ndarray:
@@ -26,10 +26,7 @@ def _close(a: np.ndarray, b: np.ndarray) -> None:
 
 
 def test_a_parked_path_comes_back_from_the_cache(make_engine):
-    eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=4)
-    eng.prefill(eng.vocab.tokenize(PROMPT))
-    for _ in range(5):
-        eng.step()
+    eng = greedy_reply(make_engine, 4, 5)
     first = eng.tokens
     seq = paths.park(eng)
     assert seq == 1 and eng.parked[1].tokens == first
@@ -49,10 +46,7 @@ def test_a_parked_path_comes_back_from_the_cache(make_engine):
 
 
 def test_a_path_whose_cells_are_gone_is_recomputed(make_engine):
-    eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=1)  # no seq_id to park in
-    eng.prefill(eng.vocab.tokenize(PROMPT))
-    for _ in range(4):
-        eng.step()
+    eng = greedy_reply(make_engine, 1, 4)  # no seq_id to park in
     first = eng.tokens
     assert paths.park(eng) is None
     eng.rewind(2)
@@ -67,10 +61,7 @@ def test_a_path_whose_cells_are_gone_is_recomputed(make_engine):
 def test_a_token_decoded_again_after_parking_is_not_kept_twice(make_engine):
     """Seq 0 re-decodes the parked path's own next token: that new cell sits at the same
     position as the parked one, so restoring drops it and takes the parked cells."""
-    eng = make_engine(SamplerSettings(temp=0.0), n_seq_max=2)
-    eng.prefill(eng.vocab.tokenize(PROMPT))
-    for _ in range(4):
-        eng.step()
+    eng = greedy_reply(make_engine, 2, 4)
     first = eng.tokens
     seq = paths.park(eng)
     eng.rewind(3)

@@ -1,7 +1,7 @@
 """One record of the run: every ``llama_decode`` of the run's context, every pick with what it
 had when it was sampled, every turn, fork, rewind, context shift, path taken back and new chat, in order.
 
-The engine writes it where each act happens (:func:`tui.engine.decode.decode`,
+The engine writes it where each act happens (:func:`tui.engine.run.decode.decode`,
 ``sequences.sample``, ``sync_prompt``, ``fork``, ``rewind``, ``context_shift``, ``reset``,
 ``spec_verify``'s round, the llama-server backend's request); the timeline, tab 0 and the run
 chart (its p and p′), the surprise map and the header's context length read it. Observer and ``verify`` contexts write nothing: looking is not part of the run.

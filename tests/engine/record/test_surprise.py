@@ -12,8 +12,8 @@ from llama_cpp import Llama
 
 from tests.support.oracles import logits_oracle
 from tui.engine import SamplerSettings
+from tui.engine.record.surprise import along, perplexity
 from tui.engine.sampler.sampling import softmax
-from tui.engine.surprise import along, perplexity
 
 PROMPT = "Once upon a time, in a small village, there lived an old baker who"
 

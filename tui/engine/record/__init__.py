@@ -1,0 +1,1 @@
+"""The run's records: decodes, picks, turns, surprise, attention weights kept."""

@@ -1,0 +1,1 @@
+"""The loop that drives llama_decode, and the Engine that assembles it."""
