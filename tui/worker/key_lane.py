@@ -9,8 +9,7 @@ The decode thread holds the state lock for every command (:meth:`KeyLane.working
 it only around a single-token step's ``llama_decode`` (:meth:`KeyLane.lendable`), never during
 a prefill, a context shift or a re-decode. The lane runs only while the lock is lent, and only
 the sampler keys at the head of the queue, so press order is kept; a failure is noted and the
-lane waits for the next key. During autoplay it also builds the view the last step owes
-(:mod:`.autoplay`), so no view is built between two decodes.
+lane waits for the next key.
 """
 
 from __future__ import annotations
@@ -28,23 +27,17 @@ SAMPLER_KEYS = (Adjust, Greedy, Seed, ChainEdit)
 class KeyLane:
     """The state lock, its lending during a step's decode, and the thread that answers
     sampler keys meanwhile. ``answer`` handles one command and publishes its view (the
-    caller holds the lock); ``failed`` is told of an exception ``answer`` let through;
-    ``ready`` waits until the session may be read (False: not now); ``owed`` says a view is
-    owed and ``publish(force=False)`` builds and hands it over."""
+    caller holds the lock); ``failed`` is told of an exception ``answer`` let through."""
 
     def __init__(
         self,
         commands: queue.Queue[Command],
         answer: Callable[[Command], None],
         failed: Callable[[BaseException], None],
-        ready: Callable[[], bool] = lambda: True,
-        owed: Callable[[], bool] = lambda: False,
-        publish: Callable[..., None] = lambda **_: None,
     ) -> None:
         self.commands = commands
         self._answer = answer
         self._failed = failed
-        self._ready, self._owed, self._publish = ready, owed, publish
         self.lock = threading.Lock()  # the session's state: held by whoever works on it
         self.held = False  # the decode thread holds ``lock`` (and may lend it for a decode)
         self._holder: threading.Thread | None = None
@@ -99,7 +92,7 @@ class KeyLane:
         if lend:
             self.held, self.in_decode = False, True
             self.lock.release()
-            if self._key_first() or self._owed():  # a key pressed before, or a view owed
+            if self._key_first():  # pressed before the lend: answered now, not after the decode
                 self._wake.set()
         try:
             yield
@@ -123,19 +116,6 @@ class KeyLane:
                 return cmd
         return None
 
-    def _lent(self) -> None:
-        """While the decode is lent: the keys at the head of the queue, then an owed view."""
-        while not self._stop and self.in_decode and (cmd := self._take()) is not None:
-            try:
-                self._answer(cmd)
-            except Exception as exc:  # never die in silence: say it, take the next
-                self._failed(exc)
-        if not self._stop and self.in_decode and self._owed():
-            try:
-                self._publish(force=False)
-            except Exception as exc:
-                self._failed(exc)
-
     def _run(self) -> None:
         while True:
             self._wake.wait()
@@ -145,6 +125,9 @@ class KeyLane:
             with self.lock:
                 # Not lent: the decode thread is between commands (or took one and waits for
                 # the lock); it takes the keys itself, in their order.
-                if self.in_decode and self._ready():
-                    self._lent()
+                while not self._stop and self.in_decode and (cmd := self._take()) is not None:
+                    try:
+                        self._answer(cmd)
+                    except Exception as exc:  # never die in silence: say it, take the next
+                        self._failed(exc)
             self.wakes += 1

@@ -52,19 +52,6 @@ class Publisher:
     def latest(self) -> View | None:
         return self._latest
 
-    def owe(self) -> None:
-        """The state changed; its view is built later (during autoplay: by the key lane's
-        thread while the next decode runs, :mod:`.autoplay`)."""
-        self.dirty = True
-
-    def owed(self) -> bool:
-        """A view is owed and :meth:`publish` would build it now."""
-        with self._lock:
-            return self.dirty and self._taken and not self._too_soon()
-
-    def _too_soon(self) -> bool:
-        return time.monotonic() - self._built_at < MIN_VIEW_INTERVAL
-
     def take(self) -> View | None:
         """The latest view (called by the UI thread; marks it as taken)."""
         with self._lock:
@@ -80,7 +67,8 @@ class Publisher:
         """Build and hand over a view, unless the UI is still busy with the previous one (or
         the last was built less than ``MIN_VIEW_INTERVAL`` ago) and ``force`` is not set."""
         with self._lock:
-            if not force and (not self._taken or self._too_soon()):
+            too_soon = time.monotonic() - self._built_at < MIN_VIEW_INTERVAL
+            if not force and (not self._taken or too_soon):
                 self.dirty = True
                 return
         self._built_at = time.monotonic()

@@ -13,9 +13,9 @@ import numpy as np
 
 from ..engine.model.tokens import quoted
 from ..engine.run import loop
-from ..engine.run.step import ShiftEvent, StepRecord
+from ..engine.run.step import Sampled, ShiftEvent, StepRecord
 from ..engine.sampler.sampling import softmax
-from . import autoplay, chat, paths, saving, spec_step
+from . import chat, paths, saving, spec_step
 from .chat import clip, cut
 from .remote_view import lost_cache_note, rewind_note
 from .stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE
@@ -83,11 +83,15 @@ def decode_one(w: WorkerParts, forced: int | None) -> StepRecord | None:
     on an end token, else feed and decode), and the pick noted for the panes. The record is
     None when generation stopped (end token or a full context)."""
     eng = w.engine
-    settings = eng.settings  # replaced whole, never changed in place: the pick's own
+    greedy, seed = eng.settings.is_greedy, eng.settings.seed
     turn = loop.sample(eng, forced)  # may decode the last token again after a deep rewind
+    p, p_final = pick_probabilities(turn.sampled)
     sp = turn.sampled
-    autoplay.note_last_pick(w, sp, settings)  # beside the next decode when off the thread
-    w.note_pick((eng.logits_record, repr(settings.to_dict()), sp.chain) if sp.eog else None)
+    mirostat = eng.settings.mirostat
+    piece = eng.vocab.piece(sp.token)
+    w.state.note_pick(LastPick(sp.token, piece, p, p_final, sp.forced, sp.eog, greedy, seed, mirostat))
+    settings = repr(eng.settings.to_dict())
+    w.note_pick((eng.logits_record, settings, sp.chain) if sp.eog else None)
     if eng.n_past >= eng.n_ctx:  # a context shift (or a stop) comes first: not lent
         return loop.feed(eng, turn).record
     with w.lane.lendable():  # the pick is noted: a key may be answered during the decode
@@ -164,10 +168,21 @@ def step_forked(w: WorkerParts, forced: int | None) -> None:
         s.note(f"One llama_decode for sequences {ids}: one token each, own positions.")
 
 
+def pick_probabilities(sp: Sampled) -> tuple[float, float]:
+    """p and p' of the token just picked. The record whose logits it came from already holds
+    the top candidates (with p); only a token outside that top needs the full softmax. p' is
+    the pick's own chain (a preview when forced: survivors do not depend on the RNG)."""
+    p = sp.p
+    if p is None:
+        p = next((c.p for c in sp.source.top if c.id == sp.token), None) if sp.source else None
+    if p is None:
+        p = float(softmax(sp.logits)[sp.token])
+    return p, sp.chain.p_final(sp.token)
+
+
 def reply_ended(w: WorkerParts) -> None:
     """The loop stopped (an end token was picked, or the context is full): say why, then
     the turn's end."""
-    autoplay.inline(w)  # the autosave reads complete records
     s, eng = w.state, w.engine
     s.playback.end(eng.stop_reason)
     s.light((SAMPLE, DETOKENIZE))

@@ -31,7 +31,6 @@ from ..engine.wire.remote_http import ServerError
 from . import chain_edit, chat, sampler_keys, saving, session_store, stepping, surprise, verify
 from . import commands as cmd_types
 from .attention import AttentionControl
-from .autoplay import begin, inline, observed, threaded
 from .build import ViewBuilder
 from .key_lane import KeyLane
 from .lens import LensControl
@@ -90,8 +89,7 @@ class Worker:
         self._views = ViewBuilder(self, self.attention.view, self.lens.view)
         self.publisher = Publisher(self.build_view, self._views.with_notice, self._failed, on_view)
         self.commands_queue = self._q  # sampler keys are answered during a step's decode:
-        pub, ready = self.publisher, (lambda: observed(self))  # autoplay's views (autoplay.py)
-        self.lane = KeyLane(self._q, self.run_now, pub.report, ready, pub.owed, pub.publish)
+        self.lane = KeyLane(self._q, self.run_now, self.publisher.report)
         self._handlers: dict[type, Callable[[Any], None]] = {
             cmd_types.Send: lambda c: chat.send(self, c.text),
             cmd_types.Step: lambda c: stepping.user_step(self),
@@ -338,8 +336,6 @@ class Worker:
             while not self._stop.is_set():
                 with self.lane.working():
                     playing = self.state.playing
-                    if not playing:  # the records complete before anything reads them
-                        self._guarded(inline, self)
                     if self.publisher.dirty and not playing:
                         self.publisher.publish(force=True)
                 try:  # waiting for a command holds nothing
@@ -350,14 +346,10 @@ class Worker:
                     break
                 with self.lane.working():
                     if cmd is not None:
-                        self._guarded(inline, self)  # commands run as before
                         self.run_now(cmd)
                     elif self.state.playing:  # a key on the lane may have paused it
-                        self._guarded(begin, self)
                         self._guarded(stepping.step, self, None)
-                        if threaded(self) and self.state.playing:  # built beside the next decode
-                            self.publisher.owe()
-                        elif self._q.empty():  # else the command's own view comes next
+                        if self._q.empty():  # else the command's own view comes next
                             self.publisher.publish(force=False)
         finally:
             self.lane.stop()
@@ -366,7 +358,6 @@ class Worker:
 
     def _shutdown(self) -> None:
         try:
-            inline(self)
             if self.state.dirty_since_save:
                 saving.autosave(self)
         except Exception:  # never lose the exit over an autosave problem

@@ -87,15 +87,6 @@ class Overlap:
         if error is not None:
             raise error
 
-    def wait(self) -> bool:
-        """From another thread while the decode thread gives no job (it is inside
-        ``llama_decode``): wait until every job given so far has run. False after a job's
-        error, which the decode thread raises at its next settle."""
-        q = self._q
-        if q is not None:
-            q.join()
-        return self._error is None
-
     def _run(self) -> None:
         q = self._q
         assert q is not None
