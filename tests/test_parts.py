@@ -13,6 +13,7 @@ protocol that declares them."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import tui
@@ -87,9 +88,18 @@ def _scan(fn: ast.AST, is_handle) -> set[tuple[str, ...]]:
     return found
 
 
+@functools.cache
+def _parse(source: str) -> ast.Module:
+    """One parse per source: the checks ask about each file once per protocol (read-only)."""
+    return ast.parse(source)
+
+
 def touched_chains(source: str, proto: str) -> set[tuple[str, ...]]:
-    """What ``source`` touches of a ``proto`` it is handed: members, and members of members."""
-    tree = ast.parse(source)
+    """What ``source`` touches of a ``proto`` it is handed: members, and members of members.
+    A handle is something annotated with ``proto``, so a source without the name has none."""
+    if proto not in source:
+        return set()
+    tree = _parse(source)
     found: set[tuple[str, ...]] = set()
     for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
         kept = set()  # self.NAME = a parameter typed proto
@@ -196,9 +206,7 @@ def facet_users(source: str, proto: str) -> set[str]:
     local bound to the facet, or the facet itself (``w.engine.local.fork()``)."""
     how = FACETS[proto]
     found = touched(source, proto)
-    for fn in ast.walk(ast.parse(source)):
-        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
+    for fn in _functions_naming(source, how):
         names = {  # ``(x := w.engine.local)``, ``x: ForkSession = w.require("fork")``
             n.target.id
             for n in ast.walk(fn)
@@ -214,6 +222,22 @@ def facet_users(source: str, proto: str) -> set[str]:
 
         found |= {c[0] for c in _chains(fn, handle, names)}
     return found - set(how)
+
+
+@functools.cache
+def _functions_naming(source: str, how: tuple[str, ...]) -> list[ast.AST]:
+    """The functions (and the functions around them) holding an ``x.<how>`` attribute: in any
+    other, nothing is bound to the facet and no chain starts at it, so it adds nothing."""
+    out: dict[ast.AST, None] = {}
+    todo: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(_parse(source), ())]
+    while todo:
+        node, around = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            around = (*around, node)
+        elif isinstance(node, ast.Attribute) and node.attr in how:
+            out.update(dict.fromkeys(around))
+        todo.extend((c, around) for c in ast.iter_child_nodes(node))
+    return list(out)
 
 
 def unused_facet_members() -> list[str]:

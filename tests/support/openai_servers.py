@@ -81,6 +81,7 @@ class Fake(ThreadingHTTPServer):
 class FakeHandler(BaseHTTPRequestHandler):
     server: Fake
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes (scripted_server.py)
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -102,6 +102,10 @@ class Scripted(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: Scripted
     protocol_version = "HTTP/1.1"  # keep-alive, as llama-server (cpp-httplib) speaks
+    # TCP_NODELAY, as cpp-httplib sets it: http.server sends the headers and the body in two
+    # writes, and with Nagle on the body waited for the client's delayed ACK of the headers,
+    # 40 ms a request (49 ms a /completion here, 2.4 ms with it off).
+    disable_nagle_algorithm = True
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -93,35 +92,42 @@ def test_a_server_still_loading_its_model_is_one_sentence(tmp_path):
 
 
 def test_a_slot_taken_by_another_client_is_one_sentence(llama_server):  # noqa: F811
-    other = threading.Thread(
-        target=llama_server.post,
-        args=(
-            "/completion",
-            {"prompt": "Once", "n_predict": 1500, "ignore_eos": True, "id_slot": 1},
-        ),
-        daemon=True,
-    )
-    other.start()
+    """The other client streams 1,500 tokens, far more than the refusal takes to come, and
+    hangs up once it came: llama-server cancels a stream whose client is gone at its next
+    chunk (0.06 s here), so the test does not wait out the other reply (40 s to 180 s of 2
+    cores). A request without ``stream`` is not cancelled: the server ran all 1,500 tokens."""
+    import http.client
     import json
     import urllib.request
+
+    other = http.client.HTTPConnection("127.0.0.1", llama_server.port, timeout=30)
+    body = {"prompt": "Once", "n_predict": 1500, "ignore_eos": True, "id_slot": 1}
+    body["stream"] = True
+    other.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
 
     def slot_busy() -> bool:
         with urllib.request.urlopen(llama_server.url + "/slots", timeout=30) as resp:
             slots = json.loads(resp.read())
         return any(s["id"] == 1 and s["is_processing"] for s in slots)
 
-    t0 = time.monotonic()
-    while not slot_busy():
-        assert time.monotonic() - t0 < 120, "the other client's request never started"
-        time.sleep(0.05)
-    r = RemoteBackend(llama_server.url, SamplerSettings(temp=0.0), slot=1, timeout=3.0)
     try:
-        with pytest.raises(ServerError, match="slot 1 of llama-server .* is busy") as info:
-            r.sync_prompt(r.vocab.tokenize("Hello", add_special=True))
-        assert info.value.retry and r.n_past == 0  # nothing changed on our side
+        t0 = time.monotonic()
+        while not slot_busy():
+            assert time.monotonic() - t0 < 120, "the other client's request never started"
+            time.sleep(0.05)
+        r = RemoteBackend(llama_server.url, SamplerSettings(temp=0.0), slot=1, timeout=3.0)
+        try:
+            with pytest.raises(ServerError, match="slot 1 of llama-server .* is busy") as info:
+                r.sync_prompt(r.vocab.tokenize("Hello", add_special=True))
+            assert info.value.retry and r.n_past == 0  # nothing changed on our side
+        finally:
+            r.close()
     finally:
-        r.close()
-    other.join(300)
+        other.close()  # the other client hangs up: the server cancels its stream
+    t0 = time.monotonic()
+    while slot_busy():  # the slot is free again for the module's next test
+        assert time.monotonic() - t0 < 300, "the other client's cancelled request kept slot 1"
+        time.sleep(0.05)
 
 
 def test_a_server_restarted_mid_session_keeps_the_text_and_reports_the_lost_cache(tmp_path):
