@@ -101,7 +101,7 @@ AVX2_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DG
 	-DGGML_AMX_BF16=OFF
 NUMERIC_TESTS := tests/engine/test_cache_verify.py tests/engine/test_cache_shift.py \
 	tests/engine/observe/test_lens.py tests/worker/test_paths_worker.py \
-	tests/engine/spec/test_spec_oracles.py tests/engine/test_engine_oracles.py \
+	tests/engine/speculative/test_spec_oracles.py tests/engine/test_engine_oracles.py \
 	tests/app/test_first_hour_confusions.py
 
 # llama-cpp-python is built from a local copy of its sdist (pip never caches those, so a native

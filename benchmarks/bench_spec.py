@@ -23,9 +23,9 @@ from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_mod
 from tui.engine.run import loop
 from tui.engine.run.batch import BatchToken, DecodeCall, ubatch_chunks
 from tui.engine.run.decode import decode
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator, generate
 
 from .bench_remote import server_binary, start_server
 from .common import THREADS, Row, median

@@ -14,8 +14,8 @@ import asyncio
 from screenshots import SIZE, save, wait_for
 from tui.app import TokenstepApp
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.startup import app_threads
 from tui.worker.spec_step import SpecRun
 

@@ -17,7 +17,7 @@ from .engine.sampler.bounds import INT32_MAX
 
 if TYPE_CHECKING:
     from .engine.run.backend import Backend
-    from .engine.spec.spec_verify import Speculator
+    from .engine.speculative.spec_verify import Speculator
 
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 LLAMA_SERVER_ONLY = (
@@ -142,10 +142,10 @@ def speculator_from_args(args: argparse.Namespace, engine: Backend) -> Speculato
     kind = check_spec(args)
     if kind == "none":
         return None
-    from .engine.spec.spec_verify import NgramDrafter, Speculator
+    from .engine.speculative.spec_verify import NgramDrafter, Speculator
 
     if kind == "ngram-simple":
-        from .engine.spec.spec_ngram import NgramSimple
+        from .engine.speculative.spec_ngram import NgramSimple
 
         ngram = NgramSimple(
             args.spec_ngram_simple_size_n,
@@ -153,7 +153,7 @@ def speculator_from_args(args: argparse.Namespace, engine: Backend) -> Speculato
             args.spec_ngram_simple_min_hits,
         )
         return Speculator(NgramDrafter(ngram))
-    from .engine.spec.spec_draft import DraftSimple
+    from .engine.speculative.spec_draft import DraftSimple
 
     local = engine.local
     if local is None:  # refused with --server before connecting

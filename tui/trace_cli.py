@@ -21,7 +21,7 @@ from .engine.run import loop, trace
 if TYPE_CHECKING:
     from .engine.run.backend import Backend
     from .engine.run.step import StepRecord
-    from .engine.spec.spec_verify import Speculator
+    from .engine.speculative.spec_verify import Speculator
 
 GGML_MAX_N_THREADS = 512  # ggml.h
 
@@ -257,7 +257,7 @@ def generate_records(
     """The loop's records, or with --spec-type one record per draft-verify round."""
     if spec is None:
         return loop.generate(engine, n_predict, toks)
-    from .engine.spec import spec_verify
+    from .engine.speculative import spec_verify
 
     local = engine.local
     if local is None:  # --spec-type with --server is refused before connecting

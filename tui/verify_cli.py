@@ -12,7 +12,7 @@ from .engine.model.tokens import display_bytes
 from .engine.run.backend import Backend
 from .engine.run.step import StepRecord
 from .engine.run.verify import VerifyResult
-from .engine.spec.spec_verify import Speculator
+from .engine.speculative.spec_verify import Speculator
 from .spec_flags import check_spec, speculator_from_args
 from .trace_cli import (
     _safe,

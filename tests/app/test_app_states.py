@@ -41,8 +41,8 @@ from tests.support.compare_records import screen_text
 from tests.support.worker_states import BOUNDED, COUNTS, FUZZ, TEXTS, run_machine
 from tui.app import TokenstepApp
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.widgets.chat_input import ChatInput
 from tui.widgets.keybar import KeyBar
 from tui.widgets.logits import LogitsPane

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker
 

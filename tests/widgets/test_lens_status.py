@@ -8,8 +8,8 @@ import threading
 import tui.engine.observe.lens_capture as lens_capture
 from tests.support.app import SIZE, make_app, run_async, send, wait_for
 from tests.support.spec import LIST_X4
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.widgets.lens import LensPane
 from tui.worker import lens as worker_lens
 from tui.worker.lens import LensView

@@ -9,8 +9,8 @@ import pytest
 
 from tests.support.app import make_app, run_async, send, wait_for
 from tests.support.compare_records import screen_text
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_verify import Speculator
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_verify import Speculator
 from tui.widgets.header import SHEDS, StatusHeader
 from tui.worker.spec_run import SpecRun
 

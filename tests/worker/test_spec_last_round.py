@@ -8,9 +8,9 @@ import pytest
 
 from tests.support.spec import LIST_X4
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.worker import commands as c
 from tui.worker.spec_run import SpecRun
 from tui.worker.thread import Worker

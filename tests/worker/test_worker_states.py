@@ -27,8 +27,8 @@ from hypothesis.stateful import (
 from tests.support.saved import untimed
 from tests.support.worker_states import COUNTS, TEXTS, run_machine
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.widgets.cache import footer, render_seqs
 from tui.worker import commands as c
 from tui.worker.resume import load_header, restore, saved_settings

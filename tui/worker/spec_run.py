@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..engine.run.step import StepRecord
-from ..engine.spec.spec_verify import Speculator
+from ..engine.speculative.spec_verify import Speculator
 
 
 @dataclass(frozen=True)

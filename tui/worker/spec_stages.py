@@ -1,6 +1,6 @@
 """The `.` key (``--spec-type``): the last draft-verify round replayed stage by stage.
 
-The round itself was one ``llama_decode`` (:meth:`tui.engine.spec.spec_verify.Speculator.round`);
+The round itself was one ``llama_decode`` (:meth:`tui.engine.speculative.spec_verify.Speculator.round`);
 these stages are a reading of its record, in the order the round ran them: 1 the draft (its
 tokens, and where they came from), 2 the verify batch (k + 1 rows, logits on every row, the
 decode's ms), 3 the accept (row by row, the target's pick against the draft, up to the first

@@ -1,6 +1,6 @@
 """Speculative decoding in the app (``--spec-type``): one draft-verify round per step.
 
-A round (:meth:`tui.engine.spec.spec_verify.Speculator.round`) ends on a pick that is not decoded
+A round (:meth:`tui.engine.speculative.spec_verify.Speculator.round`) ends on a pick that is not decoded
 yet: the target's replacement for the first rejected draft token, or the one more after a
 fully accepted draft. llama-server keeps it the same way, as the first token of the next
 verify batch. So while speculation runs the worker holds that pick (``SpecRun.pending``):

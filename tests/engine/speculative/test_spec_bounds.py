@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tui.engine import SamplerSettings
-from tui.engine.spec.spec_draft import DraftSimple
+from tui.engine.speculative.spec_draft import DraftSimple
 
 
 def _refused(*flags: str) -> str:

@@ -1,7 +1,7 @@
 """Speculative decoding: draft a few tokens cheaply, verify them all in ONE ``llama_decode``.
 
-From the target's last pick (sampled, not fed) a drafter (:mod:`tui.engine.spec.spec_ngram`,
-:mod:`tui.engine.spec.spec_draft`) proposes up to ``k`` tokens; the verify batch is the pick
+From the target's last pick (sampled, not fed) a drafter (:mod:`tui.engine.speculative.spec_ngram`,
+:mod:`tui.engine.speculative.spec_draft`) proposes up to ``k`` tokens; the verify batch is the pick
 plus the draft, every row asking for logits, row ``i`` being what a one-token decode would
 give. The target's whole chain samples row 0, 1, ... with each row's context as history; the
 draft is accepted while the pick equals it, the first pick that differs replaces it, and all

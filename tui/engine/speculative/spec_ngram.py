@@ -8,7 +8,7 @@ earlier occurrence (position 0 never matches: llama.cpp's "none"); the draft is 
 a period of ``size_n`` or less never drafts: "red, green, blue, yellow" repeated (8 tokens)
 drafts nothing at the default 12, while 30 numbers written again draft 48 at a time.
 ``--spec-ngram-simple-min-hits`` is parsed and unused, as in llama.cpp; ``--spec-draft-n-max``/
-``-n-min`` belong to the draft model (see :mod:`tui.engine.spec.spec_verify`).
+``-n-min`` belong to the draft model (see :mod:`tui.engine.speculative.spec_verify`).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import pytest
 from tests.support.spec import CHAT, COUNT, LIST
 from tui.engine import Engine, EngineConfig, SamplerSettings, TokenstepError
 from tui.engine.run import loop
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator, generate
 
 
 def tokens_of(engine: Engine, text: str) -> list[int]:

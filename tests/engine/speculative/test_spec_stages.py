@@ -10,9 +10,9 @@ from tests.support.app import run_async
 from tests.support.spec import LIST_X4
 from tui.engine import Engine, EngineConfig, SamplerSettings
 from tui.engine.model.tokens import quoted
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator
 from tui.worker import commands as c
 from tui.worker.spec_run import SpecRun
 from tui.worker.stages import BATCH, DECODE, DETOKENIZE, FEED_BACK, LOGITS, SAMPLE

@@ -12,9 +12,9 @@ from tests.support.cli import run_cli
 from tests.support.llama_server import start_server
 from tests.support.spec import CHAT, COUNT, LIST
 from tui.engine import Engine, EngineConfig, SamplerSettings
-from tui.engine.spec.spec_draft import DraftSimple
-from tui.engine.spec.spec_ngram import NgramSimple
-from tui.engine.spec.spec_verify import NgramDrafter, Speculator, generate
+from tui.engine.speculative.spec_draft import DraftSimple
+from tui.engine.speculative.spec_ngram import NgramSimple
+from tui.engine.speculative.spec_verify import NgramDrafter, Speculator, generate
 
 # -- common_ngram_simple_draft (common/ngram-map.cpp), case by case -------------------------
 
