@@ -94,8 +94,11 @@ def server_system_info(binary: Path) -> str:
 
 
 def repack_args(binary: Path) -> tuple[str, ...]:
-    """("--no-repack",) where this llama-server has AMX kernels, () elsewhere (its default)."""
-    choice = repack.decide(server_system_info(binary))
+    """("--no-repack",) where this build has AMX kernels, () elsewhere (its default). Asked of
+    the llama-server beside ``binary``: llama-perplexity links the same ggml libraries but
+    prints no system info before it loads (and takes none of the server's flags)."""
+    server = binary.with_name("llama-server")
+    choice = repack.decide(server_system_info(server if server.is_file() else binary))
     return () if choice.use_extra_bufts else ("--no-repack",)
 
 

@@ -20,20 +20,23 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import ROOT
 from tests.support.llama_server import Server, free_port, wait_healthy
+from tests.support.oracle_params import SERVER_BOOT
 from tests.support.processes import track
 from tui.engine import default_model_path
 
 
 def start_llama_cpp_server(log_dir: Path) -> Server:
-    """``python -m llama_cpp.server`` on the bundled model; polls /v1/models until it answers."""
+    """``python -m llama_cpp.server`` on the bundled model, loaded as tokenstep loads (no
+    extra buffers on an AMX build); polls /v1/models until it answers."""
     pytest.importorskip("uvicorn", reason="llama-cpp-python's [server] extra is not installed")
     port = free_port()
     log = log_dir / f"llama-cpp-server-{port}.log"
-    args = [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path())]
+    args = [sys.executable, "-c", SERVER_BOOT, "--model", str(default_model_path())]
     args += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"]
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
     server = Server(track(proc, f"llama_cpp.server on port {port}"), port, log)
     wait_healthy(server, path="/v1/models", name="llama_cpp.server")
     return server

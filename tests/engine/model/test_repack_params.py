@@ -1,8 +1,10 @@
 """Issue 22: the chosen ``use_extra_bufts`` reaches ``llama_model_params`` at every entry point
 (the app, ``trace``, ``verify``, ``--resume``), read in a child process from the very struct
 handed to ``llama_model_load_from_file``. An AMX machine is played by replacing the system
-info llama.cpp reports (and, for the load-log check, by the line llama.cpp logs there); the
-real llama.cpp here has no AMX, so every load still decodes."""
+info llama.cpp reports (and, for the load-log check, by the line llama.cpp logs there), and a
+machine without AMX by an AMD EPYC's line. Where the real llama.cpp has AMX kernels (a
+Sapphire Rapids Xeon), a load with extra buffers would crash at its first decode (llama.cpp
+#20824), so the child ends there with exit 0 and says so: the load is what is checked."""
 
 from __future__ import annotations
 
@@ -23,23 +25,46 @@ CHILD = r"""
 import os, sys
 import llama_cpp
 
+from tui.engine.model import llama_log, repack
+
+real_amx = not repack.decide(llama_cpp.llama_print_system_info().decode()).use_extra_bufts
 fake = os.environ.get("FAKE_SYSTEM_INFO")
 if fake is not None:
     llama_cpp.llama_print_system_info = lambda: fake.encode()
+log_line = llama_log._on_log
+if real_amx and fake is not None and repack.decide(fake).use_extra_bufts:
+    # a machine without AMX played on one with it: its load log's AMX buffer is not shown
+    def hide_amx(level, text, user):
+        if not (text and b"AMX model buffer" in text):
+            log_line(level, text, user)
+    llama_log._on_log = hide_amx
 real = llama_cpp.llama_model_load_from_file
+real_decode = llama_cpp.llama_decode
+last_load = {"extra": False}
+
+
+def decode(ctx, batch):
+    if real_amx and last_load["extra"]:
+        print("STOP before the first decode: AMX kernels with extra buffers", file=sys.stderr,
+              flush=True)
+        os._exit(0)
+    return real_decode(ctx, batch)
 
 
 def spy(path, params):
     print(f"LOAD vocab_only={int(params.vocab_only)} use_extra_bufts={int(params.use_extra_bufts)}",
           file=sys.stderr, flush=True)
+    if not params.vocab_only:
+        last_load["extra"] = bool(params.use_extra_bufts)
     ptr = real(path, params)
     if os.environ.get("FAKE_AMX_LOG") and params.use_extra_bufts and not params.vocab_only:
-        from tui.engine.model import llama_log  # the line llama.cpp logs on an AMX machine
-        llama_log._on_log(2, b"load_tensors:          AMX model buffer size =    64.50 MiB\n", None)
+        # the line llama.cpp logs on an AMX machine
+        log_line(2, b"load_tensors:          AMX model buffer size =    64.50 MiB\n", None)
     return ptr
 
 
 llama_cpp.llama_model_load_from_file = spy
+llama_cpp.llama_decode = decode
 if sys.argv[1] == "app":  # the whole start-up path, with the screen's event loop left out
     from tui.app import TokenstepApp
     TokenstepApp.run = lambda self, *a, **k: print("NOTICE", self.worker.state.notice)
@@ -98,10 +123,10 @@ def test_the_flags_override_at_each_entry_point(tmp_path: Path) -> None:
 
 
 def test_without_amx_llama_cpps_default_stays_on(tmp_path: Path) -> None:
-    """This machine's own system info (no AMX): extra buffers on, as before, and the app says
+    """System info without AMX: extra buffers on, as llama.cpp's default, and the app says
     nothing about them."""
     for entry in ("app", "trace"):
-        loads, out = child(tmp_path, ENTRY_POINTS[entry])
+        loads, out = child(tmp_path, ENTRY_POINTS[entry], FAKE_SYSTEM_INFO=EPYC_AVX512)
         assert loads == [1], out[-2000:]
         assert "Repack" not in out
 
@@ -109,10 +134,11 @@ def test_without_amx_llama_cpps_default_stays_on(tmp_path: Path) -> None:
 def test_an_amx_buffer_in_the_load_log_reloads_without_them(tmp_path: Path) -> None:
     """System info without AMX, but llama.cpp's load log names an AMX buffer: the weights are
     loaded again without extra buffers before the first decode (and --repack keeps them)."""
-    loads, out = child(tmp_path, ENTRY_POINTS["trace"], FAKE_AMX_LOG="1")
+    no_amx = {"FAKE_AMX_LOG": "1", "FAKE_SYSTEM_INFO": EPYC_AVX512}
+    loads, out = child(tmp_path, ENTRY_POINTS["trace"], **no_amx)
     assert loads == [1, 0], out[-2000:]
     assert '"step": 1' in out  # and it decoded
-    loads, out = child(tmp_path, (*ENTRY_POINTS["trace"], "--repack"), FAKE_AMX_LOG="1")
+    loads, out = child(tmp_path, (*ENTRY_POINTS["trace"], "--repack"), **no_amx)
     assert loads == [1], out[-2000:]
 
 

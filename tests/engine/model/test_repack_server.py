@@ -40,6 +40,19 @@ def test_the_servers_own_system_info_decides(tmp_path: Path) -> None:
         assert repack_args(binary) == want
 
 
+def test_llama_perplexity_asks_the_server_of_its_build(tmp_path: Path) -> None:
+    """llama-perplexity prints no system info before its load; the llama-server beside it
+    (the same ggml libraries) decides for it, as it does on a Xeon with AMX."""
+    for sub, line, want in (("amx", SERVER_AMX, ("--no-repack",)), ("epyc", SERVER_EPYC, ())):
+        (tmp_path / sub).mkdir()
+        fake_server(tmp_path / sub, line)
+        silent = tmp_path / sub / "llama-perplexity"
+        silent.write_text("#!/bin/sh\nexit 1\n")
+        silent.chmod(silent.stat().st_mode | stat.S_IXUSR)
+        assert server_system_info(silent) == ""
+        assert repack_args(silent) == want
+
+
 def test_the_real_server_is_started_as_its_system_info_says(tmp_path: Path) -> None:
     binary = require_binary()
     line = server_system_info(binary)
