@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,14 @@ import pytest
 # costs a little speed on a quiet machine and no figure: it must be set before llama.cpp's
 # library loads, and llama-server processes the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# A suite started as a background job of a non-interactive shell (`make test &`, a script's
+# `cmd &`) inherits SIGINT ignored (POSIX), and so would every process it starts: tokenstep
+# then rightly never sees a Ctrl-C, and the Ctrl-C tests, which send SIGINT as a terminal
+# sends it to a foreground job, failed (20 of them). The suite takes Python's default handler
+# back; its children start with SIGINT's default action (a caught signal is reset at exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests.support.oracle_params import params_like_tokenstep  # noqa: E402
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings, default_model_path  # noqa: E402

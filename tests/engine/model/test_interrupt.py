@@ -8,11 +8,13 @@ reached ``sys.unraisablehook`` and the command ran on and exited 0."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
 
 import pytest
 
+from tests.support.cli import ROOT
 from tui.cli import main
 from tui.engine import Engine, EngineConfig, Model, SamplerSettings
 from tui.engine.model import interrupt, llama_log
@@ -172,3 +174,19 @@ def test_an_inner_guard_leaves_the_outer_one_in_force_and_hand_over_ends_it():
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert signal.set_wakeup_fd(-1) == -1
         interrupt.check()  # handed over: nothing is recorded any more
+
+
+def test_a_suite_started_in_the_background_takes_sigint_back():
+    """A background job of a non-interactive shell starts with SIGINT ignored: the suite's
+    conftest gives Python's handler back, so these tests and the processes they start see the
+    Ctrl-C they send (with SIGINT left ignored, 20 of them failed)."""
+    code = "import signal, tests.conftest; print(repr(signal.getsignal(signal.SIGINT)))"
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.stdout.strip() == repr(signal.default_int_handler), res.stderr[-2000:]
