@@ -2,7 +2,8 @@
 
 Both are fresh processes, timed from spawn to exit, alternating. ``tokenstep trace -n 256
 --temp 0`` writes every record as a JSON line (to /dev/null); the bare script imports
-llama_cpp, loads the model, makes a context, prefills the same prompt tokens and runs the same
+llama_cpp, loads the model (extra buffers as tokenstep chooses them: off on an AMX build,
+where they crash), makes a context, prefills the same prompt tokens and runs the same
 greedy loop (256 argmax picks, 255 decodes: trace only samples its last token), nothing else.
 The prompt is a count (``1, 2, 3, ...``), whose greedy continuation does not end early."""
 
@@ -27,6 +28,8 @@ path, threads, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 prompt = [int(t) for t in sys.argv[4].split(",")]
 llama_cpp.llama_backend_init()
 mp = llama_cpp.llama_model_default_params()
+# as tokenstep loads: no extra buffers where llama.cpp has AMX kernels (they crash, #20824)
+mp.use_extra_bufts = b"AMX_INT8 = 1" not in llama_cpp.llama_print_system_info()
 model = llama_cpp.llama_model_load_from_file(path.encode(), mp)
 n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
 p = llama_cpp.llama_context_default_params()
