@@ -32,7 +32,15 @@ def _set(path: tuple[Any, ...], value: Any) -> Mutation:
     return mutate
 
 
-_DELETE = object()
+class _Delete:
+    """The field is taken out of the reply (a stable name, so test ids are the same in every
+    process: pytest-xdist's workers must collect the same ids)."""
+
+    def __repr__(self) -> str:
+        return "deleted"
+
+
+_DELETE = _Delete()
 TOP_LP = ("completion_probabilities", 0, "top_logprobs")
 
 CASES = [  # (endpoint, where in the reply, the bad value, what the sentence must say)
