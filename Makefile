@@ -63,8 +63,13 @@ vllm: $(VENV)/.installed-test
 	scripts/setup_vllm.sh $(PYTHON) .venv-vllm \
 		"$$($(BIN)/python -c 'from tui.engine import default_model_path; print(default_model_path())')"
 
+# Two workers (pytest-xdist), each taking whole test files, so a module's servers start once:
+# on 2 cores the suite ran 12 minutes where one process took 22 (2026-12-04, quiet), since
+# much of a test is waiting on a condition while the other core idles. PYTEST_WORKERS=0 runs
+# it in one process.
+PYTEST_WORKERS ?= 2
 pytest: $(VENV)/.installed-test llama-server vllm browser bytecode
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
 
@@ -93,6 +98,8 @@ browser:
 # with AVX-512 checks what an AVX2 machine will compute. Not part of `make test`; the first run
 # builds llama.cpp once (about 20 minutes on 2 cores; the server's 16 files in the same tree).
 # The build is checked: llama.cpp's system info must name AVX2 and no AVX-512.
+# `make test-avx2 AVX2_TESTS=tests` runs the whole suite on that build (the tests find the
+# AVX2 llama-server beside the interpreter; vLLM and Chromium are the main set-up's).
 AVX2_VENV  := .venv-avx2
 AVX2_BIN   := $(AVX2_VENV)/bin
 AVX2_CMAKE := -DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
@@ -103,6 +110,7 @@ NUMERIC_TESTS := tests/engine/test_cache_verify.py tests/engine/test_cache_shift
 	tests/engine/observe/test_lens.py tests/worker/test_paths_worker.py \
 	tests/engine/speculative/test_spec_oracles.py tests/engine/test_engine_oracles.py \
 	tests/app/test_first_hour_confusions.py
+AVX2_TESTS ?= $(NUMERIC_TESTS)
 
 # llama-cpp-python is built from a local copy of its sdist (pip never caches those, so a native
 # wheel of the same version is never reused), at the main venv's version if any, in a tree
@@ -120,7 +128,7 @@ test-avx2: $(AVX2_VENV)/.installed-test
 		$(AVX2_VENV)/llama-server $(AVX2_VENV)/llama.cpp
 	$(AVX2_BIN)/python -c "import llama_cpp; s = llama_cpp.llama_print_system_info().decode(); \
 		print(s); assert 'AVX2 = 1' in s and 'AVX512' not in s and 'AMX' not in s, 'not an AVX2-only build'"
-	$(AVX2_BIN)/python -m pytest -q $(NUMERIC_TESTS)
+	$(AVX2_BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(AVX2_TESTS)
 
 screenshots: $(VENV)/.installed-test
 	$(BIN)/python scripts/screenshots.py
