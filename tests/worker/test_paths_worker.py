@@ -126,8 +126,10 @@ def test_the_tree_survives_save_and_resume(make_engine, tmp_path):
     w = _worker(make_engine, tmp_path, n_seq_max=4)
     _three_branches(w)
     saved = _tree(w)
-    picks = [v for _, _, values in saved for v in values if v is not None]
-    assert picks and all(v.seed == 5 and v.cuts for v in picks)
+    picks = [v for b in w.state.paths for v in b.values if v is not None]
+    # each pick holds its chain's seed: 5 on seq 0, 5 + seq_id on a fork's own chain (an AVX2
+    # build's reply is still going when the fork steps, so its branch holds seq 2's picks)
+    assert picks and all(v.seed == 5 + v.seq and v.cuts for v in picks)
     assert any(v.forced for v in picks)  # the reply left behind holds the forced token
     path = tmp_path / "s.jsonl"
     w.handle(Save(str(path)))
